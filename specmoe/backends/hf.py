@@ -1,0 +1,257 @@
+"""PyTorch + transformers backend: any local Hugging Face causal-LM directory.
+
+Cache layout (B sequences, L physical slots, H kv heads, D head dim). Every layer keeps keys and values
+as [B, H, L, D] in one transformers `DynamicCache`; `_valid` [B, L] marks which slots hold a live
+token of that row. Rows differ in length (ragged prompts, ragged acceptance), so:
+
+- a prompt is left-padded; pad slots are invalid;
+- a verify block is appended to every row at the same physical slots; when row i rejects part of it,
+  those slots are marked invalid (a hole) and the common tail that no row uses is cropped;
+- rotary positions come from each row's count of valid slots, never from the physical index, so a
+  hole changes nothing a later token sees: masked keys get exactly zero attention weight.
+
+Masking beats rewriting the cache on every round (a copy of the whole cache per round); holes cost
+attention work, so when they outgrow the live tokens the cache is compacted once (`_compact`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from specmoe.errors import SpecmoeError
+
+DTYPES: dict[str, torch.dtype] = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
+_MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+_PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
+
+
+def default_dtype(device: str) -> str:
+    """The dtype used when the user names none: bf16 everywhere it is fast (see docs/engine.md)."""
+    return "float16" if device == "mps" else "bfloat16"
+
+
+def default_experts_implementation(dtype: str) -> str:
+    """transformers' grouped_mm kernel has no float64 path; the exact reference uses the eager loop."""
+    return "eager" if dtype == "float64" else "grouped_mm"
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecmoeError("--device cuda was asked for but torch sees no CUDA GPU; use --device cpu")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise SpecmoeError("--device mps was asked for but torch sees no Apple GPU; use --device cpu")
+    if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
+        raise SpecmoeError(f"unknown device '{device}'; use cpu, cuda or mps")
+    return torch.device(device)
+
+
+def check_model_dir(path: Path, allow_pickle: bool) -> dict:
+    """Fail early, in one line, on anything that would make transformers fail late or reach a hub."""
+    if not path.is_dir():
+        raise SpecmoeError(
+            f"model directory '{path}' not found; build local models with "
+            "`specmoe zoo build --preset tiny --out zoo` or pass a local Hugging Face model directory"
+        )
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise SpecmoeError(f"'{path}' has no config.json; pass a Hugging Face model directory")
+    names = [p.name for p in path.iterdir()]
+    if not any(n.endswith(".safetensors") for n in names):
+        if any(n.endswith(_PICKLE_SUFFIXES) for n in names):
+            if not allow_pickle:
+                raise SpecmoeError(
+                    f"'{path}' holds only pickle weights, which can run code when loaded; convert them to "
+                    "safetensors, or pass --allow-pickle if you trust the files"
+                )
+        else:
+            raise SpecmoeError(f"'{path}' holds no weights (*.safetensors); is the download complete?")
+    try:
+        return json.loads(config_file.read_text())
+    except json.JSONDecodeError as err:
+        raise SpecmoeError(f"'{config_file}' is not valid JSON ({err.msg}, line {err.lineno})") from None
+
+
+def load_hf(
+    path: str | Path,
+    dtype: str | None = None,
+    device: str = "cpu",
+    experts_implementation: str | None = None,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+) -> HFBackend:
+    """Load a local Hugging Face causal LM. Never contacts a hub (HF_HUB_OFFLINE semantics)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    path = Path(path)
+    config = check_model_dir(path, allow_pickle)
+    if "auto_map" in config and not trust_remote_code:
+        raise SpecmoeError(
+            f"'{path}' needs its own Python code (auto_map in config.json); "
+            "pass --trust-remote-code only if you trust that code"
+        )
+    dtype = dtype or default_dtype(device)
+    if dtype not in DTYPES:
+        raise SpecmoeError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
+    torch_device = resolve_device(device)
+    kwargs: dict = {}
+    if any(k in config for k in _MOE_CONFIG_KEYS):
+        kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(dtype)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path,
+            dtype=DTYPES[dtype],
+            local_files_only=True,
+            use_safetensors=None if allow_pickle else True,
+            trust_remote_code=trust_remote_code,
+            **kwargs,
+        )
+    except (ValueError, KeyError, OSError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise SpecmoeError(f"transformers could not load '{path}': {first}") from None
+    model.to(torch_device).eval()
+    return HFBackend(model, name=path.name, device=torch_device)
+
+
+class HFBackend:
+    """A transformers model plus a ragged, maskable KV cache for one batch of sequences."""
+
+    def __init__(self, model, name: str, device: torch.device) -> None:
+        from transformers import DynamicCache
+
+        self.model = model
+        self.name = name
+        self.device = device
+        self.dtype = next(model.parameters()).dtype
+        config = model.config
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        self.max_context = int(getattr(config, "max_position_embeddings", 1 << 30))
+        self.eos_token_ids = _eos_ids(model)
+        self.is_moe = any(getattr(config, k, None) for k in _MOE_CONFIG_KEYS)
+        self._new_cache = lambda: DynamicCache(config=config)
+        self._cache = self._new_cache()
+        self._valid = torch.zeros(0, 0, dtype=torch.bool, device=device)  # [B, L]
+        self._lengths = torch.zeros(0, dtype=torch.long, device=device)  # [B] live tokens per row
+        self._trace = None
+
+    # -- protocol -------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def prefill(self, prompts: Sequence[Sequence[int]]) -> None:
+        batch = len(prompts)
+        width = max((len(p) for p in prompts), default=0)
+        self._cache = self._new_cache()
+        ids = torch.zeros(batch, width, dtype=torch.long)  # [B, L] left-padded; pad ids are never seen
+        valid = torch.zeros(batch, width, dtype=torch.bool)  # [B, L]
+        for row, prompt in enumerate(prompts):
+            if prompt:
+                ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
+                valid[row, width - len(prompt) :] = True
+        self._valid = valid.to(self.device)
+        self._lengths = self._valid.sum(1)
+        if width == 0:
+            return
+        positions = (self._valid.cumsum(1) - 1).clamp(min=0)  # [B, L]
+        self.model(
+            input_ids=ids.to(self.device),
+            attention_mask=self._valid,
+            position_ids=positions,
+            past_key_values=self._cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        batch, t = tokens.shape  # [B, t]
+        positions = self._lengths[:, None] + torch.arange(t, device=self.device)  # [B, t]
+        valid = torch.cat([self._valid, torch.ones(batch, t, dtype=torch.bool, device=self.device)], 1)
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=valid,
+            position_ids=positions,
+            past_key_values=self._cache,
+            use_cache=True,
+        )
+        self._valid = valid
+        self._lengths = self._lengths + t
+        return out.logits  # [B, t, V]
+
+    def rollback(self, lengths: Sequence[int]) -> None:
+        keep = torch.as_tensor(lengths, dtype=torch.long, device=self.device)  # [B]
+        rank = self._valid.cumsum(1)  # [B, L] live tokens up to and including each slot
+        self._valid = self._valid & (rank <= keep[:, None])
+        self._lengths = torch.minimum(self._lengths, keep)
+        self._trim()
+
+    def retain(self, rows: Sequence[int]) -> None:
+        index = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        self._apply(lambda kv: kv[index])
+        self._valid = self._valid[index]
+        self._lengths = self._lengths[index]
+        self._trim()
+
+    def cached_lengths(self) -> list[int]:
+        return self._lengths.tolist()
+
+    def synchronize(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elif self.device.type == "mps":
+            torch.mps.synchronize()
+
+    def router_trace(self):
+        if not self.is_moe:
+            return None
+        if self._trace is None:
+            from specmoe.backends.router_trace import RouterTrace
+
+            self._trace = RouterTrace(self.model)
+        return self._trace
+
+    # -- cache housekeeping ---------------------------------------------------------------------
+    def _apply(self, fn) -> None:
+        """Apply fn to every layer's keys and values ([B, H, L, D] each)."""
+        for layer in self._cache.layers:
+            if getattr(layer, "is_initialized", False) and layer.keys.numel():
+                layer.keys, layer.values = fn(layer.keys), fn(layer.values)
+
+    def _trim(self) -> None:
+        """Drop physical slots no row uses at either end; compact when holes outnumber live tokens."""
+        used = self._valid.any(0).nonzero()  # [n, 1]
+        width = self._valid.shape[1]
+        lo, hi = (int(used[0]), int(used[-1]) + 1) if len(used) else (width, width)
+        if (lo, hi) != (0, width):
+            self._apply(lambda kv: kv[:, :, lo:hi])
+            self._valid = self._valid[:, lo:hi]
+        longest = int(self._lengths.max()) if len(self._lengths) else 0
+        if self._valid.shape[1] > 2 * longest + 64:
+            self._compact(longest)
+
+    def _compact(self, longest: int) -> None:
+        """Move each row's live slots to the right end, in order; left-pad the rest."""
+        order = torch.sort(self._valid.to(torch.int8), dim=1, stable=True).indices  # invalid first
+        index = order[:, order.shape[1] - longest :]  # [B, longest]
+        self._apply(lambda kv: kv.gather(2, index[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])))
+        self._valid = self._valid.gather(1, index)
+
+
+def _eos_ids(model) -> frozenset[int]:
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if ids is None:
+        ids = getattr(model.config, "eos_token_id", None)
+    if ids is None:
+        return frozenset()
+    return frozenset([ids] if isinstance(ids, int) else ids)

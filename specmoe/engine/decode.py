@@ -1,0 +1,192 @@
+"""The decode loops: draft-then-verify and plain autoregressive, through the same backend calls.
+
+Both arms share prefill, commit, truncation and clocks, so their timings differ only by what the
+algorithm does. The target's cache always holds every committed token but the last one; each round
+feeds [last committed token, proposals...] and keeps what was accepted.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from specmoe.backends.base import Backend
+from specmoe.engine.acceptance import greedy_accept, rejection_accept
+from specmoe.engine.drafters import Drafter
+from specmoe.engine.records import DecodeResult, RoundRecord, SequenceOutput
+from specmoe.engine.sampling import SamplingParams, pick, probabilities
+from specmoe.errors import SpecmoeError
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    max_new_tokens: int = 64
+    gamma: int = 4  # proposals per round; ignored without a drafter
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    seed: int = 0
+    ignore_eos: bool = False  # benchmarks decode a fixed number of tokens, as llama-bench does
+
+
+def decode(
+    target: Backend,
+    prompts: Sequence[Sequence[int]],
+    config: DecodeConfig,
+    drafter: Drafter | None = None,
+) -> DecodeResult:
+    """Decode a batch of prompts (token ids) with the target, speculatively when a drafter is given."""
+    _validate(target, prompts, config, drafter)
+    gamma = config.gamma if drafter is not None else 0
+    generator = torch.Generator(device=target.device).manual_seed(config.seed)
+    eos = frozenset() if config.ignore_eos else target.eos_token_ids
+
+    start = time.perf_counter()
+    target.prefill([p[:-1] for p in prompts])
+    if drafter is not None:
+        drafter.begin(prompts)
+        drafter.synchronize()
+    target.synchronize()
+    prefill_s = time.perf_counter() - start
+
+    batch = _Batch(prompts, config.max_new_tokens, eos)
+    rounds: list[RoundRecord] = []
+    decode_start = time.perf_counter()
+    while batch.live:
+        round_start = time.perf_counter()
+        if drafter is not None:
+            proposal = drafter.propose(batch.live_sequences(), gamma, config.sampling, generator)
+            drafter.synchronize()
+        draft_end = time.perf_counter()
+
+        last = torch.tensor([[s[-1]] for s in batch.live_sequences()], device=target.device)  # [B, 1]
+        block = last if drafter is None else torch.cat([last, proposal.tokens], 1)  # [B, 1 + G]
+        logits = target.forward(block)  # [B, 1 + G, V]
+        target.synchronize()
+        verify_end = time.perf_counter()
+
+        if drafter is None:
+            next_token = pick(logits[:, 0], config.sampling, generator)[0]  # [B]
+            accepted = [0] * len(batch.live)
+            proposed: list[list[int]] = [[] for _ in batch.live]
+        else:
+            accepted_t, next_token = _verify(proposal, logits, config.sampling, generator)
+            accepted = accepted_t.tolist()
+            proposed = proposal.tokens.tolist()
+        rows = tuple(batch.live)
+        emitted = batch.commit(proposed, accepted, next_token.tolist())
+        if drafter is not None:
+            target.rollback([len(s) - 1 for s in batch.live_sequences()])
+            drafter.feedback(accepted)
+        keep = batch.drop_finished()
+        if keep is not None:
+            target.retain(keep)
+            if drafter is not None:
+                drafter.retain(keep)
+        round_end = time.perf_counter()
+        draft_s, verify_s = draft_end - round_start, verify_end - draft_end
+        rounds.append(
+            RoundRecord(
+                rows=rows,
+                drafted=(gamma,) * len(rows),
+                accepted=tuple(accepted),
+                emitted=tuple(emitted),
+                draft_s=draft_s,
+                verify_s=verify_s,
+                overhead_s=round_end - round_start - draft_s - verify_s,
+            )
+        )
+    decode_s = time.perf_counter() - decode_start
+    return DecodeResult(batch.outputs(), tuple(rounds), gamma, prefill_s, decode_s)
+
+
+def _verify(proposal, logits: torch.Tensor, params: SamplingParams, generator):
+    """Apply the acceptance rule to a verified block. logits: [B, G + 1, V]."""
+    if params.greedy:
+        return greedy_accept(proposal.tokens, logits.argmax(-1))
+    return rejection_accept(proposal.tokens, proposal.probs, probabilities(logits, params), generator)
+
+
+class _Batch:
+    """Committed tokens of every sequence, which ones are still running, and why others stopped."""
+
+    def __init__(self, prompts: Sequence[Sequence[int]], max_new_tokens: int, eos: frozenset[int]) -> None:
+        self.sequences = [list(p) for p in prompts]
+        self.prompt_lengths = [len(p) for p in prompts]
+        self.live = list(range(len(prompts)))  # original indices of running sequences
+        self.max_new_tokens = max_new_tokens
+        self.eos = eos
+        self.finish = [""] * len(prompts)
+        self.truncated = [0] * len(prompts)
+        self._finished_now: list[int] = []
+
+    def live_sequences(self) -> list[list[int]]:
+        return [self.sequences[i] for i in self.live]
+
+    def commit(self, proposed: list[list[int]], accepted: list[int], next_token: list[int]) -> list[int]:
+        """Append each row's accepted proposals and next token, stopping at EOS or the token budget."""
+        emitted = []
+        for row, seq_index in enumerate(self.live):
+            new = [*proposed[row][: accepted[row]], next_token[row]]
+            seq = self.sequences[seq_index]
+            room = self.max_new_tokens - (len(seq) - self.prompt_lengths[seq_index])
+            count = 0
+            for token in new[:room]:
+                seq.append(token)
+                count += 1
+                if token in self.eos:
+                    self.finish[seq_index] = "eos"
+                    break
+            if not self.finish[seq_index] and count == room:
+                self.finish[seq_index] = "length"
+            if self.finish[seq_index]:
+                self.truncated[seq_index] = len(new) - count
+            emitted.append(count)
+        return emitted
+
+    def drop_finished(self) -> list[int] | None:
+        """Remove finished rows; return the live-row positions to keep, or None if all continue."""
+        keep = [row for row, i in enumerate(self.live) if not self.finish[i]]
+        if len(keep) == len(self.live):
+            return None
+        self.live = [self.live[row] for row in keep]
+        return keep if self.live else None
+
+    def outputs(self) -> tuple[SequenceOutput, ...]:
+        return tuple(
+            SequenceOutput(
+                prompt_ids=tuple(seq[:n]),
+                token_ids=tuple(seq[n:]),
+                finish_reason=self.finish[i],
+                truncated=self.truncated[i],
+            )
+            for i, (seq, n) in enumerate(zip(self.sequences, self.prompt_lengths, strict=True))
+        )
+
+
+def _validate(target: Backend, prompts, config: DecodeConfig, drafter: Drafter | None) -> None:
+    if not prompts:
+        raise SpecmoeError("no prompt given; pass at least one --prompt")
+    if any(len(p) == 0 for p in prompts):
+        raise SpecmoeError("empty prompt: every prompt needs at least one token of text")
+    if config.max_new_tokens < 1:
+        raise SpecmoeError(f"max_new_tokens must be >= 1, got {config.max_new_tokens}")
+    lookahead = 0
+    context = target.max_context
+    if drafter is not None:
+        if config.gamma < 1:
+            raise SpecmoeError(f"gamma must be >= 1 (tokens drafted per round), got {config.gamma}")
+        if drafter.vocab_size != target.vocab_size:
+            raise SpecmoeError(
+                f"draft and target vocabularies differ: draft has {drafter.vocab_size} tokens, target "
+                f"{target.vocab_size}; pick a draft from the target's model family"
+            )
+        lookahead = config.gamma
+        context = min(context, drafter.max_context)
+    longest = max(len(p) for p in prompts)
+    if longest + config.max_new_tokens + lookahead > context:
+        raise SpecmoeError(
+            f"prompt ({longest} tokens) + max_new_tokens ({config.max_new_tokens}) + gamma ({lookahead}) "
+            f"exceeds the model's context of {context} tokens; shorten the prompt or lower max_new_tokens"
+        )

@@ -1,0 +1,123 @@
+"""Every metric specmoe reports, defined once. docs/metrics.md says the same in words.
+
+Counts are summed over sequences: a *sequence-round* is one sequence taking part in one verify round
+(or one autoregressive step). With B live sequences a batch round adds B sequence-rounds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specmoe.engine.records import DecodeResult
+
+
+@dataclass(frozen=True)
+class Totals:
+    rounds: int  # sequence-rounds
+    target_forwards: int  # batch rounds: forward passes of the target
+    drafted: int
+    accepted: int
+    emitted: int
+    truncated: int
+
+
+def totals(result: DecodeResult) -> Totals:
+    return Totals(
+        rounds=sum(len(r.rows) for r in result.rounds),
+        target_forwards=len(result.rounds),
+        drafted=sum(sum(r.drafted) for r in result.rounds),
+        accepted=sum(sum(r.accepted) for r in result.rounds),
+        emitted=sum(sum(r.emitted) for r in result.rounds),
+        truncated=sum(o.truncated for o in result.outputs),
+    )
+
+
+def acceptance_rate(accepted: int, drafted: int) -> float | None:
+    """Accepted proposals / drafted proposals; None when nothing was drafted (autoregressive)."""
+    return accepted / drafted if drafted else None
+
+
+def mean_accepted_length(accepted: int, rounds: int) -> float | None:
+    """Tokens the target commits per sequence-round: accepted proposals + 1.
+
+    The +1 counts the correction or bonus token each verify pass adds, as vLLM's "mean acceptance
+    length" does; it is measured before EOS / length truncation. Autoregressive decoding gives 1.
+    """
+    return 1.0 + accepted / rounds if rounds else None
+
+
+def decode_tokens_per_s(emitted: int, decode_s: float) -> float:
+    """Emitted tokens / decode wall seconds (prefill excluded). Both arms count the same way."""
+    return emitted / decode_s if decode_s > 0 else float("nan")
+
+
+def acceptance_by_position(result: DecodeResult) -> list[float]:
+    """Fraction of sequence-rounds whose j-th proposal (1-based j = index + 1) was accepted."""
+    gamma = result.gamma
+    counts = [0] * gamma
+    rounds = 0
+    for record in result.rounds:
+        rounds += len(record.rows)
+        for accepted in record.accepted:
+            for j in range(accepted):
+                counts[j] += 1
+    return [c / rounds for c in counts] if rounds else []
+
+
+def time_shares(result: DecodeResult) -> dict[str, float]:
+    """Shares of decode wall time spent drafting, verifying, and in host overhead."""
+    draft = sum(r.draft_s for r in result.rounds)
+    verify = sum(r.verify_s for r in result.rounds)
+    overhead = sum(r.overhead_s for r in result.rounds)
+    total = draft + verify + overhead
+    if total <= 0:
+        return {"draft": 0.0, "verify": 0.0, "overhead": 0.0}
+    return {"draft": draft / total, "verify": verify / total, "overhead": overhead / total}
+
+
+def invariant_violations(result: DecodeResult) -> list[str]:
+    """Per sequence: emitted + truncated = accepted + rounds, and accepted <= drafted per round."""
+    problems = []
+    per_seq: dict[int, list[int]] = {}
+    for index, record in enumerate(result.rounds):
+        for row, drafted, accepted, emitted in zip(
+            record.rows, record.drafted, record.accepted, record.emitted, strict=True
+        ):
+            if accepted > drafted:
+                problems.append(f"round {index} sequence {row}: accepted {accepted} > drafted {drafted}")
+            counts = per_seq.setdefault(row, [0, 0, 0])
+            counts[0] += 1
+            counts[1] += accepted
+            counts[2] += emitted
+    for row, (rounds, accepted, emitted) in sorted(per_seq.items()):
+        output = result.outputs[row]
+        if emitted != len(output.token_ids):
+            problems.append(f"sequence {row}: emitted {emitted} but output holds {len(output.token_ids)} tokens")
+        if emitted + output.truncated != accepted + rounds:
+            problems.append(
+                f"sequence {row}: emitted {emitted} + truncated {output.truncated} "
+                f"!= accepted {accepted} + rounds {rounds}"
+            )
+    return problems
+
+
+def summary(result: DecodeResult) -> dict[str, float | int | None]:
+    """The stats object `specmoe generate --json` prints: whole-batch counts and seconds."""
+    t = totals(result)
+    return {
+        "rounds": t.rounds,
+        "target_forwards": t.target_forwards,
+        "drafted": t.drafted,
+        "accepted": t.accepted,
+        "emitted": t.emitted,
+        "truncated": t.truncated,
+        "prefill_s": result.prefill_s,
+        "decode_s": result.decode_s,
+        "draft_s": sum(r.draft_s for r in result.rounds),
+        "verify_s": sum(r.verify_s for r in result.rounds),
+        "overhead_s": sum(r.overhead_s for r in result.rounds),
+        "wall_s": result.wall_s,
+        "decode_tokens_per_s": decode_tokens_per_s(t.emitted, result.decode_s),
+        "acceptance_rate": acceptance_rate(t.accepted, t.drafted),
+        "mean_accepted_length": mean_accepted_length(t.accepted, t.rounds),
+    }
