@@ -1,0 +1,28 @@
+"""Closed-form MoESD theory: expert activation under top-K routing and SD speedup algebra.
+
+Pure functions on floats and numpy arrays; inputs out of range raise `SpecmoeError`.
+"""
+
+from specmoe.theory.moe import expected_active_experts, full_activation_threshold, mean_expert_load
+from specmoe.theory.speedup import (
+    expected_tokens_per_round,
+    mean_emitted_per_round,
+    sd_speedup,
+    speedup_bound_no_timing,
+    speedup_bound_timed,
+    speedup_from_emitted,
+    target_efficiency,
+)
+
+__all__ = [
+    "expected_active_experts",
+    "expected_tokens_per_round",
+    "full_activation_threshold",
+    "mean_emitted_per_round",
+    "mean_expert_load",
+    "sd_speedup",
+    "speedup_bound_no_timing",
+    "speedup_bound_timed",
+    "speedup_from_emitted",
+    "target_efficiency",
+]
