@@ -121,3 +121,36 @@ def summary(result: DecodeResult) -> dict[str, float | int | None]:
         "acceptance_rate": acceptance_rate(t.accepted, t.drafted),
         "mean_accepted_length": mean_accepted_length(t.accepted, t.rounds),
     }
+
+
+def speedup_interval(
+    sd_tokens_per_s: list[float],
+    baseline_tokens_per_s: list[float],
+    confidence: float = 0.95,
+    resamples: int = 2000,
+    seed: int = 0,
+) -> tuple[float, float, float]:
+    """Speedup = mean SD tokens/s ÷ mean baseline tokens/s, with a paired bootstrap interval.
+
+    Repeats are paired by index (repeat r of the SD arm with repeat r of its baseline) and resampled
+    together, so drift shared by both arms cancels. With one repeat the interval is the point.
+    Returns (speedup, low, high).
+    """
+    import numpy as np
+
+    sd = np.asarray(sd_tokens_per_s, dtype=float)
+    base = np.asarray(baseline_tokens_per_s, dtype=float)
+    point = float(sd.mean() / base.mean())
+    if len(sd) < 2:
+        return point, point, point
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(sd), size=(resamples, len(sd)))
+    ratios = sd[picks].mean(1) / base[picks].mean(1)
+    tail = (1 - confidence) / 2
+    return point, float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
+
+
+def target_efficiency_measured(baseline_verify_s: float, baseline_forwards: int, sd_verify_s: float,
+                               sd_forwards: int) -> float:
+    """T(B, 1) / T(B, G + 1): the target's mean 1-token step over its mean verify pass, both measured."""
+    return (baseline_verify_s / baseline_forwards) / (sd_verify_s / sd_forwards)

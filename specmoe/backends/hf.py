@@ -88,6 +88,7 @@ def load_hf(
     experts_implementation: str | None = None,
     allow_pickle: bool = False,
     trust_remote_code: bool = False,
+    moe_top_k: int | None = None,
 ) -> HFBackend:
     """Load a local Hugging Face causal LM. Never contacts a hub (HF_HUB_OFFLINE semantics)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -123,7 +124,22 @@ def load_hf(
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise SpecmoeError(f"transformers could not load '{path}': {first}") from None
     model.to(torch_device).eval()
+    if moe_top_k is not None:
+        set_moe_top_k(model, moe_top_k)
     return HFBackend(model, name=path.name, device=torch_device)
+
+
+def set_moe_top_k(model, top_k: int) -> None:
+    """Route every token to top_k experts instead of the trained number (sparsity sweeps)."""
+    routers = [m for m in model.modules() if hasattr(m, "top_k") and hasattr(m, "num_experts")]
+    if not routers:
+        raise SpecmoeError("moe_top_k was given for a model without MoE routers; drop it for dense models")
+    experts = routers[0].num_experts
+    if not 1 <= top_k <= experts:
+        raise SpecmoeError(f"moe_top_k must be between 1 and the model's {experts} experts, got {top_k}")
+    for router in routers:
+        router.top_k = top_k
+    model.config.num_experts_per_tok = top_k
 
 
 class HFBackend:

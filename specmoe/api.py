@@ -1,0 +1,116 @@
+"""The Python API: load models, decode with or without a draft, read the stats.
+
+    from specmoe import api
+    target = api.load_model("zoo/moe", dtype="float64")
+    draft = api.ModelDrafter(api.load_model("zoo/draft-xs", dtype="float64"))
+    tokenizer = api.load_tokenizer("zoo/moe")
+    config = api.DecodeConfig(max_new_tokens=32, gamma=4)
+    result = api.decode(target, [tokenizer.encode("Hello")], config, drafter=draft)
+    print(tokenizer.decode(result.outputs[0].token_ids), api.summary(result))
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specmoe.backends import load_backend
+from specmoe.backends.base import Backend
+from specmoe.engine.decode import DecodeConfig, decode
+from specmoe.engine.divergence import find_divergences
+from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.records import DecodeResult
+from specmoe.engine.sampling import SamplingParams
+from specmoe.errors import SpecmoeError
+from specmoe.metrics import invariant_violations, summary
+
+__all__ = [
+    "DecodeConfig",
+    "DecodeResult",
+    "ModelDrafter",
+    "SamplingParams",
+    "decode",
+    "generate_text",
+    "load_model",
+    "load_tokenizer",
+    "summary",
+]
+
+
+def load_model(path: str | Path, backend: str = "hf", **options: Any) -> Backend:
+    """Load a model directory through a registered backend (options: dtype, device, ...)."""
+    return load_backend(backend, str(path), **options)
+
+
+def load_tokenizer(path: str | Path):
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as err:
+        raise SpecmoeError(f"no usable tokenizer in '{path}' ({type(err).__name__}); "
+                           "the model directory needs tokenizer.json") from None
+
+
+def resolve(spec: str, zoo: Path | None) -> Path:
+    """A model directory from a path or, with a zoo directory, a zoo model name."""
+    from specmoe.zoo import resolve_model
+
+    return resolve_model(spec, zoo)
+
+
+def check_invariants(result: DecodeResult) -> None:
+    """Every run is checked; a violation is a bug in the engine, never the user's fault."""
+    problems = invariant_violations(result)
+    if problems:
+        raise AssertionError("decode invariants violated: " + "; ".join(problems[:5]))
+
+
+def generate_text(
+    target: str,
+    prompts: Sequence[str],
+    draft: str | None = None,
+    zoo: Path | None = None,
+    gamma: int = 4,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int = 0,
+    max_new_tokens: int = 64,
+    ignore_eos: bool = False,
+    check: bool = False,
+    **model_options: Any,
+) -> dict:
+    """Decode text prompts as one batch; return the JSON-ready report `specmoe generate` prints."""
+    sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
+    config = DecodeConfig(max_new_tokens=max_new_tokens, gamma=gamma, sampling=sampling, seed=seed,
+                          ignore_eos=ignore_eos)
+    if draft is not None and gamma < 1:
+        raise SpecmoeError(f"--gamma must be >= 1 (tokens drafted per round), got {gamma}")
+    target_dir = resolve(target, zoo)
+    draft_dir = resolve(draft, zoo) if draft is not None else None
+    tokenizer = load_tokenizer(target_dir)
+    token_prompts = [tokenizer.encode(text, add_special_tokens=False) for text in prompts]
+    if any(not p for p in token_prompts):
+        raise SpecmoeError("empty prompt: every --prompt needs at least one token of text")
+    target_model = load_model(target_dir, **model_options)
+    drafter = ModelDrafter(load_model(draft_dir, **model_options)) if draft_dir is not None else None
+    result = decode(target_model, token_prompts, config, drafter=drafter)
+    check_invariants(result)
+    report: dict = {
+        "outputs": [
+            {"token_ids": list(o.token_ids), "text": tokenizer.decode(o.token_ids), "finish_reason": o.finish_reason}
+            for o in result.outputs
+        ],
+        "stats": summary(result),
+    }
+    if check and drafter is not None:
+        plain = decode(target_model, token_prompts, config)
+        found = find_divergences(
+            target_model, token_prompts, [o.token_ids for o in result.outputs], [o.token_ids for o in plain.outputs]
+        )
+        report["divergences"] = [{"sequence": d.sequence, "position": d.position, "margin": d.margin} for d in found]
+    return report

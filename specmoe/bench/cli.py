@@ -1,0 +1,55 @@
+"""`specmoe bench run` and `specmoe demo`: the harness's command-line entry points."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from specmoe.bench.runner import run_suite
+from specmoe.bench.store import export
+from specmoe.bench.suite import builtin_suite_path, load_suite
+from specmoe.bench.summary import format_summary
+
+
+def default_zoo_dir(preset: str, seed: int) -> Path:
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+    return cache / "specmoe" / "zoo" / f"{preset}-seed{seed}"
+
+
+def _suite_path(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.suffix == ".toml" or path.exists():
+        return path
+    return builtin_suite_path(name_or_path)
+
+
+def prepare_zoo(suite, zoo: Path | None) -> Path | None:
+    """Build the suite's zoo if it names zoo models; a complete build is reused."""
+    if not any(m.zoo for m in suite.models.values()):
+        return zoo
+    from specmoe.zoo import build_zoo
+
+    zoo = zoo or default_zoo_dir(suite.zoo_preset, suite.zoo_seed)
+    build_zoo(suite.zoo_preset, zoo, seed=suite.zoo_seed)
+    return zoo
+
+
+def run_bench(suite_arg: str, db: Path, zoo: Path | None, progress: bool = True) -> int:
+    suite = load_suite(_suite_path(suite_arg))
+    rows = run_suite(suite, db, prepare_zoo(suite, zoo), progress=progress)
+    print(format_summary(rows))
+    return 0
+
+
+def run_demo(out: Path) -> int:
+    started = time.perf_counter()
+    out.mkdir(parents=True, exist_ok=True)
+    suite = load_suite(builtin_suite_path("quick"))
+    zoo = prepare_zoo(suite, out / "zoo")
+    db = out / "results.db"
+    rows = run_suite(suite, db, zoo)
+    print(format_summary(rows))
+    export(db, out / "results.csv", "csv")
+    print(f"\nresults: {db} and {out / 'results.csv'} ({time.perf_counter() - started:.0f} s)")
+    return 0

@@ -1,0 +1,186 @@
+"""Runs a suite's arms through one engine code path and one clock, and stores each finished run.
+
+Baseline and SD arms share `specmoe.engine.decode.decode`: the same prefill, commit and token
+counting, the same `time.perf_counter` clock, the same process. Both decode exactly
+max_new_tokens tokens (EOS ignored, as llama-bench does), so tokens/s compare like with like.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+from specmoe.backends import load_backend
+from specmoe.backends.base import Backend
+from specmoe.bench.audit import audit_run
+from specmoe.bench.env import environment
+from specmoe.bench.prompts import batch_prompts, load_prompt_set, synthetic_prompt
+from specmoe.bench.store import RunRow, Store
+from specmoe.bench.suite import RunSpec, Suite, expand
+from specmoe.engine.decode import DecodeConfig, decode
+from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.oracle import OracleDrafter
+from specmoe.engine.records import DecodeResult
+from specmoe.engine.sampling import SamplingParams
+from specmoe.metrics import decode_tokens_per_s, invariant_violations, summary, totals
+
+ORACLE_PREFIX = "oracle:"
+
+
+class ModelPool:
+    """Loads each (model, dtype, device, top-k) once per suite run and hands out the same backend."""
+
+    def __init__(self, suite: Suite, zoo_dir: Path | None) -> None:
+        self.suite = suite
+        self.zoo_dir = zoo_dir
+        self._models: dict[tuple, Backend] = {}
+        self._tokenizers: dict[str, object] = {}
+
+    def path(self, name: str) -> Path:
+        spec = self.suite.models[name]
+        if spec.path is not None:
+            return Path(spec.path)
+        from specmoe.zoo import resolve_model
+
+        return resolve_model(spec.zoo, self.zoo_dir)
+
+    def model(self, name: str, dtype: str, device: str, moe_top_k: int | None = None) -> Backend:
+        key = (name, dtype, device, moe_top_k)
+        if key not in self._models:
+            options = {"dtype": dtype, "device": device}
+            if moe_top_k is not None:
+                options["moe_top_k"] = moe_top_k
+            self._models[key] = load_backend(self.suite.models[name].backend, str(self.path(name)), **options)
+        return self._models[key]
+
+    def tokenizer(self, name: str):
+        if name not in self._tokenizers:
+            from specmoe.api import load_tokenizer
+
+            self._tokenizers[name] = load_tokenizer(self.path(name))
+        return self._tokenizers[name]
+
+
+def prompt_ids(spec: RunSpec, tokenizer) -> list[list[int]]:
+    """Token ids of the run's batch: the first batch_size prompts of its set, or synthetic prompts."""
+    if spec.prompt_length is not None:
+        return [synthetic_prompt(tokenizer, spec.prompt_length, seed=row) for row in range(spec.batch_size)]
+    texts = batch_prompts(load_prompt_set(spec.prompt_set), spec.batch_size)
+    return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+
+
+class Runner:
+    """Measures RunSpecs. Warm-up runs once per distinct configuration before its first timed run."""
+
+    def __init__(self, pool: ModelPool) -> None:
+        self.pool = pool
+        self._warm: set[str] = set()
+        self._continuations: dict[tuple, list[list[int]]] = {}
+
+    def measure(self, spec: RunSpec) -> DecodeResult:
+        target = self.pool.model(spec.target, spec.dtype, spec.device, spec.moe_top_k)
+        prompts = prompt_ids(spec, self.pool.tokenizer(spec.target))
+        config = DecodeConfig(
+            max_new_tokens=spec.max_new_tokens,
+            gamma=max(spec.gamma, 1),
+            sampling=SamplingParams(temperature=spec.temperature),
+            seed=spec.repeat,
+            ignore_eos=True,
+        )
+        make_drafter = self._drafter_factory(spec, target, prompts, config)
+        if spec.config_key not in self._warm:
+            for _ in range(spec.warmup):
+                decode(target, prompts, config, make_drafter())
+            self._warm.add(spec.config_key)
+        return decode(target, prompts, config, make_drafter())
+
+    def _drafter_factory(self, spec, target, prompts, config) -> Callable[[], object | None]:
+        if spec.draft is None:
+            return lambda: None
+        if spec.draft.startswith(ORACLE_PREFIX):
+            p = float(spec.draft[len(ORACLE_PREFIX) :])
+            cost = self.pool.model(spec.oracle_cost, spec.dtype, spec.device)
+            continuations = self._continuation(spec, target, prompts, config)
+            return lambda: OracleDrafter(cost, p, continuations, seed=spec.repeat)
+        draft = self.pool.model(spec.draft, spec.dtype, spec.device)
+        return lambda: ModelDrafter(draft)
+
+    def _continuation(self, spec, target, prompts, config) -> list[list[int]]:
+        """The target's own greedy continuation of the prompts, for the oracle (untimed)."""
+        key = (spec.target, spec.dtype, spec.device, spec.moe_top_k, tuple(map(tuple, prompts)), config.max_new_tokens)
+        if key not in self._continuations:
+            plain = DecodeConfig(max_new_tokens=config.max_new_tokens + config.gamma, ignore_eos=True)
+            self._continuations[key] = [list(o.token_ids) for o in decode(target, prompts, plain).outputs]
+        return self._continuations[key]
+
+
+def make_row(spec: RunSpec, result: DecodeResult, baseline: RunRow | None, created_at: str) -> RunRow:
+    stats = summary(result)
+    t = totals(result)
+    counts = asdict(t)
+    times = {k: stats[k] for k in ("prefill_s", "decode_s", "draft_s", "verify_s", "overhead_s", "wall_s")}
+    tokens_per_s = decode_tokens_per_s(t.emitted, result.decode_s)
+    problems = invariant_violations(result)
+    base = None
+    if baseline is not None:
+        base = {"counts": baseline.counts, "times": baseline.times, "tokens_per_s": baseline.tokens_per_s}
+    audit = audit_run(counts, times, spec.gamma, tokens_per_s, base)
+    verdict, reason = audit.verdict, audit.reason
+    if problems:
+        verdict, reason = "fail", "; ".join(problems[:3])
+    return RunRow(
+        run_id=spec.run_id,
+        config_key=spec.config_key,
+        baseline_key=spec.baseline_key,
+        suite=spec.suite,
+        group=spec.group,
+        arm=spec.arm,
+        repeat=spec.repeat,
+        config=spec.as_dict(),
+        env=environment(spec.device),
+        counts=counts,
+        times=times,
+        tokens_per_s=tokens_per_s,
+        acceptance_rate=stats["acceptance_rate"],
+        rounds_trace=[asdict(r) for r in result.rounds],
+        audit_verdict=verdict,
+        audit_reason=reason,
+        created_at=created_at,
+    )
+
+
+def run_suite(suite: Suite, db: Path, zoo_dir: Path | None, progress: bool = True) -> list[RunRow]:
+    """Run every arm of the suite not yet in the store; return all of the suite's rows."""
+    specs = expand(suite)
+    runner = Runner(ModelPool(suite, zoo_dir))
+    with Store(db) as store:
+        done = store.finished_ids()
+        todo = [s for s in specs if s.run_id not in done]
+        baselines = {(r.config_key, r.repeat): r for r in store.rows() if r.arm == "baseline"}
+        started = time.perf_counter()
+        for index, spec in enumerate(todo):
+            if progress:
+                _progress(index, len(todo), len(specs) - len(todo), spec, started)
+            result = runner.measure(spec)
+            baseline = baselines.get((spec.baseline_key, spec.repeat)) if spec.arm == "sd" else None
+            row = make_row(spec, result, baseline, datetime.now(UTC).isoformat(timespec="seconds"))
+            store.add(row)
+            if spec.arm == "baseline":
+                baselines[(spec.config_key, spec.repeat)] = row
+        if progress and todo:
+            print(f"\r{len(todo)} runs in {time.perf_counter() - started:.0f} s" + " " * 40, file=sys.stderr)
+        ids = {s.run_id for s in specs}
+        return [r for r in store.rows() if r.run_id in ids]
+
+
+def _progress(index: int, total: int, skipped: int, spec: RunSpec, started: float) -> None:
+    elapsed = time.perf_counter() - started
+    eta = f"{elapsed / index * (total - index):.0f} s" if index else "?"
+    what = spec.target + (f" + {spec.draft} g={spec.gamma}" if spec.draft else "")
+    kept = f", {skipped} already done" if skipped else ""
+    print(f"\r[{index + 1}/{total}{kept}] {spec.group} {what} B={spec.batch_size} ETA {eta}    ",
+          end="", file=sys.stderr, flush=True)

@@ -1,0 +1,218 @@
+"""The `specmoe` command. Each subcommand parses its arguments and calls into the package."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from specmoe.errors import SpecmoeError
+
+DEFAULT_PROMPT = "The history of the printing press"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args) or 0)
+    except SpecmoeError as err:
+        print(f"specmoe: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("specmoe: interrupted", file=sys.stderr)
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specmoe", description=__doc__)
+    commands = parser.add_subparsers(title="commands")
+    _add_generate(commands)
+    _add_zoo(commands)
+    _add_bench(commands)
+    _add_audit(commands)
+    _add_demo(commands)
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _add_model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", choices=["float64", "float32", "bfloat16", "float16"], default=None,
+                   help="compute dtype (default: bfloat16, the fastest correct one on CPU; float64 is exact)")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or mps")
+    p.add_argument("--experts-implementation", default=None,
+                   help="transformers MoE experts kernel: eager, batched_mm or grouped_mm")
+    p.add_argument("--allow-pickle", action="store_true", help="allow .bin/.pt weights (can run code)")
+    p.add_argument("--trust-remote-code", action="store_true", help="run a model's own Python code")
+
+
+def _add_generate(commands) -> None:
+    p = commands.add_parser("generate", help="decode prompts, speculatively when --draft is given")
+    p.add_argument("--target", required=True, help="target model directory (or zoo name with --zoo)")
+    p.add_argument("--draft", help="draft model directory (or zoo name); without it, plain decoding")
+    p.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
+    p.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (>= 1)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    p.add_argument("--top-k", type=_positive_int, default=0)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--ignore-eos", action="store_true", help="always decode max-new-tokens tokens")
+    p.add_argument("--prompt", action="append", help="prompt text; repeat for a batch")
+    p.add_argument("--check", action="store_true",
+                   help="also decode without the draft and report where the outputs differ")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_model_options(p)
+    p.set_defaults(run=_run_generate)
+
+
+def _add_zoo(commands) -> None:
+    zoo = commands.add_parser("zoo", help="build or list the offline model zoo").add_subparsers(title="zoo")
+    build = zoo.add_parser("build", help="build the zoo's models (deterministic, offline)")
+    build.add_argument("--preset", default="tiny", help="tiny or bench")
+    build.add_argument("--out", type=Path, default=Path("zoo"))
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--num-experts", type=int, default=None)
+    build.add_argument("--top-k", type=int, default=None)
+    build.set_defaults(run=_run_zoo_build)
+    listing = zoo.add_parser("list", help="show each model's total and active parameters and bytes")
+    listing.add_argument("--zoo", type=Path, default=Path("zoo"))
+    listing.set_defaults(run=_run_zoo_list)
+
+
+def _add_bench(commands) -> None:
+    bench = commands.add_parser("bench", help="run suites, export results").add_subparsers(title="bench")
+    run = bench.add_parser("run", help="run a suite (resumes: finished runs are skipped)")
+    run.add_argument("suite", help="suite file, or the name of a shipped suite (study, moesd, quick)")
+    run.add_argument("--db", type=Path, default=Path("results.db"))
+    run.add_argument("--zoo", type=Path, default=None, help="zoo directory (default: a per-user cache)")
+    run.add_argument("--quiet", action="store_true", help="no progress line")
+    run.set_defaults(run=_run_bench)
+    export = bench.add_parser("export", help="export a results store as CSV or Parquet")
+    export.add_argument("--db", type=Path, required=True)
+    export.add_argument("--format", choices=["csv", "parquet"], default="csv")
+    export.add_argument("--out", type=Path, default=None)
+    export.set_defaults(run=_run_export)
+
+
+def _add_audit(commands) -> None:
+    p = commands.add_parser("audit", help="check a foreign result set (CSV or llama.cpp logs) for impossible claims")
+    p.add_argument("path", type=Path, help="a CSV shaped like the study's runs.csv, or a folder of llama.cpp logs")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_run_audit)
+
+
+def _add_demo(commands) -> None:
+    p = commands.add_parser("demo", help="build the tiny zoo, run the quick suite, print summary and audit")
+    p.add_argument("--out", type=Path, default=Path("specmoe-demo"))
+    p.set_defaults(run=_run_demo)
+
+
+def _run_bench(args) -> int:
+    from specmoe.bench.cli import run_bench
+
+    return run_bench(args.suite, args.db, args.zoo, progress=not args.quiet)
+
+
+def _run_export(args) -> int:
+    from specmoe.bench.store import export
+
+    out = args.out or args.db.with_suffix("." + args.format)
+    export(args.db, out, args.format)
+    print(f"wrote {out}")
+    return 0
+
+
+def _run_audit(args) -> int:
+    from specmoe.bench.audit_foreign import audit_path, format_rows, rows_to_json
+
+    rows = audit_path(args.path)
+    print(json.dumps(rows_to_json(rows), ensure_ascii=False) if args.json else format_rows(rows))
+    return 0
+
+
+def _run_demo(args) -> int:
+    from specmoe.bench.cli import run_demo
+
+    return run_demo(args.out)
+
+
+def _run_generate(args) -> int:
+    from specmoe.api import generate_text
+
+    report = generate_text(
+        target=args.target,
+        draft=args.draft,
+        prompts=args.prompt or [DEFAULT_PROMPT],
+        zoo=args.zoo,
+        gamma=args.gamma,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+        max_new_tokens=args.max_new_tokens,
+        ignore_eos=args.ignore_eos,
+        check=args.check,
+        dtype=args.dtype,
+        device=args.device,
+        experts_implementation=args.experts_implementation,
+        allow_pickle=args.allow_pickle,
+        trust_remote_code=args.trust_remote_code,
+    )
+    if args.json:
+        print(json.dumps(report, ensure_ascii=False))
+    else:
+        print(_format_report(report))
+    return 0
+
+
+def _format_report(report: dict) -> str:
+    lines = []
+    for index, output in enumerate(report["outputs"]):
+        lines.append(f"[{index}] {output['text']}")
+    stats = report["stats"]
+    rate = stats["acceptance_rate"]
+    lines.append(
+        f"{stats['emitted']} tokens in {stats['decode_s']:.3f} s decode "
+        f"({stats['decode_tokens_per_s']:.1f} tok/s), prefill {stats['prefill_s']:.3f} s, "
+        f"{stats['target_forwards']} target forwards"
+        + (f", acceptance {rate:.1%}, mean accepted length {stats['mean_accepted_length']:.2f}" if rate is not None
+           else "")
+    )
+    for item in report.get("divergences", []):
+        lines.append(
+            f"sequence {item['sequence']} differs from plain decoding at generated token {item['position']}; "
+            f"target top-2 logit margin there {item['margin']:.3g}"
+        )
+    if "divergences" in report and not report["divergences"]:
+        lines.append("identical to plain decoding")
+    return "\n".join(lines)
+
+
+def _run_zoo_build(args) -> int:
+    from specmoe.zoo import build_zoo
+
+    out = build_zoo(args.preset, args.out, seed=args.seed, num_experts=args.num_experts, top_k=args.top_k)
+    print(f"zoo ready in {out}")
+    return 0
+
+
+def _run_zoo_list(args) -> int:
+    from specmoe.zoo import format_zoo_table, zoo_rows
+
+    print(format_zoo_table(zoo_rows(args.zoo)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

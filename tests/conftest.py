@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_zoo(tmp_path_factory) -> Path:
+    """The tiny zoo, built once per test session (seconds)."""
+    from specmoe.zoo import build_zoo
+
+    out = tmp_path_factory.mktemp("zoo") / "tiny"
+    build_zoo("tiny", out, seed=0)
+    return out
+
+
+@pytest.fixture(scope="session")
+def exact_models(tiny_zoo):
+    """Tiny zoo models loaded in float64, the exact reference."""
+    from specmoe.api import load_model
+
+    return {name: load_model(tiny_zoo / name, dtype="float64") for name in ("moe", "dense-s", "draft-xs")}
