@@ -8,20 +8,13 @@ from pathlib import Path
 
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import export
-from specmoe.bench.suite import builtin_suite_path, load_suite
+from specmoe.bench.suite import builtin_suite_path, load_suite, resolve_suite_path
 from specmoe.bench.summary import format_summary
 
 
 def default_zoo_dir(preset: str, seed: int) -> Path:
     cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
     return cache / "specmoe" / "zoo" / f"{preset}-seed{seed}"
-
-
-def _suite_path(name_or_path: str) -> Path:
-    path = Path(name_or_path)
-    if path.suffix == ".toml" or path.exists():
-        return path
-    return builtin_suite_path(name_or_path)
 
 
 def prepare_zoo(suite, zoo: Path | None) -> Path | None:
@@ -36,7 +29,7 @@ def prepare_zoo(suite, zoo: Path | None) -> Path | None:
 
 
 def run_bench(suite_arg: str, db: Path, zoo: Path | None, progress: bool = True) -> int:
-    suite = load_suite(_suite_path(suite_arg))
+    suite = load_suite(resolve_suite_path(suite_arg))
     rows = run_suite(suite, db, prepare_zoo(suite, zoo), progress=progress)
     print(format_summary(rows))
     return 0

@@ -1,0 +1,335 @@
+"""The results store: one SQLite file per campaign, one row per finished run.
+
+Each run is inserted in its own transaction, in WAL mode with synchronous=FULL, so a suite killed at
+any moment keeps every run that finished and no part of the one that did not; resuming skips the
+stored run ids (`finished_ids`). Inserting a run id twice raises instead of duplicating it. Nested
+values (config, env, counts, times, the per-round trace) are stored as canonical JSON text; SQLite's
+json_extract reads them in ad hoc queries.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from specmoe.errors import SpecmoeError
+
+STORE_SCHEMA_VERSION = 1
+ARMS = ("baseline", "sd")
+COUNT_KEYS = ("rounds", "target_forwards", "drafted", "accepted", "emitted", "truncated")
+TIME_KEYS = ("prefill_s", "decode_s", "draft_s", "verify_s", "overhead_s", "wall_s")
+EXPORT_FORMATS = ("csv", "parquet")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,  -- insertion order
+    run_id TEXT NOT NULL UNIQUE,
+    config_key TEXT NOT NULL,
+    baseline_key TEXT NOT NULL,
+    suite TEXT NOT NULL,
+    group_name TEXT NOT NULL,
+    arm TEXT NOT NULL CHECK (arm IN ('baseline', 'sd')),
+    repeat INTEGER NOT NULL,
+    config TEXT NOT NULL,
+    env TEXT NOT NULL,
+    counts TEXT NOT NULL,
+    times TEXT NOT NULL,
+    tokens_per_s REAL NOT NULL,
+    acceptance_rate REAL,
+    rounds_trace TEXT NOT NULL,
+    audit_verdict TEXT NOT NULL,
+    audit_reason TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS runs_suite ON runs (suite);
+CREATE INDEX IF NOT EXISTS runs_config_key ON runs (config_key);
+"""
+_COLUMNS = (
+    "run_id, config_key, baseline_key, suite, group_name, arm, repeat, config, env, counts, times, "
+    "tokens_per_s, acceptance_rate, rounds_trace, audit_verdict, audit_reason, created_at"
+)
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One finished run as stored. Counts are tokens or forward passes summed over the run; times are
+    seconds of wall clock. `created_at` is an ISO-8601 string chosen by the caller."""
+
+    run_id: str
+    config_key: str
+    baseline_key: str  # the baseline arm's config_key (a baseline row's own config_key)
+    suite: str
+    group: str
+    arm: str  # "baseline" | "sd"
+    repeat: int
+    config: dict[str, Any]
+    env: dict[str, Any]
+    counts: dict[str, int]  # exactly COUNT_KEYS
+    times: dict[str, float]  # exactly TIME_KEYS
+    tokens_per_s: float
+    acceptance_rate: float | None  # None for the baseline arm
+    rounds_trace: list[dict[str, Any]]
+    audit_verdict: str
+    audit_reason: str
+    created_at: str
+
+    def __post_init__(self) -> None:
+        # A malformed row is a bug in the caller: refuse it before it reaches the file.
+        if self.arm not in ARMS:
+            raise ValueError(f"arm must be one of {ARMS}, got {self.arm!r}")
+        _check_keys("counts", self.counts, COUNT_KEYS)
+        _check_keys("times", self.times, TIME_KEYS)
+        if not math.isfinite(self.tokens_per_s):
+            raise ValueError(f"tokens_per_s must be finite, got {self.tokens_per_s}")
+
+
+def _check_keys(field: str, value: dict[str, Any], expected: tuple[str, ...]) -> None:
+    if set(value) != set(expected):
+        raise ValueError(
+            f"{field} needs exactly the keys {', '.join(expected)}; "
+            f"missing {sorted(set(expected) - set(value))}, extra {sorted(set(value) - set(expected))}"
+        )
+
+
+def _dumps(value: Any) -> str:
+    # Canonical JSON: re-storing the same run gives the same bytes; NaN is refused, not smuggled in.
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+class DuplicateRunError(SpecmoeError):
+    """A run id that is already in the store was inserted again."""
+
+
+class Store:
+    """A results database; use as a context manager (`with Store(path) as store:`)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        # Autocommit mode: transactions are opened explicitly, one per write.
+        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            # FULL: each commit is fsynced, so a finished run survives a power cut too, not only a
+            # killed process; one fsync per run (milliseconds) is noise next to a run (seconds).
+            self._conn.execute("PRAGMA synchronous=FULL")
+            self._create_schema()
+        except sqlite3.DatabaseError as err:
+            self._conn.close()
+            raise SpecmoeError(
+                f"{self.path}: not a usable results store ({err}); pass a new .sqlite path"
+            ) from None
+        except SpecmoeError:
+            self._conn.close()
+            raise
+
+    def _create_schema(self) -> None:
+        with self._transaction():
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    self._conn.execute(statement)
+            versions = [row[0] for row in self._conn.execute("SELECT version FROM schema_version")]
+            if not versions:
+                self._conn.execute("INSERT INTO schema_version (version) VALUES (?)", (STORE_SCHEMA_VERSION,))
+            elif versions != [STORE_SCHEMA_VERSION]:
+                raise SpecmoeError(
+                    f"{self.path}: store schema version {versions}, this specmoe reads "
+                    f"{STORE_SCHEMA_VERSION}; use a new store file"
+                )
+
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self._conn)
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @property
+    def journal_mode(self) -> str:
+        return self._conn.execute("PRAGMA journal_mode").fetchone()[0]
+
+    def has(self, run_id: str) -> bool:
+        return self._conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+
+    def finished_ids(self) -> set[str]:
+        return {row[0] for row in self._conn.execute("SELECT run_id FROM runs")}
+
+    def add(self, row: RunRow) -> None:
+        """Insert one finished run in its own transaction; a run id already stored raises."""
+        values = (
+            row.run_id,
+            row.config_key,
+            row.baseline_key,
+            row.suite,
+            row.group,
+            row.arm,
+            row.repeat,
+            _dumps(row.config),
+            _dumps(row.env),
+            _dumps(row.counts),
+            _dumps(row.times),
+            row.tokens_per_s,
+            row.acceptance_rate,
+            _dumps(row.rounds_trace),
+            row.audit_verdict,
+            row.audit_reason,
+            row.created_at,
+        )
+        placeholders = ", ".join("?" * len(values))
+        try:
+            with self._transaction():
+                self._conn.execute(f"INSERT INTO runs ({_COLUMNS}) VALUES ({placeholders})", values)
+        except sqlite3.IntegrityError:
+            if self.has(row.run_id):
+                raise DuplicateRunError(
+                    f"{self.path}: run {row.run_id} is already stored; skip runs in store.finished_ids()"
+                ) from None
+            raise
+
+    def rows(self, suite: str | None = None) -> list[RunRow]:
+        """Stored runs in insertion order, optionally only those of one suite."""
+        return list(self._iter_rows(suite))
+
+    def _iter_rows(self, suite: str | None) -> Iterator[RunRow]:
+        query = f"SELECT {_COLUMNS} FROM runs"
+        params: tuple[str, ...] = ()
+        if suite is not None:
+            query += " WHERE suite = ?"
+            params = (suite,)
+        for values in self._conn.execute(query + " ORDER BY seq", params):
+            yield _row_from_values(values)
+
+    def __len__(self) -> int:
+        return self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+
+class _Transaction:
+    """BEGIN IMMEDIATE ... COMMIT, or ROLLBACK on any exception. IMMEDIATE takes the write lock up
+    front, so a concurrent writer waits (busy timeout) instead of failing mid-transaction."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def __enter__(self) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+
+def _row_from_values(values: tuple[Any, ...]) -> RunRow:
+    (run_id, config_key, baseline_key, suite, group, arm, repeat, config, env, counts, times,
+     tokens_per_s, acceptance_rate, trace, verdict, reason, created_at) = values  # fmt: skip
+    return RunRow(
+        run_id=run_id,
+        config_key=config_key,
+        baseline_key=baseline_key,
+        suite=suite,
+        group=group,
+        arm=arm,
+        repeat=repeat,
+        config=json.loads(config),
+        env=json.loads(env),
+        counts=json.loads(counts),
+        times=json.loads(times),
+        tokens_per_s=tokens_per_s,
+        acceptance_rate=acceptance_rate,
+        rounds_trace=json.loads(trace),
+        audit_verdict=verdict,
+        audit_reason=reason,
+        created_at=created_at,
+    )
+
+
+# --- export --------------------------------------------------------------------------------------
+
+_LEAD_COLUMNS = ("run_id", "config_key", "baseline_key", "suite", "group", "arm", "repeat")
+_TAIL_COLUMNS = ("tokens_per_s", "acceptance_rate", "audit_verdict", "audit_reason", "created_at")
+
+
+def flatten(prefix: str, value: dict[str, Any]) -> dict[str, Any]:
+    """Nested dicts as dotted keys ("config.target_model.zoo"); lists become JSON text."""
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        name = f"{prefix}.{key}"
+        if isinstance(item, dict):
+            flat.update(flatten(name, item))
+        else:
+            flat[name] = _dumps(item) if isinstance(item, list) else item
+    return flat
+
+
+def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Columns and one flat record per run (traces omitted).
+
+    Column order is fixed: identity, then config.* and env.* (sorted), counts.* and times.* (in
+    COUNT_KEYS / TIME_KEYS order), then the scalars.
+    """
+    records = []
+    for row in rows:
+        record: dict[str, Any] = {name: getattr(row, name) for name in _LEAD_COLUMNS}
+        record.update(flatten("config", row.config))
+        record.update(flatten("env", row.env))
+        record.update({f"counts.{k}": row.counts[k] for k in COUNT_KEYS})
+        record.update({f"times.{k}": row.times[k] for k in TIME_KEYS})
+        record.update({name: getattr(row, name) for name in _TAIL_COLUMNS})
+        records.append(record)
+    config_cols = sorted({k for r in records for k in r if k.startswith("config.")})
+    env_cols = sorted({k for r in records for k in r if k.startswith("env.")})
+    columns = [
+        *_LEAD_COLUMNS,
+        *config_cols,
+        *env_cols,
+        *(f"counts.{k}" for k in COUNT_KEYS),
+        *(f"times.{k}" for k in TIME_KEYS),
+        *_TAIL_COLUMNS,
+    ]
+    return columns, records
+
+
+def export(db_path: str | Path, out_path: str | Path, fmt: str) -> int:
+    """Write every stored run to a CSV or Parquet file; returns the number of runs written."""
+    if fmt not in EXPORT_FORMATS:
+        raise SpecmoeError(f"unknown export format '{fmt}'; available: {', '.join(EXPORT_FORMATS)}")
+    if not Path(db_path).is_file():
+        raise SpecmoeError(f"results store not found: {db_path}; run a suite first or pass the right path")
+    with Store(db_path) as store:
+        columns, records = export_records(store.rows())
+    if fmt == "csv":
+        _write_csv(Path(out_path), columns, records)
+    else:
+        _write_parquet(Path(out_path), columns, records)
+    return len(records)
+
+
+def _write_csv(out_path: Path, columns: list[str], records: list[dict[str, Any]]) -> None:
+    with out_path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(records)  # missing keys (and None) become empty cells
+
+
+def _write_parquet(out_path: Path, columns: list[str], records: list[dict[str, Any]]) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SpecmoeError("parquet export needs pyarrow: pip install pyarrow") from None
+    table = pa.table({name: [r.get(name) for r in records] for name in columns})
+    pq.write_table(table, out_path)

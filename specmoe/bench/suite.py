@@ -1,0 +1,738 @@
+"""Suite files: declarative, versioned sweeps of speculative-decoding experiments.
+
+A suite is a TOML file (`schema = 1`) naming models and groups of experiments; list-valued axes of a
+group form a cartesian grid. `load_suite` parses and validates it (every error is one line naming the
+file and key), and `expand` flattens it into `RunSpec`s: one per arm, grid point and repeat, each SD
+arm paired with the baseline arm it is compared against. The schema is documented in docs/suites.md.
+
+Run identity: `RunSpec.config_key` hashes everything that decides the measured work (models by what
+they are, not by their suite-local names), so the same work in two groups or two suites is one run.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import itertools
+import json
+import re
+import tomllib
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, NoReturn
+
+from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, is_builtin
+from specmoe.errors import SpecmoeError
+
+SCHEMA_VERSION = 1
+ARMS = ("baseline", "sd")
+DTYPES = ("float32", "float64", "bfloat16", "float16")
+ZOO_PRESETS = ("tiny", "bench")
+ORACLE_PREFIX = "oracle:"
+SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
+
+# Grid axes take a value or a list of values; settings take one value. Both may sit in [defaults]
+# and be overridden per group.
+_AXES = (
+    "target",
+    "draft",
+    "gamma",
+    "prompt_set",
+    "prompt_length",
+    "batch_size",
+    "moe_top_k",
+    "temperature",
+    "max_new_tokens",
+    "dtype",
+    "device",
+)
+_SETTINGS = ("repeats", "warmup", "oracle_cost")
+_TOP_KEYS = ("schema", "name", "description", "zoo", "defaults", "models", "groups")
+_ZOO_KEYS = ("preset", "seed")
+_MODEL_KEYS = ("zoo", "path", "backend")
+_DEFAULTS_KEYS = (*_AXES, *_SETTINGS)
+_GROUP_KEYS = ("name", "description", *_AXES, *_SETTINGS)
+# What a key is when neither [defaults] nor the group sets it.
+_BUILTIN_DEFAULTS: dict[str, Any] = {
+    "draft": [],
+    "prompt_set": "factual",
+    "batch_size": 1,
+    "moe_top_k": None,
+    "temperature": 0.0,
+    "max_new_tokens": 64,
+    "dtype": "float32",
+    "device": "cpu",
+    "repeats": 1,
+    "warmup": 0,
+    "oracle_cost": "draft-xs",
+}
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_DEVICE_RE = re.compile(r"cpu|mps|cuda(:\d+)?")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model as a suite declares it: a zoo model (built from the suite's preset and seed) or a path."""
+
+    name: str  # the suite-local name groups refer to
+    zoo: str | None  # zoo model name, e.g. "moe"
+    path: str | None  # absolute path of an HF directory or .gguf file
+    backend: str = "hf"
+    zoo_preset: str | None = None  # set for zoo models only
+    zoo_seed: int | None = None
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What the model *is*, independent of its suite-local name: part of every run's key."""
+        if self.zoo is not None:
+            return {
+                "zoo": self.zoo,
+                "preset": self.zoo_preset,
+                "seed": self.zoo_seed,
+                "backend": self.backend,
+            }
+        return {"path": self.path, "backend": self.backend}
+
+
+@dataclass(frozen=True)
+class Group:
+    """One experiment of a suite, with [defaults] already merged in; axes are tuples of values."""
+
+    name: str
+    description: str
+    target: tuple[str, ...]
+    draft: tuple[str, ...]  # model names and canonical "oracle:P" specs; empty for baseline-only groups
+    gamma: tuple[int, ...]
+    prompt_set: tuple[str | None, ...]  # (None,) when the group uses prompt_length
+    prompt_length: tuple[int | None, ...]  # (None,) when the group uses prompt_set
+    batch_size: tuple[int, ...]
+    moe_top_k: tuple[int | None, ...]
+    temperature: tuple[float, ...]
+    max_new_tokens: tuple[int, ...]
+    dtype: tuple[str, ...]
+    device: tuple[str, ...]
+    repeats: int
+    warmup: int
+    oracle_cost: str
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    path: Path
+    zoo_preset: str | None
+    zoo_seed: int
+    models: dict[str, ModelSpec]  # by suite-local name, in file order
+    groups: tuple[Group, ...]
+
+    def model(self, name: str) -> ModelSpec:
+        if name not in self.models:
+            raise SpecmoeError(f"{self.path}: models: no model '{name}'; define it under [models.{name}]")
+        return self.models[name]
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One arm of one grid point, one repeat: the unit the runner executes and the store records.
+
+    `draft_model` is the model the drafter runs: the draft itself, or for an "oracle:P" draft the
+    model whose forward pass the oracle pays for (named by `oracle_cost`). `moe_top_k` is always
+    explicit for zoo MoE targets (the preset's top-k unless overridden) and None for dense zoo targets.
+    """
+
+    suite: str
+    group: str
+    arm: str  # "baseline" | "sd"
+    target: str
+    draft: str | None  # model name or "oracle:P"; None for the baseline arm
+    gamma: int  # 0 for the baseline arm
+    prompt_set: str | None  # built-in name or absolute .jsonl path; None with prompt_length
+    prompt_length: int | None  # synthetic prompt of exactly this many tokens
+    batch_size: int
+    temperature: float
+    max_new_tokens: int
+    moe_top_k: int | None
+    dtype: str
+    device: str
+    repeat: int  # 0-based
+    warmup: int  # untimed runs of each arm before the timed ones, per (target, draft) pair
+    target_model: ModelSpec = field(repr=False)
+    draft_model: ModelSpec | None = field(default=None, repr=False)
+    oracle_cost: str | None = None  # model name whose forwards an oracle draft pays for; else None
+
+    @property
+    def oracle_acceptance(self) -> float | None:
+        return parse_oracle(self.draft)
+
+    @property
+    def key_fields(self) -> dict[str, Any]:
+        """Everything that decides the measured work: all fields but repeat, suite and group, with
+        models given by identity rather than by suite-local name."""
+        draft: dict[str, Any] | None = None
+        if self.draft_model is not None:
+            oracle = self.oracle_acceptance
+            draft = (
+                self.draft_model.identity
+                if oracle is None
+                else {"oracle": oracle, "cost": self.draft_model.identity}
+            )
+        return {
+            "arm": self.arm,
+            "target": self.target_model.identity,
+            "draft": draft,
+            "gamma": self.gamma,
+            "prompt_set": self.prompt_set,
+            "prompt_length": self.prompt_length,
+            "batch_size": self.batch_size,
+            "temperature": self.temperature,
+            "max_new_tokens": self.max_new_tokens,
+            "moe_top_k": self.moe_top_k,
+            "dtype": self.dtype,
+            "device": self.device,
+            "warmup": self.warmup,
+        }
+
+    @property
+    def config_key(self) -> str:
+        """16 hex digits of sha256 over the canonical JSON of `key_fields`: stable across processes."""
+        return hashlib.sha256(canonical_json(self.key_fields).encode()).hexdigest()[:16]
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.config_key}-{self.repeat}"
+
+    def baseline(self) -> RunSpec:
+        """The baseline arm this arm is compared against (itself for a baseline arm)."""
+        return replace(self, arm="baseline", draft=None, gamma=0, oracle_cost=None, draft_model=None)
+
+    @property
+    def baseline_key(self) -> str:
+        return self.baseline().config_key
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every field plus the derived keys, JSON-ready (for the store's `config` column)."""
+        return {
+            **asdict(self),
+            "config_key": self.config_key,
+            "run_id": self.run_id,
+            "baseline_key": self.baseline_key,
+        }
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, no NaN: the same value always gives the same bytes."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def parse_oracle(draft: str | None) -> float | None:
+    """The acceptance probability P of an "oracle:P" draft; None for a model draft or no draft."""
+    if draft is None or not draft.startswith(ORACLE_PREFIX):
+        return None
+    return float(draft[len(ORACLE_PREFIX) :])
+
+
+def builtin_suite_path(name: str) -> Path:
+    """suites/<name>.toml at the repository root (the suites ship with the source tree)."""
+    path = SUITES_DIR / f"{name}.toml"
+    if not path.is_file():
+        available = sorted(p.stem for p in SUITES_DIR.glob("*.toml")) if SUITES_DIR.is_dir() else []
+        if not available:
+            raise SpecmoeError(
+                f"no built-in suites at {SUITES_DIR} (specmoe is installed without its source tree); "
+                "pass the path of a suite .toml file instead"
+            )
+        raise SpecmoeError(f"no built-in suite '{name}' in {SUITES_DIR}; available: {', '.join(available)}")
+    return path
+
+
+def resolve_suite_path(name_or_path: str | Path) -> Path:
+    """A suite file from a path, or from a built-in suite name such as "quick"."""
+    text = str(name_or_path)
+    if text.endswith(".toml") or "/" in text or "\\" in text:
+        return Path(name_or_path)
+    return builtin_suite_path(text)
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+class _Ctx:
+    """Where values come from, so every error names the file and the key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, key: str, message: str) -> NoReturn:
+        raise SpecmoeError(f"{self.path}: {key}: {message}")
+
+
+def load_suite(path: str | Path) -> Suite:
+    """Parse and validate a suite file; raises SpecmoeError with one line on any problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecmoeError(
+            f"suite file not found: {path}; pass a .toml path or a built-in name "
+            f"({', '.join(sorted(p.stem for p in SUITES_DIR.glob('*.toml')))})"
+        )
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        where = str(err).replace("end of document", f"end of document, line {_line_count(path)}")
+        raise SpecmoeError(f"{path}: TOML syntax error: {where}; fix the file at that position") from None
+    except UnicodeDecodeError:
+        raise SpecmoeError(f"{path}: not UTF-8 text; save the suite file as UTF-8") from None
+    ctx = _Ctx(path)
+    _check_keys(ctx, "", raw, _TOP_KEYS)
+    _check_schema(ctx, raw)
+    preset, seed = _parse_zoo(ctx, raw.get("zoo", {}))
+    models = _parse_models(ctx, raw.get("models"), preset, seed, path.parent)
+    defaults = _table(ctx, "defaults", raw.get("defaults", {}))
+    _check_keys(ctx, "defaults", defaults, _DEFAULTS_KEYS)
+    groups_raw = raw.get("groups")
+    if not isinstance(groups_raw, list) or not groups_raw:
+        ctx.fail("groups", "a suite needs at least one [[groups]] table")
+    groups = tuple(
+        _parse_group(ctx, f"groups[{i}]", _table(ctx, f"groups[{i}]", g), defaults, models)
+        for i, g in enumerate(groups_raw)
+    )
+    _check_unique_group_names(ctx, groups)
+    name = _string(ctx, "name", raw.get("name", path.stem))
+    description = _string(ctx, "description", raw.get("description", ""))
+    return Suite(name, description, path, preset, seed, models, groups)
+
+
+def _line_count(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def _check_schema(ctx: _Ctx, raw: dict[str, Any]) -> None:
+    if "schema" not in raw:
+        ctx.fail("schema", f"missing; put `schema = {SCHEMA_VERSION}` at the top of the file")
+    schema = raw["schema"]
+    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA_VERSION:
+        ctx.fail("schema", f"unsupported schema {schema!r}; this specmoe reads schema = {SCHEMA_VERSION}")
+
+
+def _check_keys(ctx: _Ctx, where: str, table: dict[str, Any], valid: tuple[str, ...]) -> None:
+    for key in table:
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+            hint = f"did you mean '{close[0]}'?" if close else f"valid keys: {', '.join(valid)}"
+            ctx.fail(f"{where}.{key}" if where else key, f"unknown key '{key}'; {hint}")
+
+
+def _check_unique_group_names(ctx: _Ctx, groups: tuple[Group, ...]) -> None:
+    seen: set[str] = set()
+    for i, group in enumerate(groups):
+        if group.name in seen:
+            ctx.fail(
+                f"groups[{i}].name", f"duplicate group name '{group.name}'; give each group its own name"
+            )
+        seen.add(group.name)
+
+
+def _parse_zoo(ctx: _Ctx, raw: Any) -> tuple[str | None, int]:
+    zoo = _table(ctx, "zoo", raw)
+    _check_keys(ctx, "zoo", zoo, _ZOO_KEYS)
+    seed = _int(ctx, "zoo.seed", zoo.get("seed", 0), minimum=0)
+    if "preset" not in zoo:
+        return None, seed
+    preset = _string(ctx, "zoo.preset", zoo["preset"])
+    if preset not in ZOO_PRESETS:
+        hint = _suggest(preset, ZOO_PRESETS)
+        ctx.fail("zoo.preset", f"unknown zoo preset '{preset}'{hint}; available: {', '.join(ZOO_PRESETS)}")
+    return preset, seed
+
+
+def _parse_models(ctx: _Ctx, raw: Any, preset: str | None, seed: int, base_dir: Path) -> dict[str, ModelSpec]:
+    if raw is None:
+        ctx.fail("models", "no models; declare each one as [models.<name>] with zoo = or path =")
+    models = {}
+    for name, entry in _table(ctx, "models", raw).items():
+        where = f"models.{name}"
+        if not _NAME_RE.fullmatch(name) or name.startswith("oracle"):
+            ctx.fail(where, f"bad model name '{name}'; use letters, digits, '_', '.', '-' (not 'oracle...')")
+        models[name] = _parse_model(ctx, where, name, _table(ctx, where, entry), preset, seed, base_dir)
+    return models
+
+
+def _parse_model(
+    ctx: _Ctx, where: str, name: str, entry: dict[str, Any], preset: str | None, seed: int, base_dir: Path
+) -> ModelSpec:
+    _check_keys(ctx, where, entry, _MODEL_KEYS)
+    if ("zoo" in entry) == ("path" in entry):
+        ctx.fail(where, 'give exactly one of zoo = "<zoo model>" or path = "<HF dir or .gguf>"')
+    if "zoo" in entry:
+        zoo = _string(ctx, f"{where}.zoo", entry["zoo"])
+        if preset is None:
+            ctx.fail(f"{where}.zoo", 'zoo models need a [zoo] table with preset = "tiny" or "bench"')
+        names = _zoo_model_names(preset)
+        if zoo not in names:
+            hint = _suggest(zoo, names)
+            ctx.fail(
+                f"{where}.zoo", f"preset '{preset}' has no model '{zoo}'{hint}; available: {', '.join(names)}"
+            )
+        backend = _backend(ctx, where, entry, "hf")
+        return ModelSpec(name, zoo, None, backend, preset, seed)
+    text = _string(ctx, f"{where}.path", entry["path"])
+    resolved = (base_dir / Path(text).expanduser()).resolve()
+    backend = _backend(ctx, where, entry, "llamacpp" if text.endswith(".gguf") else "hf")
+    return ModelSpec(name, None, str(resolved), backend)
+
+
+def _backend(ctx: _Ctx, where: str, entry: dict[str, Any], default: str) -> str:
+    backend = _string(ctx, f"{where}.backend", entry.get("backend", default))
+    if backend != "hf":
+        # Imported only here: the registry pulls in torch, which validating a zoo suite never needs.
+        from specmoe.backends import available_backends
+
+        if backend not in available_backends():
+            implied = "" if "backend" in entry else " (the default for .gguf paths)"
+            ctx.fail(
+                f"{where}.backend",
+                f"unknown backend '{backend}'{implied}; available: {', '.join(available_backends())}",
+            )
+    return backend
+
+
+def _zoo_model_names(preset: str) -> tuple[str, ...]:
+    from specmoe.zoo.presets import get_preset
+
+    return get_preset(preset).model_names
+
+
+def _zoo_shape(spec: ModelSpec):
+    from specmoe.zoo.presets import get_preset
+
+    assert spec.zoo is not None and spec.zoo_preset is not None
+    return get_preset(spec.zoo_preset).model(spec.zoo)
+
+
+# --- groups --------------------------------------------------------------------------------------
+
+
+def _parse_group(
+    ctx: _Ctx, where: str, raw: dict[str, Any], defaults: dict[str, Any], models: dict[str, ModelSpec]
+) -> Group:
+    _check_keys(ctx, where, raw, _GROUP_KEYS)
+    if "name" not in raw:
+        ctx.fail(f"{where}.name", 'every group needs a name, e.g. name = "B"')
+    name = _string(ctx, f"{where}.name", raw["name"])
+    merged = {**_BUILTIN_DEFAULTS, **defaults, **raw}
+
+    def key(k: str) -> str:
+        # Errors point at the table the value came from.
+        return f"{where}.{k}" if k in raw else f"defaults.{k}" if k in defaults else f"{where}.{k}"
+
+    if "target" not in merged:
+        ctx.fail(f"{where}.target", 'no target; set target = ["<model>", ...] in the group or [defaults]')
+    target = _axis(ctx, key("target"), merged["target"], lambda k, v: _model_ref(ctx, k, v, models))
+    draft = _axis(
+        ctx, key("draft"), merged["draft"], lambda k, v: _draft_ref(ctx, k, v, models), allow_empty=True
+    )
+    gamma: tuple[int, ...] = (0,)
+    if draft:
+        if "gamma" not in merged:
+            ctx.fail(f"{where}.gamma", "a group with drafts needs gamma = [<draft length>, ...]")
+        gamma = _axis(ctx, key("gamma"), merged["gamma"], lambda k, v: _int(ctx, k, v, minimum=1))
+    elif "gamma" in raw:
+        ctx.fail(f"{where}.gamma", "gamma is set but the group has no draft; add a draft or remove gamma")
+    prompt_set, prompt_length = _prompts(ctx, where, raw, defaults, merged)
+    oracle_cost = _string(ctx, key("oracle_cost"), merged["oracle_cost"])
+    if any(parse_oracle(d) is not None for d in draft) and oracle_cost not in models:
+        ctx.fail(
+            key("oracle_cost"),
+            f"oracle drafts run model '{oracle_cost}' for their cost, but it is not in [models]; "
+            f"add [models.{oracle_cost}] or set oracle_cost",
+        )
+    moe_top_k = _axis(ctx, key("moe_top_k"), merged["moe_top_k"], lambda k, v: _int(ctx, k, v, minimum=1))
+    _check_top_k(ctx, key("moe_top_k"), moe_top_k, target, models)
+    return Group(
+        name=name,
+        description=_string(ctx, f"{where}.description", raw.get("description", "")),
+        target=target,
+        draft=draft,
+        gamma=gamma,
+        prompt_set=prompt_set,
+        prompt_length=prompt_length,
+        batch_size=_axis(
+            ctx, key("batch_size"), merged["batch_size"], lambda k, v: _int(ctx, k, v, minimum=1)
+        ),
+        moe_top_k=moe_top_k,
+        temperature=_axis(ctx, key("temperature"), merged["temperature"], lambda k, v: _float(ctx, k, v)),
+        max_new_tokens=_axis(
+            ctx, key("max_new_tokens"), merged["max_new_tokens"], lambda k, v: _int(ctx, k, v, minimum=1)
+        ),
+        dtype=_axis(ctx, key("dtype"), merged["dtype"], lambda k, v: _choice(ctx, k, v, DTYPES)),
+        device=_axis(ctx, key("device"), merged["device"], lambda k, v: _device(ctx, k, v)),
+        repeats=_int(ctx, key("repeats"), merged["repeats"], minimum=1),
+        warmup=_int(ctx, key("warmup"), merged["warmup"], minimum=0),
+        oracle_cost=oracle_cost,
+    )
+
+
+def _prompts(
+    ctx: _Ctx, where: str, raw: dict[str, Any], defaults: dict[str, Any], merged: dict[str, Any]
+) -> tuple[tuple[str | None, ...], tuple[int | None, ...]]:
+    """A group uses prompt sets or synthetic prompt lengths, never both: the innermost table that
+    sets either one decides, so a group's prompt_length overrides a default prompt_set."""
+    for table, prefix in ((raw, where), (defaults, "defaults")):
+        has_set, has_length = "prompt_set" in table, "prompt_length" in table
+        if has_set and has_length:
+            ctx.fail(f"{prefix}.prompt_length", "set prompt_set or prompt_length, not both")
+        if has_length:
+            lengths = _axis(
+                ctx, f"{prefix}.prompt_length", table["prompt_length"], lambda k, v: _int(ctx, k, v, 1)
+            )
+            return (None,), lengths
+        if has_set:
+            return _axis(ctx, f"{prefix}.prompt_set", table["prompt_set"], _prompt_set_checker(ctx)), (None,)
+    return _axis(ctx, f"{where}.prompt_set", merged["prompt_set"], _prompt_set_checker(ctx)), (None,)
+
+
+def _prompt_set_checker(ctx: _Ctx):
+    def check(key: str, value: Any) -> str:
+        name = _string(ctx, key, value)
+        if is_builtin(name):
+            return name
+        if name.endswith(".jsonl") or "/" in name:
+            path = (ctx.path.parent / Path(name).expanduser()).resolve()
+            if not path.is_file():
+                ctx.fail(key, f"prompt set file not found: {path}")
+            return str(path)
+        hint = f"{_suggest(name, BUILTIN_PROMPT_SETS)}; built-ins: {', '.join(BUILTIN_PROMPT_SETS)}"
+        ctx.fail(key, f"unknown prompt set '{name}'{hint} (or give the path of a .jsonl file)")
+
+    return check
+
+
+def _check_top_k(
+    ctx: _Ctx,
+    key: str,
+    top_ks: tuple[int | None, ...],
+    targets: tuple[str, ...],
+    models: dict[str, ModelSpec],
+) -> None:
+    if top_ks == (None,):
+        return
+    for name in targets:
+        spec = models[name]
+        if spec.zoo is None:
+            continue  # a path model's shape is only known once it is loaded
+        shape = _zoo_shape(spec)
+        if not shape.is_moe:
+            ctx.fail(
+                key, f"moe_top_k applies to MoE targets only, but '{name}' is dense; move it to its own group"
+            )
+        for k in top_ks:
+            if k is not None and k > shape.num_experts:
+                ctx.fail(key, f"moe_top_k must be <= {shape.num_experts} (the experts of '{name}'), got {k}")
+
+
+def _model_ref(ctx: _Ctx, key: str, value: Any, models: dict[str, ModelSpec]) -> str:
+    name = _string(ctx, key, value)
+    if name not in models:
+        ctx.fail(
+            key, f"unknown model '{name}'{_suggest(name, tuple(models))}; define it under [models.{name}]"
+        )
+    return name
+
+
+def _draft_ref(ctx: _Ctx, key: str, value: Any, models: dict[str, ModelSpec]) -> str:
+    text = _string(ctx, key, value)
+    if not text.startswith(ORACLE_PREFIX):
+        return _model_ref(ctx, key, text, models)
+    try:
+        acceptance = float(text[len(ORACLE_PREFIX) :])
+    except ValueError:
+        acceptance = -1.0
+    if not 0.0 <= acceptance <= 1.0:  # also rejects nan
+        ctx.fail(key, f"bad oracle draft '{text}'; write oracle:P with P in [0, 1], e.g. \"oracle:0.6\"")
+    # Canonical spelling, so "oracle:0.60" and "oracle:0.6" are the same run.
+    return f"{ORACLE_PREFIX}{acceptance!r}"
+
+
+# --- scalar checks -------------------------------------------------------------------------------
+
+
+def _type_name(value: Any) -> str:
+    names = {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a float",
+        str: "a string",
+        list: "an array",
+        dict: "a table",
+    }
+    return names.get(type(value), type(value).__name__)
+
+
+def _suggest(value: str, options: tuple[str, ...]) -> str:
+    close = difflib.get_close_matches(value, options, n=1, cutoff=0.6)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _leaf(key: str) -> str:
+    return key.rsplit(".", 1)[-1]
+
+
+def _table(ctx: _Ctx, key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        ctx.fail(key, f"expected a table, got {_type_name(value)}")
+    return value
+
+
+def _string(ctx: _Ctx, key: str, value: Any) -> str:
+    if not isinstance(value, str):
+        ctx.fail(key, f"expected a string, got {_type_name(value)} {value!r}")
+    return value
+
+
+def _int(ctx: _Ctx, key: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        ctx.fail(key, f"expected an integer, got {_type_name(value)} {value!r}")
+    if value < minimum:
+        ctx.fail(key, f"{_leaf(key)} must be >= {minimum}, got {value}")
+    return value
+
+
+def _float(ctx: _Ctx, key: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        ctx.fail(key, f"expected a number, got {_type_name(value)} {value!r}")
+    if not value >= 0.0:  # also rejects nan
+        ctx.fail(key, f"{_leaf(key)} must be >= 0, got {value}")
+    return float(value)
+
+
+def _choice(ctx: _Ctx, key: str, value: Any, options: tuple[str, ...]) -> str:
+    text = _string(ctx, key, value)
+    if text not in options:
+        ctx.fail(
+            key, f"unknown {_leaf(key)} '{text}'{_suggest(text, options)}; choose from {', '.join(options)}"
+        )
+    return text
+
+
+def _device(ctx: _Ctx, key: str, value: Any) -> str:
+    text = _string(ctx, key, value)
+    if not _DEVICE_RE.fullmatch(text):
+        ctx.fail(key, f"unknown device '{text}'; use cpu, mps, cuda or cuda:<index>")
+    return text
+
+
+def _axis(ctx: _Ctx, key: str, value: Any, check, allow_empty: bool = False) -> tuple:
+    """A grid axis: one value or a list of values, each checked; duplicates dropped, order kept."""
+    if value is None:
+        return (None,)
+    values = value if isinstance(value, list) else [value]
+    if not values and not allow_empty:
+        ctx.fail(key, f"{_leaf(key)} must not be empty; give at least one value")
+    return tuple(dict.fromkeys(check(key, v) for v in values))
+
+
+# --- expansion -----------------------------------------------------------------------------------
+
+
+def expand(suite: Suite) -> list[RunSpec]:
+    """Every RunSpec of the suite: all baseline arms first, then all SD arms.
+
+    Within each arm, specs follow the file: group order, then the grid (target outermost, so the
+    runner switches models rarely), then repeat (innermost). Each SD grid point brings its baseline
+    arm with it. Specs are deduplicated by run_id; a run shared by two groups keeps the first
+    group's name.
+    """
+    baselines: dict[str, RunSpec] = {}
+    sds: dict[str, RunSpec] = {}
+    for group in suite.groups:
+        for point in _grid(suite, group):
+            for repeat in range(group.repeats):
+                spec = replace(point, repeat=repeat)
+                baseline = spec.baseline()
+                baselines.setdefault(baseline.run_id, baseline)
+                if spec.arm == "sd":
+                    sds.setdefault(spec.run_id, spec)
+    return [*baselines.values(), *sds.values()]
+
+
+def _grid(suite: Suite, group: Group):
+    axes = itertools.product(
+        group.target,
+        group.draft or (None,),
+        group.gamma,
+        group.prompt_set,
+        group.prompt_length,
+        group.batch_size,
+        group.moe_top_k,
+        group.temperature,
+        group.max_new_tokens,
+        group.dtype,
+        group.device,
+    )
+    for (
+        target,
+        draft,
+        gamma,
+        prompt_set,
+        length,
+        batch,
+        top_k,
+        temperature,
+        new_tokens,
+        dtype,
+        device,
+    ) in axes:
+        target_model = suite.model(target)
+        draft_model = None
+        if draft is not None:
+            draft_model = suite.model(group.oracle_cost if parse_oracle(draft) is not None else draft)
+        yield RunSpec(
+            suite=suite.name,
+            group=group.name,
+            arm="baseline" if draft is None else "sd",
+            target=target,
+            draft=draft,
+            gamma=gamma if draft is not None else 0,
+            prompt_set=prompt_set,
+            prompt_length=length,
+            batch_size=batch,
+            temperature=temperature,
+            max_new_tokens=new_tokens,
+            moe_top_k=_effective_top_k(target_model, top_k),
+            dtype=dtype,
+            device=device,
+            repeat=0,
+            warmup=group.warmup,
+            oracle_cost=group.oracle_cost if parse_oracle(draft) is not None else None,
+            target_model=target_model,
+            draft_model=draft_model,
+        )
+
+
+def _effective_top_k(model: ModelSpec, top_k: int | None) -> int | None:
+    # Zoo MoE targets always carry their real top-k, so an override equal to the preset's own value
+    # is the same run as no override at all.
+    if model.zoo is None:
+        return top_k
+    shape = _zoo_shape(model)
+    if not shape.is_moe:
+        return None
+    return shape.top_k if top_k is None else top_k
+
+
+__all__ = [
+    "ARMS",
+    "BUILTIN_PROMPT_SETS",
+    "DTYPES",
+    "SCHEMA_VERSION",
+    "Group",
+    "ModelSpec",
+    "RunSpec",
+    "Suite",
+    "builtin_suite_path",
+    "canonical_json",
+    "expand",
+    "load_suite",
+    "parse_oracle",
+    "resolve_suite_path",
+]

@@ -1,0 +1,239 @@
+"""The results store: round trip, no duplicates, WAL, crash safety under SIGKILL, export."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, DuplicateRunError, RunRow, Store, export
+from specmoe.errors import SpecmoeError
+
+
+def make_row(i: int, suite: str = "s", trace_len: int = 3) -> RunRow:
+    arm = "baseline" if i % 2 == 0 else "sd"
+    return RunRow(
+        run_id=f"run-{i:05d}",
+        config_key=f"key-{i // 2}",
+        baseline_key=f"key-{i // 2}",
+        suite=suite,
+        group="B",
+        arm=arm,
+        repeat=i % 3,
+        config={"target": "moe", "draft": None if arm == "baseline" else "draft-xs", "gamma": 4, "i": i},
+        env={"torch": "2.x", "host": {"cpus": 2}},
+        counts={k: i + n for n, k in enumerate(COUNT_KEYS)},
+        times={k: 0.5 * n for n, k in enumerate(TIME_KEYS)},
+        tokens_per_s=100.0 + i,
+        acceptance_rate=None if arm == "baseline" else 0.25,
+        rounds_trace=[{"round": r, "accepted": [r % 5], "verify_s": 0.01 * r} for r in range(trace_len)],
+        audit_verdict="ok",
+        audit_reason="",
+        created_at=f"2026-01-01T00:00:{i % 60:02d}",
+    )
+
+
+def test_round_trip(tmp_path):
+    rows = [make_row(i) for i in range(5)]
+    with Store(tmp_path / "r.sqlite") as store:
+        for row in rows:
+            store.add(row)
+        assert store.has("run-00003") and not store.has("run-00099")
+        assert store.finished_ids() == {r.run_id for r in rows}
+        assert len(store) == 5
+    with Store(tmp_path / "r.sqlite") as store:
+        assert store.rows() == rows  # insertion order, every field, nested JSON included
+
+
+def test_rows_filters_by_suite(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        store.add(make_row(0, suite="a"))
+        store.add(make_row(1, suite="b"))
+        store.add(make_row(2, suite="a"))
+        assert [r.run_id for r in store.rows("a")] == ["run-00000", "run-00002"]
+        assert [r.run_id for r in store.rows()] == ["run-00000", "run-00001", "run-00002"]
+
+
+def test_duplicate_insert_raises_and_keeps_one(tmp_path):
+    with Store(tmp_path / "r.sqlite") as store:
+        store.add(make_row(1))
+        with pytest.raises(DuplicateRunError, match="run-00001 is already stored"):
+            store.add(make_row(1))
+        assert len(store) == 1
+        store.add(make_row(2))  # the failed insert left no open transaction behind
+        assert len(store) == 2
+
+
+def test_wal_mode_and_schema_version(tmp_path):
+    path = tmp_path / "r.sqlite"
+    with Store(path) as store:
+        assert store.journal_mode == "wal"
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent, not per connection
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    conn.close()
+
+
+def test_foreign_schema_version_is_refused(tmp_path):
+    path = tmp_path / "r.sqlite"
+    Store(path).close()
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE schema_version SET version = 7")
+    conn.commit()
+    conn.close()
+    with pytest.raises(SpecmoeError, match="schema version"):
+        Store(path)
+
+
+def test_not_a_database_is_one_line(tmp_path):
+    path = tmp_path / "junk.sqlite"
+    path.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(SpecmoeError, match="not a usable results store"):
+        Store(path)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"arm": "draft"},
+        {"counts": {"rounds": 1}},
+        {"times": {**{k: 0.0 for k in TIME_KEYS}, "extra_s": 1.0}},
+        {"tokens_per_s": float("nan")},
+    ],
+)
+def test_malformed_rows_are_refused(change):
+    fields = {**make_row(1).__dict__, **change}
+    with pytest.raises(ValueError):
+        RunRow(**fields)
+
+
+WRITER = textwrap.dedent(
+    """
+    import sys
+    from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, RunRow, Store
+
+    db, total = sys.argv[1], int(sys.argv[2])
+    with Store(db) as store:
+        done = store.finished_ids()
+        for i in range(total):
+            run_id = f"run-{i:05d}"
+            if run_id in done:
+                continue
+            # A long trace makes each row span many pages, so the kill can land inside a write.
+            trace = [{"round": r, "i": i, "pad": "x" * 40} for r in range(100 + i)]
+            store.add(RunRow(
+                run_id=run_id, config_key=f"k{i}", baseline_key=f"k{i}", suite="s", group="g",
+                arm="baseline", repeat=0, config={"i": i}, env={}, counts={k: i for k in COUNT_KEYS},
+                times={k: 0.0 for k in TIME_KEYS}, tokens_per_s=float(i), acceptance_rate=None,
+                rounds_trace=trace, audit_verdict="ok", audit_reason="", created_at="t",
+            ))
+            print(i, flush=True)
+    """
+)
+
+
+def assert_rows_complete(rows: list[RunRow]) -> None:
+    ids = [r.run_id for r in rows]
+    assert ids == [f"run-{i:05d}" for i in range(len(rows))]  # a prefix, in order, no duplicates
+    for i, row in enumerate(rows):
+        assert row.config == {"i": i} and row.counts["emitted"] == i
+        assert len(row.rounds_trace) == 100 + i and row.rounds_trace[-1]["i"] == i
+
+
+def test_sigkill_mid_suite_keeps_finished_runs_and_resumes_without_duplicates(tmp_path):
+    db, total = tmp_path / "r.sqlite", 150
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(db), str(total)], stdout=subprocess.PIPE, text=True
+    )
+    printed = 0
+    for _ in writer.stdout:
+        printed += 1
+        if printed == 25:
+            os.kill(writer.pid, signal.SIGKILL)
+            break
+    writer.wait()
+    writer.stdout.close()
+    assert writer.returncode == -signal.SIGKILL
+
+    with Store(db) as store:
+        survivors = store.rows()
+    assert printed <= len(survivors) < total  # every acknowledged run survived; the rest did not run
+    assert_rows_complete(survivors)
+
+    subprocess.run([sys.executable, "-c", WRITER, str(db), str(total)], check=True, capture_output=True)
+    with Store(db) as store:
+        rows = store.rows()
+    assert len(rows) == total
+    assert_rows_complete(rows)
+
+
+def test_csv_export_columns(tmp_path):
+    db = tmp_path / "r.sqlite"
+    with Store(db) as store:
+        for i in range(3):
+            store.add(make_row(i))
+    out = tmp_path / "runs.csv"
+    assert export(db, out, "csv") == 3
+    with out.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        records = list(reader)
+        columns = reader.fieldnames
+    assert columns == [
+        "run_id", "config_key", "baseline_key", "suite", "group", "arm", "repeat",
+        "config.draft", "config.gamma", "config.i", "config.target",
+        "env.host.cpus", "env.torch",
+        "counts.rounds", "counts.target_forwards", "counts.drafted", "counts.accepted", "counts.emitted",
+        "counts.truncated",
+        "times.prefill_s", "times.decode_s", "times.draft_s", "times.verify_s", "times.overhead_s",
+        "times.wall_s",
+        "tokens_per_s", "acceptance_rate", "audit_verdict", "audit_reason", "created_at",
+    ]  # fmt: skip
+    assert "rounds_trace" not in columns
+    assert [r["run_id"] for r in records] == ["run-00000", "run-00001", "run-00002"]
+    assert records[0]["acceptance_rate"] == "" and records[1]["acceptance_rate"] == "0.25"
+    assert records[1]["counts.emitted"] == str(1 + COUNT_KEYS.index("emitted"))
+
+
+def test_csv_export_is_byte_identical_for_the_same_runs(tmp_path):
+    outputs = []
+    for name in ("a", "b"):
+        with Store(tmp_path / f"{name}.sqlite") as store:
+            for i in range(4):
+                store.add(make_row(i))
+        export(tmp_path / f"{name}.sqlite", tmp_path / f"{name}.csv", "csv")
+        outputs.append((tmp_path / f"{name}.csv").read_bytes())
+    assert outputs[0] == outputs[1]
+
+
+def test_export_errors(tmp_path):
+    db = tmp_path / "r.sqlite"
+    Store(db).close()
+    with pytest.raises(SpecmoeError, match="unknown export format 'xlsx'; available: csv, parquet"):
+        export(db, tmp_path / "x", "xlsx")
+    with pytest.raises(SpecmoeError, match="results store not found"):
+        export(tmp_path / "missing.sqlite", tmp_path / "x.csv", "csv")
+    assert not (tmp_path / "missing.sqlite").exists()
+
+
+def test_parquet_export(tmp_path):
+    db = tmp_path / "r.sqlite"
+    with Store(db) as store:
+        store.add(make_row(0))
+        store.add(make_row(1))
+    out = tmp_path / "runs.parquet"
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        with pytest.raises(SpecmoeError, match="parquet export needs pyarrow: pip install pyarrow"):
+            export(db, out, "parquet")
+        return
+    assert export(db, out, "parquet") == 2
+    table = pq.read_table(out)
+    assert table.column_names[:3] == ["run_id", "config_key", "baseline_key"]
+    assert table.column("run_id").to_pylist() == ["run-00000", "run-00001"]

@@ -1,0 +1,375 @@
+"""Suite files: the shipped suites' grids, run keys and deduplication, and one-line load errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from specmoe.bench.suite import (
+    SUITES_DIR,
+    ModelSpec,
+    RunSpec,
+    builtin_suite_path,
+    expand,
+    load_suite,
+    parse_oracle,
+    resolve_suite_path,
+)
+from specmoe.errors import SpecmoeError
+
+BASE = """\
+schema = 1
+name = "t"
+
+[zoo]
+preset = "tiny"
+
+[defaults]
+repeats = 2
+max_new_tokens = 16
+
+[models.moe]
+zoo = "moe"
+
+[models.dense-s]
+zoo = "dense-s"
+
+[models.draft-xs]
+zoo = "draft-xs"
+"""
+
+GROUP = """
+[[groups]]
+name = "g"
+target = ["moe"]
+draft = ["draft-xs"]
+gamma = [2, 4]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "x.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def load_text(tmp_path: Path, text: str):
+    return load_suite(write(tmp_path, text))
+
+
+# --- shipped suites ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "size"), [("study", 240), ("moesd", 336), ("quick", 24)])
+def test_shipped_suite_sizes(name, size):
+    specs = expand(load_suite(builtin_suite_path(name)))
+    assert len(specs) == size
+    assert len({s.run_id for s in specs}) == size
+
+
+def test_study_reproduces_the_study_design():
+    specs = expand(load_suite(builtin_suite_path("study")))
+    counts = Counter((s.group, s.arm) for s in specs)
+    assert counts == {
+        ("A", "baseline"): 12,  # moe x 4 prompt kinds x 3 repeats
+        ("B", "sd"): 72,  # 2 drafts x 3 gammas x 4 kinds x 3
+        ("C", "baseline"): 48,  # 4 dense models x 4 kinds x 3
+        ("D", "sd"): 72,  # 2 dense targets x 3 gammas x 4 kinds x 3
+        ("F", "baseline"): 18,  # 6 prompt lengths x 3
+        ("F", "sd"): 18,
+    }
+    assert {s.max_new_tokens for s in specs} == {256}
+    assert {s.temperature for s in specs} == {0.0}
+    assert {s.gamma for s in specs if s.arm == "sd"} == {4, 8, 16}
+    lengths = {s.prompt_length for s in specs if s.group == "F"}
+    assert lengths == {32, 64, 128, 256, 512, 1024}
+    assert all(s.prompt_set is None for s in specs if s.group == "F")
+
+
+def test_moesd_uses_oracle_drafts_and_sweeps_batch_and_sparsity():
+    specs = expand(load_suite(builtin_suite_path("moesd")))
+    sd = [s for s in specs if s.arm == "sd"]
+    assert {s.batch_size for s in specs} == {1, 2, 4, 8, 16, 32, 64}
+    assert {s.gamma for s in sd} == {1, 2, 3, 4}
+    assert all(parse_oracle(s.draft) in (0.6, 0.9) for s in sd)
+    assert all(s.oracle_cost == "draft-xs" and s.draft_model.zoo == "draft-xs" for s in sd)
+    assert {s.moe_top_k for s in specs if s.target == "moe"} == {1, 2, 4, 8}
+    assert {s.moe_top_k for s in specs if s.target == "dense-s"} == {None}
+
+
+def test_every_sd_arm_has_its_baseline_earlier_in_the_list():
+    for name in ("study", "moesd", "quick"):
+        specs = expand(load_suite(builtin_suite_path(name)))
+        arms = [s.arm for s in specs]
+        assert arms == sorted(arms)  # "baseline" < "sd": all baselines come first
+        baselines = {(s.config_key, s.repeat) for s in specs if s.arm == "baseline"}
+        for spec in specs:
+            assert (spec.baseline_key, spec.repeat) in baselines
+
+
+def test_expand_is_deterministic():
+    path = builtin_suite_path("quick")
+    assert [s.run_id for s in expand(load_suite(path))] == [s.run_id for s in expand(load_suite(path))]
+
+
+def test_run_ids_are_stable_across_processes():
+    code = (
+        "from specmoe.bench.suite import builtin_suite_path, expand, load_suite\n"
+        "print(','.join(s.run_id for s in expand(load_suite(builtin_suite_path('quick')))))"
+    )
+    outputs = set()
+    for hash_seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        out = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        outputs.add(out.stdout.strip())
+    assert outputs == {",".join(s.run_id for s in expand(load_suite(builtin_suite_path("quick"))))}
+
+
+def test_config_key_golden_value():
+    # Changing how keys are computed orphans every stored run: this must only change on purpose.
+    model = ModelSpec("moe", "moe", None, "hf", "tiny", 0)
+    spec = RunSpec(
+        suite="s", group="g", arm="baseline", target="moe", draft=None, gamma=0, prompt_set="factual",
+        prompt_length=None, batch_size=1, temperature=0.0, max_new_tokens=32, moe_top_k=2,
+        dtype="float32", device="cpu", repeat=1, warmup=1, target_model=model,
+    )  # fmt: skip
+    assert spec.config_key == "f7658b2523b80c60"
+    assert spec.run_id == "f7658b2523b80c60-1"
+
+
+# --- keys and deduplication --------------------------------------------------------------------
+
+
+def test_same_work_in_two_groups_is_one_run_named_by_the_first(tmp_path):
+    suite = load_text(tmp_path, BASE + GROUP + GROUP.replace('name = "g"', 'name = "h"'))
+    specs = expand(suite)
+    assert len(specs) == 2 * 3  # (baseline + 2 gammas) x 2 repeats
+    assert {s.group for s in specs} == {"g"}
+
+
+def test_baseline_only_group_shares_runs_with_sd_baselines(tmp_path):
+    text = BASE + '\n[[groups]]\nname = "base"\ntarget = ["moe"]\n' + GROUP
+    specs = expand(load_text(tmp_path, text))
+    assert [s.group for s in specs if s.arm == "baseline"] == ["base", "base"]
+
+
+def test_key_ignores_suite_group_repeat_and_model_alias(tmp_path):
+    a = load_text(tmp_path, BASE + GROUP)
+    aliased = BASE.replace('name = "t"', 'name = "other"').replace("[models.moe]", "[models.big]")
+    b = load_suite(write(tmp_path, aliased + GROUP.replace('"moe"', '"big"'), "y.toml"))
+    keys_a = [(s.config_key, s.repeat) for s in expand(a)]
+    keys_b = [(s.config_key, s.repeat) for s in expand(b)]
+    assert keys_a == keys_b
+    assert len({s.config_key for s in expand(a)}) == 3
+
+
+def test_key_depends_on_what_the_model_is(tmp_path):
+    tiny = expand(load_text(tmp_path, BASE + GROUP))
+    bench = expand(load_suite(write(tmp_path, BASE.replace('"tiny"', '"bench"') + GROUP, "b.toml")))
+    reseeded = BASE.replace('preset = "tiny"', 'preset = "tiny"\nseed = 1')
+    seeded = expand(load_suite(write(tmp_path, reseeded + GROUP, "s.toml")))
+    assert not {s.run_id for s in tiny} & {s.run_id for s in bench}
+    assert not {s.run_id for s in tiny} & {s.run_id for s in seeded}
+
+
+def test_baseline_key_matches_the_baseline_arm():
+    specs = expand(load_suite(builtin_suite_path("quick")))
+    sd = next(s for s in specs if s.arm == "sd" and s.prompt_set == "code")
+    baseline = sd.baseline()
+    assert baseline.arm == "baseline" and baseline.draft is None and baseline.gamma == 0
+    assert sd.baseline_key == baseline.config_key != sd.config_key
+    assert baseline.baseline_key == baseline.config_key
+    assert (baseline.prompt_set, baseline.batch_size, baseline.moe_top_k) == ("code", 1, 2)
+
+
+def test_oracle_spellings_are_one_run(tmp_path):
+    text = BASE + GROUP.replace('["draft-xs"]', '["oracle:0.50", "oracle:.5", "oracle:1"]')
+    specs = expand(load_text(tmp_path, text))
+    assert sorted({s.draft for s in specs if s.arm == "sd"}) == ["oracle:0.5", "oracle:1.0"]
+
+
+def test_zoo_moe_top_k_is_explicit_so_default_override_is_the_same_run(tmp_path):
+    plain = expand(load_text(tmp_path, BASE + GROUP))
+    override = expand(load_suite(write(tmp_path, BASE + GROUP + "moe_top_k = [2]\n", "k.toml")))
+    assert {s.moe_top_k for s in plain} == {2}  # the tiny MoE's own top-k
+    assert [s.run_id for s in plain] == [s.run_id for s in override]
+
+
+def test_group_prompt_length_overrides_default_prompt_set(tmp_path):
+    text = BASE.replace("[defaults]", '[defaults]\nprompt_set = "code"') + GROUP + "prompt_length = [8, 32]\n"
+    specs = expand(load_text(tmp_path, text))
+    assert {(s.prompt_set, s.prompt_length) for s in specs} == {(None, 8), (None, 32)}
+
+
+def test_path_models_resolve_against_the_suite_file(tmp_path):
+    text = BASE + '\n[models.local]\npath = "models/mine"\n' + GROUP.replace('["moe"]', '["local"]')
+    suite = load_text(tmp_path, text)
+    assert suite.models["local"].path == str((tmp_path / "models/mine").resolve())
+    assert {s.moe_top_k for s in expand(suite)} == {None}
+
+
+def test_prompt_set_file_path(tmp_path):
+    (tmp_path / "mine.jsonl").write_text('{"prompt": "hi"}\n', encoding="utf-8")
+    specs = expand(load_text(tmp_path, BASE + GROUP + 'prompt_set = "mine.jsonl"\n'))
+    assert {s.prompt_set for s in specs} == {str(tmp_path / "mine.jsonl")}
+
+
+def test_builtin_suite_paths():
+    assert builtin_suite_path("quick") == SUITES_DIR / "quick.toml"
+    assert resolve_suite_path("quick") == SUITES_DIR / "quick.toml"
+    assert resolve_suite_path("a/b.toml") == Path("a/b.toml")
+    with pytest.raises(SpecmoeError, match=r"no built-in suite 'nope'.*quick"):
+        builtin_suite_path("nope")
+
+
+# --- one-line errors naming file and key -------------------------------------------------------
+
+BAD_SUITES = [
+    # (description, text, key in the message, other expected fragment)
+    ("unknown top key", BASE + GROUP + "\n[zooo]\n", "zooo", "did you mean 'zoo'"),
+    ("unknown group key", BASE + GROUP + "gama = [2]\n", "groups[0].gama", "did you mean 'gamma'"),
+    (
+        "unknown default key",
+        BASE.replace("[defaults]", "[defaults]\nrepeat = 1"),
+        "defaults.repeat",
+        "repeats",
+    ),
+    ("unknown model key", BASE + 'bakend = "hf"\n' + GROUP, "models.draft-xs.bakend", "backend"),
+    ("missing model", BASE + GROUP.replace('["moe"]', '["mo"]'), "groups[0].target", "unknown model 'mo'"),
+    ("missing draft", BASE + GROUP.replace('["draft-xs"]', '["draft-x"]'), "groups[0].draft", "'draft-xs'"),
+    ("gamma 0", BASE + GROUP.replace("[2, 4]", "[2, 0]"), "groups[0].gamma", "gamma must be >= 1, got 0"),
+    (
+        "batch 0",
+        BASE + GROUP + "batch_size = [1, 0]\n",
+        "groups[0].batch_size",
+        "batch_size must be >= 1, got 0",
+    ),
+    ("repeats 0", BASE.replace("repeats = 2", "repeats = 0") + GROUP, "defaults.repeats", "must be >= 1"),
+    (
+        "string for int",
+        BASE + GROUP + 'max_new_tokens = "64"\n',
+        "groups[0].max_new_tokens",
+        "expected an integer",
+    ),
+    ("float for int", BASE + GROUP.replace("[2, 4]", "[2.5]"), "groups[0].gamma", "expected an integer"),
+    ("bool for int", BASE + GROUP + "batch_size = true\n", "groups[0].batch_size", "expected an integer"),
+    (
+        "string for float",
+        BASE + GROUP + 'temperature = "hot"\n',
+        "groups[0].temperature",
+        "expected a number",
+    ),
+    ("schema missing", BASE.replace("schema = 1\n", "") + GROUP, "schema", "schema = 1"),
+    ("schema 2", BASE.replace("schema = 1", "schema = 2") + GROUP, "schema", "unsupported schema 2"),
+    (
+        "both zoo and path",
+        BASE.replace('zoo = "moe"', 'zoo = "moe"\npath = "x"') + GROUP,
+        "models.moe",
+        "exactly one",
+    ),
+    (
+        "neither zoo nor path",
+        BASE.replace('zoo = "moe"', 'backend = "hf"') + GROUP,
+        "models.moe",
+        "exactly one",
+    ),
+    (
+        "unknown zoo model",
+        BASE.replace('zoo = "moe"', 'zoo = "mOe"') + GROUP,
+        "models.moe.zoo",
+        "no model 'mOe'",
+    ),
+    (
+        "unknown prompt set",
+        BASE + GROUP + 'prompt_set = ["factual", "facts"]\n',
+        "groups[0].prompt_set",
+        "factual",
+    ),
+    ("oracle above 1", BASE + GROUP.replace('["draft-xs"]', '["oracle:1.5"]'), "groups[0].draft", "oracle:P"),
+    (
+        "oracle not a number",
+        BASE + GROUP.replace('["draft-xs"]', '["oracle:high"]'),
+        "groups[0].draft",
+        "[0, 1]",
+    ),
+    (
+        "oracle cost undefined",
+        BASE + GROUP.replace('["draft-xs"]', '["oracle:0.5"]') + 'oracle_cost = "nano"\n',
+        "groups[0].oracle_cost",
+        "[models.nano]",
+    ),
+    (
+        "gamma without draft",
+        BASE + '[[groups]]\nname = "g"\ntarget = ["moe"]\ngamma = [4]\n',
+        "groups[0].gamma",
+        "no draft",
+    ),
+    ("drafts without gamma", BASE + GROUP.replace("gamma = [2, 4]\n", ""), "groups[0].gamma", "needs gamma"),
+    (
+        "top-k on dense",
+        BASE + GROUP.replace('["moe"]', '["dense-s"]') + "moe_top_k = [1]\n",
+        "groups[0].moe_top_k",
+        "dense",
+    ),
+    ("top-k too big", BASE + GROUP + "moe_top_k = [64]\n", "groups[0].moe_top_k", "<= 32"),
+    ("empty axis", BASE + GROUP + "batch_size = []\n", "groups[0].batch_size", "must not be empty"),
+    ("no groups", BASE, "groups", "at least one"),
+    ("group without name", BASE + GROUP.replace('name = "g"\n', ""), "groups[0].name", "needs a name"),
+    ("duplicate group", BASE + GROUP + GROUP, "groups[1].name", "duplicate"),
+    (
+        "prompt set and length",
+        BASE + GROUP + 'prompt_set = "code"\nprompt_length = 8\n',
+        "groups[0].prompt_length",
+        "not both",
+    ),
+    ("unknown dtype", BASE + GROUP + 'dtype = "bf16"\n', "groups[0].dtype", "bfloat16"),
+    ("unknown device", BASE + GROUP + 'device = "gpu"\n', "groups[0].device", "cuda"),
+    ("zoo without preset", BASE.replace('preset = "tiny"', "seed = 0") + GROUP, "models.moe.zoo", "[zoo]"),
+    ("unknown preset", BASE.replace('"tiny"', '"tyni"') + GROUP, "zoo.preset", "available: tiny, bench"),
+    ("preset typo", BASE.replace('"tiny"', '"tin"') + GROUP, "zoo.preset", "did you mean 'tiny'"),
+    (
+        "second group bad",
+        BASE + GROUP + GROUP.replace('"g"', '"h"').replace("[2, 4]", "[0]"),
+        "groups[1].gamma",
+        "got 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "fragment"), [c[1:] for c in BAD_SUITES], ids=[c[0] for c in BAD_SUITES]
+)
+def test_bad_suite_is_one_line_naming_file_and_key(tmp_path, text, key, fragment):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecmoeError) as info:
+        load_suite(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: {key}: "), message
+    assert fragment in message, message
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [(BASE + "oops = = 1\n" + GROUP, "line 19"), (BASE + GROUP + "gamma = [2,\n", "line 25")],
+)
+def test_toml_syntax_error_names_the_line(tmp_path, text, line):
+    path = write(tmp_path, text)
+    with pytest.raises(SpecmoeError) as info:
+        load_suite(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith(f"{path}: TOML syntax error") and line in message, message
+
+
+def test_missing_suite_file_is_one_line(tmp_path):
+    with pytest.raises(SpecmoeError) as info:
+        load_suite(tmp_path / "nope.toml")
+    assert "\n" not in str(info.value) and "suite file not found" in str(info.value)
