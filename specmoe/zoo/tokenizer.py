@@ -49,7 +49,9 @@ def train_tokenizer(files: list[Path], vocab_size: int = VOCAB_SIZE) -> Tokenize
     )
     tokenizer.train([str(f) for f in files], trainer)
     if tokenizer.token_to_id(EOS_TOKEN) != EOS_TOKEN_ID:
-        raise AssertionError(f"{EOS_TOKEN} got id {tokenizer.token_to_id(EOS_TOKEN)}, expected {EOS_TOKEN_ID}")
+        raise AssertionError(
+            f"{EOS_TOKEN} got id {tokenizer.token_to_id(EOS_TOKEN)}, expected {EOS_TOKEN_ID}"
+        )
     return tokenizer
 
 
