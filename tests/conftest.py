@@ -5,6 +5,9 @@ from pathlib import Path
 
 import pytest
 
+# Tiny models gain nothing from threads, and OpenMP threads that spin-wait for a core another
+# process holds slow a tiny forward from milliseconds to seconds: tests run single-threaded.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 

@@ -88,49 +88,6 @@ class ModelDrafter:
         return torch.stack(tokens, 1), probs
 
     def feedback(self, accepted: Sequence[int]) -> None:
-        """How many proposals each live row kept in the round just verified."""
-
-    def retain(self, rows: Sequence[int]) -> None:
-        """Keep only these live rows, in this order."""
-
-    def synchronize(self) -> None: ...
-
-
-class ModelDrafter:
-    """A smaller language model drafting autoregressively through any backend.
-
-    Its cache holds all committed tokens but the last two at the start of every round after the
-    first, so each row feeds the same two-token block: one cached token is recomputed when the
-    verifier rejected something, which keeps the block rectangular (see docs/engine.md).
-    """
-
-    def __init__(self, backend: Backend) -> None:
-        self.backend = backend
-        self.vocab_size = backend.vocab_size
-        self.max_context = backend.max_context
-        self._committed: list[int] = []  # committed length per live row at the last propose
-
-    def begin(self, prompts: Sequence[Sequence[int]]) -> None:
-        self.backend.prefill([p[:-1] for p in prompts])
-
-    def propose(self, sequences, gamma, params, generator) -> Proposal:
-        widths = {len(s) - c for s, c in zip(sequences, self.backend.cached_lengths(), strict=True)}
-        if len(widths) != 1:
-            raise RuntimeError(f"draft cache out of step with the sequences: pending widths {sorted(widths)}")
-        width = widths.pop()
-        block = torch.tensor([s[len(s) - width :] for s in sequences], device=self.backend.device)  # [B, p]
-        tokens, probs = [], []
-        for _ in range(gamma):
-            logits = self.backend.forward(block)[:, -1]  # [B, V]
-            token, prob = pick(logits, params, generator)
-            tokens.append(token)
-            probs.append(prob)
-            block = token[:, None]
-        self._committed = [len(s) for s in sequences]
-        stacked = None if params.greedy else torch.stack(probs, 1)  # [B, G, V]
-        return Proposal(torch.stack(tokens, 1), stacked)
-
-    def feedback(self, accepted: Sequence[int]) -> None:
         # Keep committed + accepted - 1 tokens: the next block is then [last accepted, next token].
         self.backend.rollback([n + a - 1 for n, a in zip(self._committed, accepted, strict=True)])
 
