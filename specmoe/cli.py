@@ -103,6 +103,10 @@ def _add_bench(commands) -> None:
     export.add_argument("--format", choices=["csv", "parquet"], default="csv")
     export.add_argument("--out", type=Path, default=None)
     export.set_defaults(run=_run_export)
+    report = bench.add_parser("report", help="write an HTML report (figures, tables, audit) of a results store")
+    report.add_argument("--db", type=Path, required=True)
+    report.add_argument("--out", type=Path, required=True)
+    report.set_defaults(run=_run_report)
 
 
 def _add_audit(commands) -> None:
@@ -130,6 +134,13 @@ def _run_export(args) -> int:
     out = args.out or args.db.with_suffix("." + args.format)
     export(args.db, out, args.format)
     print(f"wrote {out}")
+    return 0
+
+
+def _run_report(args) -> int:
+    from specmoe.report import write_report
+
+    print(f"wrote {write_report(args.db, args.out)}")
     return 0
 
 

@@ -44,5 +44,8 @@ def run_demo(out: Path) -> int:
     rows = run_suite(suite, db, zoo)
     print(format_summary(rows))
     export(db, out / "results.csv", "csv")
-    print(f"\nresults: {db} and {out / 'results.csv'} ({time.perf_counter() - started:.0f} s)")
+    from specmoe.report import write_report
+
+    report = write_report(db, out / "report")
+    print(f"\nresults: {db}, {out / 'results.csv'}, {report} ({time.perf_counter() - started:.0f} s)")
     return 0

@@ -1,0 +1,125 @@
+"""What every report figure shares: the outcome of building one, colours, error bars, saving.
+
+Figures are `matplotlib.figure.Figure` objects created directly, never through pyplot, so no global
+figure registry or interactive backend is involved; PNG output goes through the Agg renderer.
+A view with nothing to show returns `Omitted` with the reason instead of an empty plot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib.colors as mcolors
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from specmoe.report.intervals import Interval
+from specmoe.report.results import Results, SdResult
+from specmoe.report.slices import describe_fixed
+
+RC_PARAMS = {
+    # Model names, prompt sets and paths are user text: a "$" in one must not switch to math mode.
+    "text.parse_math": False,
+    # Fixed ids inside the SVG files, so the same store renders to the same bytes.
+    "svg.hashsalt": "specmoe-report",
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "legend.fontsize": 8,
+}
+PNG_DPI = 150
+
+# The study's convention: purple for MoE targets, green for dense ones.
+MOE_COLOR = "#7b3294"
+DENSE_COLOR = "#1b7837"
+SERIES_COLORS = tuple(mcolors.TABLEAU_COLORS.values())
+SPEEDUP_LABEL = "speedup (× baseline decode tokens/s)"
+NO_SPEEDUP_STYLE = {"color": "0.4", "linestyle": "--", "linewidth": 1}
+CI_NOTE = "Error bars: 95% bootstrap interval over repeats (none with one repeat)."
+PAIR = ("target", "draft")  # the series of most views: one line per target/draft pair
+
+
+@dataclass(frozen=True)
+class Drawn:
+    name: str  # file stem of the PNG and SVG
+    title: str
+    caption: str
+    figure: Figure
+
+
+@dataclass(frozen=True)
+class Omitted:
+    title: str
+    reason: str
+
+
+Outcome = Drawn | Omitted
+
+
+def model_drafts(results: Results) -> list[SdResult]:
+    """SD results with a real draft model: oracle drafts dial acceptance, they are not deployable."""
+    return [r for r in results.sd if r.oracle_p is None]
+
+
+def fixed_phrase(fixed: dict, varying: Sequence[str]) -> str:
+    """ " at B=1, γ=4" for a caption, naming only the fixed axes that vary in the result set."""
+    text = describe_fixed(fixed, varying)
+    return f" at {text}" if text else ""
+
+
+def new_figure(width: float = 6.4, height: float = 4.0) -> Figure:
+    """A figure of the given size in inches, laid out so labels are never clipped."""
+    return Figure(figsize=(width, height), layout="constrained")
+
+
+def family_color(moe: bool) -> str:
+    return MOE_COLOR if moe else DENSE_COLOR
+
+
+def series_color(index: int) -> str:
+    return SERIES_COLORS[index % len(SERIES_COLORS)]
+
+
+def error_bars(intervals: Sequence[Interval]) -> list[list[float]]:
+    """matplotlib's asymmetric error format: distances below and above each point."""
+    return [[i.value - i.low for i in intervals], [i.high - i.value for i in intervals]]
+
+
+def plot_intervals(
+    ax: Axes,
+    xs: Sequence[float],
+    intervals: Sequence[Interval],
+    *,
+    color: str,
+    label: str,
+    linestyle: str = "-",
+    marker: str = "o",
+) -> None:
+    ax.errorbar(
+        xs,
+        [i.value for i in intervals],
+        yerr=error_bars(intervals),
+        color=color,
+        label=label,
+        linestyle=linestyle,
+        marker=marker,
+        capsize=3,
+        markersize=5,
+    )
+
+
+def integer_ticks(ax: Axes, values: Sequence[float]) -> None:
+    """Ticks at exactly the measured settings (γ, batch sizes, prompt lengths)."""
+    ticks = sorted(set(values))
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+
+
+def save_figure(drawn: Drawn, folder: Path) -> tuple[Path, Path]:
+    """Write `<name>.png` and `<name>.svg` into folder; returns both paths."""
+    png, svg = folder / f"{drawn.name}.png", folder / f"{drawn.name}.svg"
+    drawn.figure.savefig(png, dpi=PNG_DPI)
+    drawn.figure.savefig(svg, metadata={"Date": None})  # no timestamp: reproducible files
+    return png, svg

@@ -1,0 +1,224 @@
+"""MoESD's views (arXiv 2505.19645): speedup and target efficiency across batch sizes, measured
+speedup beside the analytic curve for oracle drafts, and the accepted length per round.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from specmoe.report.figures import (
+    CI_NOTE,
+    NO_SPEEDUP_STYLE,
+    PAIR,
+    SPEEDUP_LABEL,
+    Drawn,
+    Omitted,
+    Outcome,
+    fixed_phrase,
+    integer_ticks,
+    model_drafts,
+    new_figure,
+    plot_intervals,
+    series_color,
+)
+from specmoe.report.results import Results, SdResult, StepTimes
+from specmoe.report.slices import Slice, best_slice, group_by, label
+from specmoe.theory import sd_speedup
+
+
+def _batch_slice(results: Results) -> Slice[SdResult] | None:
+    return best_slice(model_drafts(results), x="batch_size", series=PAIR, min_x=2)
+
+
+def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
+    title = "Speedup vs batch size"
+    chosen = _batch_slice(results)
+    if chosen is None:
+        return Omitted(title, "no target/draft pair was run at two or more batch sizes")
+    fig = new_figure()
+    ax = fig.add_subplot()
+    for index, group in enumerate(group_by(chosen.items, PAIR)):
+        group = sorted(group, key=lambda r: r.config["batch_size"])
+        plot_intervals(
+            ax,
+            [r.config["batch_size"] for r in group],
+            [r.speedup for r in group],
+            color=series_color(index),
+            label=label(group[0].config, PAIR),
+        )
+    _batch_axis(ax, chosen.items)
+    ax.axhline(1.0, **NO_SPEEDUP_STYLE)
+    ax.set_ylabel(SPEEDUP_LABEL)
+    ax.legend(loc="best")
+    at = fixed_phrase(chosen.fixed, varying)
+    caption = (
+        f"Measured SD speedup per target across batch sizes{at}; MoESD predicts a "
+        f"rise then fall for MoE targets. Dashed line: no speedup. {CI_NOTE}"
+    )
+    return Drawn("speedup_vs_batch", title, caption, fig)
+
+
+def efficiency_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
+    title = "Target efficiency vs batch size"
+    chosen = _batch_slice(results)
+    if chosen is None:
+        return Omitted(title, "no target/draft pair was run at two or more batch sizes")
+    fig = new_figure()
+    ax = fig.add_subplot()
+    for index, group in enumerate(group_by(chosen.items, PAIR)):
+        group = sorted(group, key=lambda r: r.config["batch_size"])
+        ax.plot(
+            [r.config["batch_size"] for r in group],
+            [r.target_efficiency for r in group],
+            marker="o",
+            color=series_color(index),
+            label=label(group[0].config, PAIR),
+        )
+    gamma = chosen.fixed["gamma"]
+    ax.axhline(1.0, color="0.4", linestyle="--", linewidth=1, label="1: verify as cheap as one step")
+    ax.axhline(
+        1 / (gamma + 1),
+        color="0.4",
+        linestyle=":",
+        linewidth=1,
+        label=f"1/(γ+1) = {1 / (gamma + 1):.2f}: verify costs γ+1 steps",
+    )
+    _batch_axis(ax, chosen.items)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("target efficiency T(B,1) ÷ T(B,γ+1)")
+    ax.legend(loc="best")
+    at = fixed_phrase(chosen.fixed, varying)
+    caption = (
+        "The baseline's mean target step over the SD arm's mean verify pass (MoESD's system factor)"
+        f"{at}. Near 1 the target is memory-bound and verification is almost free."
+    )
+    return Drawn("efficiency_vs_batch", title, caption, fig)
+
+
+def _batch_axis(ax, items: Sequence[SdResult]) -> None:
+    sizes = [r.config["batch_size"] for r in items]
+    if max(sizes) / min(sizes) >= 8:
+        ax.set_xscale("log", base=2)
+    integer_ticks(ax, sizes)
+    ax.set_xlabel("batch size B (sequences decoded together)")
+
+
+def _mean_times(group: Sequence[SdResult]) -> StepTimes | None:
+    times = [r.step_times for r in group if r.step_times is not None]
+    if not times:
+        return None
+    return StepTimes(
+        target_step_s=float(np.mean([t.target_step_s for t in times])),
+        verify_s=float(np.mean([t.verify_s for t in times])),
+        draft_step_s=float(np.mean([t.draft_step_s for t in times])),
+    )
+
+
+def oracle_speedup(results: Results, varying: Sequence[str]) -> Outcome:
+    title = "Speedup vs acceptance (oracle drafts) beside the analytic curve"
+    oracles = [r for r in results.sd if r.oracle_p is not None]
+    if not oracles:
+        return Omitted(title, "no oracle-draft runs (draft names like 'oracle:0.6')")
+    chosen = best_slice(oracles, x="draft", series=("target", "gamma"))
+    assert chosen is not None  # min_x=1 keeps every non-empty group
+    fig = new_figure()
+    ax = fig.add_subplot()
+    alphas = np.linspace(0.0, 1.0, 101)
+    for index, group in enumerate(group_by(chosen.items, ("target", "gamma"))):
+        group = sorted(group, key=lambda r: r.oracle_p)
+        color, name = series_color(index), label(group[0].config, ("target", "gamma"))
+        plot_intervals(
+            ax,
+            [r.oracle_p for r in group],
+            [r.speedup for r in group],
+            color=color,
+            label=f"{name}, measured",
+            linestyle="",
+        )
+        times = _mean_times(group)
+        if times is not None:
+            curve = sd_speedup(
+                alphas, int(group[0].config["gamma"]), times.target_step_s, times.verify_s, times.draft_step_s
+            )
+            ax.plot(alphas, curve, color=color, linestyle="--", linewidth=1, label=f"{name}, analytic")
+    ax.axhline(1.0, **NO_SPEEDUP_STYLE)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("per-position acceptance probability α (the oracle's p)")
+    ax.set_ylabel(SPEEDUP_LABEL)
+    ax.legend(loc="best")
+    at = fixed_phrase(chosen.fixed, varying)
+    caption = (
+        f"Measured speedup of oracle drafts{at}, beside "
+        "sd_speedup(α, γ, T_T(B,1), T_T(B,γ+1), T_D(B,1)) evaluated with the runs' mean measured times "
+        "(baseline decode seconds per step; SD verify seconds per pass; draft seconds per step). "
+        f"The curve leaves out per-round host overhead, so it sits above the measurements. {CI_NOTE}"
+    )
+    return Drawn("oracle_speedup", title, caption, fig)
+
+
+def accepted_length_histogram(results: Results, varying: Sequence[str]) -> Outcome:
+    title = "Accepted draft tokens per round"
+    traced = [r for r in results.sd if r.accepted_counts]
+    if not traced:
+        return Omitted(title, "no SD run carries a per-round trace (rounds_trace)")
+    chosen = best_slice(traced, x="gamma", series=PAIR)
+    assert chosen is not None  # min_x=1 keeps every non-empty group
+    gammas = sorted({r.config["gamma"] for r in chosen.items})
+    cols = min(3, len(gammas))
+    rows = math.ceil(len(gammas) / cols)
+    # Legends sit under their panels (bars would hide them), so the height grows with the entries.
+    entries = max(sum(r.config["gamma"] == g for r in chosen.items) for g in gammas)
+    fig = new_figure(4.2 * cols, (3.0 + 0.17 * entries) * rows)
+    axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
+    for ax, gamma in zip(axes, gammas, strict=False):
+        _histogram_panel(ax, [r for r in chosen.items if r.config["gamma"] == gamma], gamma)
+    for ax in axes[len(gammas) :]:
+        ax.set_visible(False)
+    at = fixed_phrase(chosen.fixed, varying)
+    caption = (
+        f"Share of sequence-rounds by the number of draft tokens accepted, one panel per γ"
+        f"{at}. The legend gives the mean accepted length "
+        "(tokens committed per sequence-round, the bonus/correction token included)."
+    )
+    return Drawn("accepted_length", title, caption, fig)
+
+
+def _histogram_panel(ax, items: Sequence[SdResult], gamma: int) -> None:
+    width = 0.8 / len(items)
+    for index, r in enumerate(items):
+        counts = np.asarray(r.accepted_counts, dtype=float)
+        xs = np.arange(len(counts)) - 0.4 + width * (index + 0.5)
+        mean = f", mean {r.mean_accepted_length:.2f}" if r.mean_accepted_length is not None else ""
+        ax.bar(
+            xs,
+            100 * counts / counts.sum(),
+            width=width,
+            color=series_color(index),
+            label=f"{label(r.config, PAIR)}{mean}",
+        )
+    ax.set_xticks(range(gamma + 1))
+    ax.set_title(f"γ={gamma}")
+    ax.set_xlabel("accepted draft tokens per sequence-round")
+    ax.set_ylabel("share of sequence-rounds (%)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+
+
+def experts_vs_tokens(results: Results, varying: Sequence[str]) -> Outcome:
+    # The runner records counts and times per round, not which experts each forward loaded; the
+    # view needs per-forward activated-expert counts to set beside N(t) = E·(1 − (1 − K/E)^t).
+    return Omitted(
+        "Activated experts vs tokens per forward, beside N(t)",
+        "the runs do not record activated experts per forward (the round traces hold counts and times only)",
+    )
+
+
+MOESD_FIGURES = (
+    speedup_vs_batch,
+    efficiency_vs_batch,
+    oracle_speedup,
+    accepted_length_histogram,
+    experts_vs_tokens,
+)

@@ -1,0 +1,153 @@
+"""A results store reduced to what the report shows: one record per measured configuration.
+
+Speedup, acceptance and target efficiency come from `specmoe.bench.summary.compare`, the same
+numbers `specmoe bench run` prints; this module adds what the views need beside them: tokens/s
+intervals per arm, parameter counts, the accepted-length histogram from the round traces, and the
+mean pass times that the analytic speedup curve takes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from specmoe.bench.store import RunRow
+from specmoe.bench.suite import parse_oracle
+from specmoe.bench.summary import Comparison, compare
+from specmoe.metrics import mean_accepted_length
+from specmoe.report.intervals import Interval, mean_interval
+from specmoe.report.sizes import ModelSize, is_moe_target, target_size
+
+
+@dataclass(frozen=True)
+class StepTimes:
+    """Mean seconds per pass, the times `specmoe.theory.sd_speedup` takes (the audit's convention).
+
+    target_step_s is the baseline's decode seconds per target forward, T_T(B, 1); verify_s the SD
+    arm's verify seconds per target forward, T_T(B, γ + 1); draft_step_s its draft seconds per draft
+    step, T_D(B, 1). Per-round host overhead of the SD arm is in none of them.
+    """
+
+    target_step_s: float
+    verify_s: float
+    draft_step_s: float
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    config: dict[str, Any]
+    config_key: str
+    repeats: int
+    tokens_per_s: Interval  # decode tokens/s
+    size: ModelSize | None
+    moe: bool
+
+
+@dataclass(frozen=True)
+class SdResult:
+    config: dict[str, Any]
+    baseline_key: str
+    repeats: int
+    baseline_tokens_per_s: Interval
+    sd_tokens_per_s: Interval
+    speedup: Interval  # × over the baseline; paired bootstrap from speedup_interval
+    acceptance_rate: float  # accepted ÷ drafted over all repeats
+    mean_accepted_length: float | None  # tokens per sequence-round, bonus/correction token included
+    target_efficiency: float  # T(B, 1) ÷ T(B, γ + 1)
+    audit_failures: int
+    size: ModelSize | None
+    moe: bool
+    accepted_counts: tuple[int, ...]  # sequence-rounds that accepted 0, 1, ..., γ proposals
+    step_times: StepTimes | None  # None when a count it divides by is zero
+
+    @property
+    def oracle_p(self) -> float | None:
+        """The per-position acceptance an "oracle:P" draft was set to; None for model drafts."""
+        return parse_oracle(self.config.get("draft"))
+
+
+@dataclass(frozen=True)
+class Results:
+    rows: tuple[RunRow, ...]
+    baselines: tuple[BaselineResult, ...]  # one per baseline configuration, in store order
+    sd: tuple[SdResult, ...]  # one per SD configuration that has a baseline, in store order
+
+
+def collect(rows: list[RunRow]) -> Results:
+    by_key: dict[str, list[RunRow]] = defaultdict(list)
+    for row in rows:
+        by_key[row.config_key].append(row)
+    baselines = tuple(_baseline_result(group) for group in by_key.values() if group[0].arm == "baseline")
+    sd = tuple(_sd_result(c, by_key) for c in compare(rows))
+    return Results(rows=tuple(rows), baselines=baselines, sd=sd)
+
+
+def _baseline_result(rows: list[RunRow]) -> BaselineResult:
+    config = rows[0].config
+    return BaselineResult(
+        config=config,
+        config_key=rows[0].config_key,
+        repeats=len(rows),
+        tokens_per_s=mean_interval([r.tokens_per_s for r in rows]),
+        size=target_size(config),
+        moe=is_moe_target(config),
+    )
+
+
+def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdResult:
+    sd_rows = by_key[_config_key(comparison, by_key)]
+    base_rows = by_key[sd_rows[0].baseline_key]
+    accepted = sum(r.counts["accepted"] for r in sd_rows)
+    rounds = sum(r.counts["rounds"] for r in sd_rows)
+    config = comparison.config
+    return SdResult(
+        config=config,
+        baseline_key=sd_rows[0].baseline_key,
+        repeats=comparison.repeats,
+        baseline_tokens_per_s=mean_interval([r.tokens_per_s for r in base_rows]),
+        sd_tokens_per_s=mean_interval([r.tokens_per_s for r in sd_rows]),
+        speedup=Interval(comparison.speedup, comparison.speedup_low, comparison.speedup_high),
+        acceptance_rate=comparison.acceptance_rate,
+        mean_accepted_length=mean_accepted_length(accepted, rounds),
+        target_efficiency=comparison.target_efficiency,
+        audit_failures=comparison.audit_failures,
+        size=target_size(config),
+        moe=is_moe_target(config),
+        accepted_counts=accepted_histogram(sd_rows, int(config.get("gamma") or 0)),
+        step_times=step_times(base_rows, sd_rows, int(config.get("gamma") or 0)),
+    )
+
+
+def _config_key(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> str:
+    key = comparison.config.get("config_key")
+    if key in by_key:
+        return key
+    # Rows from outside the runner may lack the derived keys in their config; compare() hands back
+    # the config object of one of the rows it paired, which names the group.
+    return next(k for k, group in by_key.items() if any(r.config is comparison.config for r in group))
+
+
+def accepted_histogram(rows: list[RunRow], gamma: int) -> tuple[int, ...]:
+    """Sequence-rounds by accepted proposals (index = accepted count), over every round traced."""
+    counts = [0] * (gamma + 1)
+    for row in rows:
+        for record in row.rounds_trace:
+            for accepted in record.get("accepted", ()):
+                if accepted >= len(counts):
+                    counts.extend([0] * (accepted + 1 - len(counts)))
+                counts[accepted] += 1
+    return tuple(counts) if any(counts) else ()
+
+
+def step_times(base_rows: list[RunRow], sd_rows: list[RunRow], gamma: int) -> StepTimes | None:
+    base_forwards = sum(r.counts["target_forwards"] for r in base_rows)
+    sd_forwards = sum(r.counts["target_forwards"] for r in sd_rows)
+    if not base_forwards or not sd_forwards or gamma < 1:
+        return None
+    target_step = sum(r.times["decode_s"] for r in base_rows) / base_forwards
+    verify = sum(r.times["verify_s"] for r in sd_rows) / sd_forwards
+    if target_step <= 0 or verify <= 0:
+        return None
+    draft_step = sum(r.times["draft_s"] for r in sd_rows) / (sd_forwards * gamma)
+    return StepTimes(target_step_s=target_step, verify_s=verify, draft_step_s=draft_step)

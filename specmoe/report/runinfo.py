@@ -1,0 +1,87 @@
+"""The report's prose sections: which runs failed their audit, and where the runs were measured."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from specmoe.bench.store import RunRow, flatten
+from specmoe.report.slices import AXES, SD_ONLY_AXES, axis_value, format_axis, label
+
+# Environment keys in reading order (specmoe.bench.env); any others follow, sorted.
+ENV_ORDER = (
+    "cpu",
+    "gpu",
+    "device",
+    "cores",
+    "memory_gib",
+    "torch_threads",
+    "python",
+    "torch",
+    "transformers",
+    "specmoe",
+    "git_sha",
+)
+
+
+@dataclass(frozen=True)
+class FailedRun:
+    run_id: str
+    sentence: str  # the failure in plain words, for the audit section
+
+
+def failed_runs(rows: tuple[RunRow, ...] | list[RunRow]) -> list[FailedRun]:
+    """Every run whose audit verdict is not "pass", in store order."""
+    return [FailedRun(row.run_id, _failure_sentence(row)) for row in rows if row.audit_verdict != "pass"]
+
+
+def _failure_sentence(row: RunRow) -> str:
+    arm = "SD arm" if row.arm == "sd" else "baseline arm"
+    axes = [a for a in AXES if row.arm == "sd" or a not in SD_ONLY_AXES]
+    what = label(row.config, [a for a in axes if axis_value(row.config, a) is not None])
+    reason = row.audit_reason.strip() or "no reason recorded"
+    verdict = "" if row.audit_verdict == "fail" else f" (verdict '{row.audit_verdict}')"
+    return (
+        f"Run {row.run_id} (suite {row.suite}, group {row.group}, {arm}, repeat {row.repeat}: {what}) "
+        f"failed its audit{verdict}: {reason}."
+    )
+
+
+@dataclass(frozen=True)
+class Environment:
+    values: tuple[tuple[str, str], ...]  # (key, value) in ENV_ORDER, then the rest sorted
+    runs: int  # runs measured in this environment
+
+
+def environments(rows: tuple[RunRow, ...] | list[RunRow]) -> list[Environment]:
+    """Distinct environments, most runs first; nested env values are flattened to dotted keys."""
+    counts = Counter(_env_items(row.env) for row in rows)
+    return [Environment(values, runs) for values, runs in counts.most_common()]
+
+
+def _env_items(env: dict[str, Any]) -> tuple[tuple[str, str], ...]:
+    flat = {key.removeprefix("env."): value for key, value in flatten("env", env).items()}
+    order = [k for k in ENV_ORDER if k in flat] + sorted(k for k in flat if k not in ENV_ORDER)
+    return tuple((k, "unknown" if flat[k] is None else str(flat[k])) for k in order)
+
+
+def shared_settings(rows: tuple[RunRow, ...] | list[RunRow]) -> str:
+    """The axis values every run shares, e.g. "temperature 0.0, 64 new tokens, float32, cpu"."""
+    parts = []
+    for axis in AXES:
+        if axis in SD_ONLY_AXES or axis == "target":
+            continue
+        values = {str(axis_value(row.config, axis)) for row in rows}
+        if len(values) == 1:
+            parts.append(format_axis(axis, axis_value(rows[0].config, axis)))
+    return ", ".join(p for p in parts if p)
+
+
+def suites(rows: tuple[RunRow, ...] | list[RunRow]) -> list[str]:
+    return sorted({row.suite for row in rows})
+
+
+def audit_counts(rows: tuple[RunRow, ...] | list[RunRow]) -> tuple[int, int]:
+    """(failed, total) runs."""
+    return sum(1 for row in rows if row.audit_verdict != "pass"), len(rows)

@@ -1,0 +1,242 @@
+"""The empirical study's views (its figures 1-5), drawn from any result set.
+
+Each builder takes the collected results and the axes that vary across them (to name the fixed
+settings in captions) and returns `Drawn` or `Omitted`. Oracle drafts are left out of these views:
+they exist to dial acceptance for the MoESD comparison, not as drafts one would deploy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from matplotlib.axes import Axes
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from specmoe.report.figures import (
+    CI_NOTE,
+    NO_SPEEDUP_STYLE,
+    PAIR,
+    SPEEDUP_LABEL,
+    Drawn,
+    Omitted,
+    Outcome,
+    error_bars,
+    family_color,
+    fixed_phrase,
+    integer_ticks,
+    model_drafts,
+    new_figure,
+    plot_intervals,
+    series_color,
+)
+from specmoe.report.results import Results, SdResult
+from specmoe.report.slices import best_slice, group_by, label
+
+
+def _count_unit(largest: int) -> tuple[float, str]:
+    for scale, unit in ((1e9, "billions"), (1e6, "millions"), (1e3, "thousands")):
+        if largest >= scale:
+            return scale, unit
+    return 1.0, "count"
+
+
+def speedup_vs_active_params(results: Results, varying: Sequence[str]) -> Outcome:
+    title = "Speedup vs active parameters"
+    candidates = model_drafts(results)
+    if not candidates:
+        return Omitted(title, "no SD configuration with a model draft and a matching baseline")
+    sized = [r for r in candidates if r.size is not None]
+    unsized = sorted({str(r.config.get("target")) for r in candidates if r.size is None})
+    if not sized:
+        return Omitted(
+            title,
+            f"parameter counts unknown for the targets ({', '.join(unsized)}); only zoo models have counts",
+        )
+    chosen = best_slice(sized, x="target", series=("draft",))
+    assert chosen is not None  # min_x=1 keeps every non-empty group
+    scale, unit = _count_unit(max(r.size.active_params for r in chosen.items))
+    fig = new_figure(6.4, 4.2)
+    ax = fig.add_subplot()
+    handles = _param_points(ax, chosen.items, scale)
+    ax.axhline(1.0, **NO_SPEEDUP_STYLE)
+    ax.set_xlabel(f"target active parameters ({unit})")
+    ax.set_ylabel(SPEEDUP_LABEL)
+    ax.legend(handles=handles, loc="best")
+    at = fixed_phrase(chosen.fixed, varying)
+    caption = (
+        f"SD speedup against the target's active parameter count{at}. "
+        f"Stars mark MoE targets; labels give total parameters ({unit}). Dashed line: no speedup. {CI_NOTE}"
+    )
+    if unsized:
+        caption += f" Left out for lack of parameter counts: {', '.join(unsized)}."
+    return Drawn("speedup_vs_active_params", title, caption, fig)
+
+
+def _param_points(ax: Axes, items: Sequence[SdResult], scale: float) -> list[Line2D]:
+    """One point per target (star: MoE), one colour per draft; returns the legend handles."""
+    handles = []
+    for index, group in enumerate(group_by(items, ["draft"])):
+        color = series_color(index)
+        draft = group[0].config["draft"]
+        handles.append(Line2D([], [], color=color, marker="s", linestyle="", label=f"draft {draft}"))
+        for r in group:
+            x = r.size.active_params / scale
+            ax.errorbar(
+                [x],
+                [r.speedup.value],
+                yerr=error_bars([r.speedup]),
+                color=color,
+                capsize=3,
+                marker="*" if r.moe else "o",
+                markersize=13 if r.moe else 7,
+            )
+            note = f"{label(r.config, ['target'])}, {r.size.total_params / scale:.3g} total"
+            ax.annotate(note, (x, r.speedup.value), xytext=(6, 6), textcoords="offset points", fontsize=7)
+    return [
+        *handles,
+        Line2D([], [], color="black", marker="*", markersize=11, linestyle="", label="MoE target"),
+        Line2D([], [], color="black", marker="o", linestyle="", label="dense target"),
+    ]
+
+
+def throughput_bars(results: Results, varying: Sequence[str]) -> Outcome:
+    title = "Decode throughput of every configuration"
+    if not results.baselines:
+        return Omitted(title, "no baseline runs")
+    context = ["target", *(a for a in varying if a not in ("target", "draft", "gamma"))]
+    labels, values, colors = [], [], []
+    for base in results.baselines:
+        labels.append(label(base.config, context))
+        values.append(base.tokens_per_s)
+        colors.append((family_color(base.moe), 0.35))
+        for sd in (s for s in results.sd if s.baseline_key == base.config_key):
+            labels.append(f"+ {label(sd.config, ['draft', 'gamma'])}")
+            values.append(sd.sd_tokens_per_s)
+            colors.append((family_color(sd.moe), 1.0))
+    fig = new_figure(7.5, max(2.5, 0.8 + 0.26 * len(labels)))
+    ax = fig.add_subplot()
+    ys = list(range(len(labels)))
+    ax.barh(ys, [v.value for v in values], xerr=error_bars(values), color=colors, capsize=2)
+    for y, v in zip(ys, values, strict=True):
+        ax.text(v.high, y, f"  {v.value:.1f}", va="center", fontsize=7)
+    ax.set_xlim(0, 1.15 * max(v.high for v in values))  # room for the value printed after each bar
+    ax.set_yticks(ys, labels)
+    ax.invert_yaxis()
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("decode throughput (tokens/s: emitted tokens ÷ decode seconds)")
+    families = sorted({b.moe for b in results.baselines}, reverse=True)
+    ax.legend(
+        handles=[
+            Patch(color=(family_color(moe), alpha), label=f"{'MoE' if moe else 'dense'} {arm}")
+            for moe in families
+            for arm, alpha in (("baseline", 0.35), ("SD", 1.0))
+        ],
+        loc="lower right",
+    )
+    caption = (
+        "Mean decode tokens/s of each baseline configuration (light bars) followed by its SD "
+        f"configurations (solid bars, '+ draft · γ'). Purple: MoE targets; green: dense. {CI_NOTE}"
+    )
+    return Drawn("throughput", title, caption, fig)
+
+
+def acceptance_vs_gamma(results: Results, varying: Sequence[str]) -> Outcome:
+    title = "Acceptance rate vs γ"
+    chosen = best_slice(model_drafts(results), x="gamma", series=PAIR, min_x=2)
+    if chosen is None:
+        return Omitted(title, "no target/draft pair was run at two or more γ values")
+    fig = new_figure()
+    ax = fig.add_subplot()
+    for index, group in enumerate(group_by(chosen.items, PAIR)):
+        group = sorted(group, key=lambda r: r.config["gamma"])
+        ax.plot(
+            [r.config["gamma"] for r in group],
+            [100 * r.acceptance_rate for r in group],
+            marker="o",
+            color=series_color(index),
+            label=label(group[0].config, PAIR),
+        )
+    integer_ticks(ax, [r.config["gamma"] for r in chosen.items])
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("draft length γ (tokens drafted per round)")
+    ax.set_ylabel("acceptance rate (accepted ÷ drafted, %)")
+    ax.legend(loc="best")
+    at = fixed_phrase(chosen.fixed, varying)
+    caption = f"Share of drafted tokens the target accepted, pooled over repeats{at}."
+    return Drawn("acceptance_vs_gamma", title, caption, fig)
+
+
+def prompt_length_sweep(results: Results, varying: Sequence[str]) -> Outcome:
+    title = "Throughput and speedup vs prompt length"
+    synthetic = [r for r in model_drafts(results) if r.config.get("prompt_length") is not None]
+    if not synthetic:
+        return Omitted(title, "no SD runs with a synthetic prompt length (prompt_length)")
+    chosen = best_slice(synthetic, x="prompt_length", series=PAIR, min_x=2)
+    if chosen is None:
+        return Omitted(title, "no target/draft pair was run at two or more prompt lengths")
+    fig = new_figure(10, 4.0)
+    left, right = fig.subplots(1, 2)
+    for index, group in enumerate(group_by(chosen.items, PAIR)):
+        group = sorted(group, key=lambda r: r.config["prompt_length"])
+        xs = [r.config["prompt_length"] for r in group]
+        name, color = label(group[0].config, PAIR), series_color(index)
+        target = label(group[0].config, ["target"])
+        plot_intervals(
+            left,
+            xs,
+            [r.baseline_tokens_per_s for r in group],
+            color=color,
+            label=f"{target} baseline",
+            linestyle="--",
+            marker="s",
+        )
+        plot_intervals(left, xs, [r.sd_tokens_per_s for r in group], color=color, label=f"{name} SD")
+        plot_intervals(right, xs, [r.speedup for r in group], color=color, label=name)
+    lengths = [r.config["prompt_length"] for r in chosen.items]
+    for ax in (left, right):
+        integer_ticks(ax, lengths)
+        ax.set_xlabel("prompt length (tokens)")
+        ax.legend(loc="best")
+    left.set_ylabel("decode throughput (tokens/s)")
+    left.set_ylim(bottom=0)
+    right.set_ylabel(SPEEDUP_LABEL)
+    right.axhline(1.0, **NO_SPEEDUP_STYLE)
+    at = fixed_phrase(chosen.fixed, varying)
+    caption = f"Left: baseline (dashed) and SD (solid) decode tokens/s; right: speedup{at}. {CI_NOTE}"
+    return Drawn("prompt_length", title, caption, fig)
+
+
+def speedup_vs_gamma(results: Results, varying: Sequence[str]) -> Outcome:
+    title = "Speedup vs γ"
+    chosen = best_slice(model_drafts(results), x="gamma", series=PAIR, min_x=2)
+    if chosen is None:
+        return Omitted(title, "no target/draft pair was run at two or more γ values")
+    fig = new_figure()
+    ax = fig.add_subplot()
+    for index, group in enumerate(group_by(chosen.items, PAIR)):
+        group = sorted(group, key=lambda r: r.config["gamma"])
+        plot_intervals(
+            ax,
+            [r.config["gamma"] for r in group],
+            [r.speedup for r in group],
+            color=series_color(index),
+            label=label(group[0].config, PAIR),
+        )
+    integer_ticks(ax, [r.config["gamma"] for r in chosen.items])
+    ax.axhline(1.0, **NO_SPEEDUP_STYLE)
+    ax.set_xlabel("draft length γ (tokens drafted per round)")
+    ax.set_ylabel(SPEEDUP_LABEL)
+    ax.legend(loc="best")
+    at = fixed_phrase(chosen.fixed, varying)
+    caption = f"SD speedup per target/draft pair{at}. Dashed line: no speedup. {CI_NOTE}"
+    return Drawn("speedup_vs_gamma", title, caption, fig)
+
+
+STUDY_FIGURES = (
+    speedup_vs_active_params,
+    throughput_bars,
+    acceptance_vs_gamma,
+    prompt_length_sweep,
+    speedup_vs_gamma,
+)

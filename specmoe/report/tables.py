@@ -1,0 +1,219 @@
+"""The report's tables: baseline throughput, every SD result, and drafts compared on one target.
+
+Each table has two forms: `records` with raw numbers (interval bounds in their own columns) for the
+CSV file, and `cells`, formatted strings with units, for the HTML page.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specmoe.report.figures import Omitted
+from specmoe.report.intervals import Interval
+from specmoe.report.results import BaselineResult, Results, SdResult
+from specmoe.report.slices import AXES, axis_value, format_axis, group_by, varying_axes
+
+# Setting columns shown on the page: those of AXES that vary (target, draft, γ always shown).
+_SETTING_AXES = tuple(a for a in AXES if a not in ("target", "draft", "gamma"))
+_CSV_SETTINGS = (*_SETTING_AXES, "moe_top_k")
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str  # file stem of the CSV
+    title: str
+    caption: str
+    columns: tuple[str, ...]  # page headings
+    cells: tuple[tuple[str, ...], ...]  # page rows, formatted
+    records: tuple[dict[str, Any], ...]  # CSV rows, raw values; keys in CSV column order
+
+
+def write_csv(table: Table, folder: Path) -> Path:
+    path = folder / f"{table.name}.csv"
+    with path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=list(table.records[0]))
+        writer.writeheader()
+        writer.writerows(table.records)
+    return path
+
+
+def _interval_fields(prefix: str, interval: Interval) -> dict[str, float]:
+    return {prefix: interval.value, f"{prefix}_ci_low": interval.low, f"{prefix}_ci_high": interval.high}
+
+
+def _settings(config: dict[str, Any]) -> dict[str, Any]:
+    return {axis: config.get(axis) for axis in _CSV_SETTINGS}
+
+
+def _shown(varying: Sequence[str]) -> list[str]:
+    return [a for a in _SETTING_AXES if a in varying]
+
+
+def _setting_cells(config: dict[str, Any], shown: Sequence[str]) -> tuple[str, ...]:
+    return tuple(format_axis(a, axis_value(config, a)) or "–" for a in shown)
+
+
+def _params(result: BaselineResult | SdResult) -> tuple[str, str]:
+    if result.size is None:
+        return "unknown", "unknown"
+    return f"{result.size.active_params:,}", f"{result.size.total_params:,}"
+
+
+def baseline_table(results: Results) -> Table | Omitted:
+    title = "Baseline decode throughput (no speculative decoding)"
+    if not results.baselines:
+        return Omitted(title, "no baseline runs")
+    shown = _shown(varying_axes(b.config for b in results.baselines))
+    cells, records = [], []
+    for b in results.baselines:
+        active, total = _params(b)
+        cells.append(
+            (
+                format_axis("target", axis_value(b.config, "target")),
+                "MoE" if b.moe else "dense",
+                active,
+                total,
+                *_setting_cells(b.config, shown),
+                str(b.repeats),
+                b.tokens_per_s.format(1),
+            )
+        )
+        records.append(
+            {
+                "target": b.config.get("target"),
+                "moe": b.moe,
+                "active_params": b.size.active_params if b.size else None,
+                "total_params": b.size.total_params if b.size else None,
+                **_settings(b.config),
+                "repeats": b.repeats,
+                **_interval_fields("tokens_per_s", b.tokens_per_s),
+            }
+        )
+    columns = ("target", "kind", "active params", "total params", *shown, "repeats", "tokens/s [95% CI]")
+    caption = "Mean decode tokens/s (emitted tokens ÷ decode seconds) of each baseline configuration."
+    return Table("baseline_throughput", title, caption, columns, tuple(cells), tuple(records))
+
+
+def sd_table(results: Results) -> Table | Omitted:
+    title = "Speculative decoding results"
+    if not results.sd:
+        return Omitted(title, "no SD runs with a matching baseline")
+    shown = _shown(varying_axes(r.config for r in results.sd))
+    cells, records = [], []
+    for r in results.sd:
+        cells.append(
+            (
+                format_axis("target", axis_value(r.config, "target")),
+                str(r.config.get("draft")),
+                str(r.config.get("gamma")),
+                *_setting_cells(r.config, shown),
+                str(r.repeats),
+                r.baseline_tokens_per_s.format(1),
+                r.sd_tokens_per_s.format(1),
+                r.speedup.format(2, "×"),
+                f"{r.acceptance_rate:.1%}",
+                _optional(r.mean_accepted_length),
+                f"{r.target_efficiency:.2f}",
+                "pass" if not r.audit_failures else f"{r.audit_failures} failed",
+            )
+        )
+        records.append(
+            {
+                "target": r.config.get("target"),
+                "draft": r.config.get("draft"),
+                "gamma": r.config.get("gamma"),
+                **_settings(r.config),
+                "repeats": r.repeats,
+                **_interval_fields("baseline_tokens_per_s", r.baseline_tokens_per_s),
+                **_interval_fields("sd_tokens_per_s", r.sd_tokens_per_s),
+                **_interval_fields("speedup", r.speedup),
+                "acceptance_rate": r.acceptance_rate,
+                "mean_accepted_length": r.mean_accepted_length,
+                "target_efficiency": r.target_efficiency,
+                "audit_failures": r.audit_failures,
+            }
+        )
+    columns = (
+        "target",
+        "draft",
+        "γ",
+        *shown,
+        "repeats",
+        "baseline tokens/s [95% CI]",
+        "SD tokens/s [95% CI]",
+        "speedup [95% CI]",
+        "acceptance",
+        "mean accepted length",
+        "target efficiency",
+        "audit",
+    )
+    caption = (
+        "Every SD configuration beside its baseline. Acceptance: accepted ÷ drafted. Mean accepted length: "
+        "tokens committed per sequence-round, the bonus/correction token included. Target efficiency: "
+        "T(B,1) ÷ T(B,γ+1). Speedup intervals are paired bootstrap intervals over repeats."
+    )
+    return Table("sd_results", title, caption, columns, tuple(cells), tuple(records))
+
+
+def _optional(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
+
+
+def draft_table(results: Results) -> Table | Omitted:
+    title = "Draft comparison"
+    model_drafts = [r for r in results.sd if r.oracle_p is None]
+    others = [a for a in AXES if a != "draft"]
+    groups = [g for g in group_by(model_drafts, others) if len({r.config.get("draft") for r in g}) > 1]
+    if not groups:
+        return Omitted(title, "no target was run with two or more draft models under the same settings")
+    shown = _shown(varying_axes(r.config for g in groups for r in g))
+    cells, records = [], []
+    for group in groups:
+        best = max(group, key=lambda r: r.speedup.value)
+        for r in group:
+            cells.append(
+                (
+                    format_axis("target", axis_value(r.config, "target")),
+                    str(r.config.get("gamma")),
+                    *_setting_cells(r.config, shown),
+                    str(r.config.get("draft")),
+                    r.speedup.format(2, "×"),
+                    f"{r.acceptance_rate:.1%}",
+                    r.sd_tokens_per_s.format(1),
+                    "✓" if r is best else "",
+                )
+            )
+            records.append(
+                {
+                    "target": r.config.get("target"),
+                    "gamma": r.config.get("gamma"),
+                    **_settings(r.config),
+                    "draft": r.config.get("draft"),
+                    **_interval_fields("speedup", r.speedup),
+                    "acceptance_rate": r.acceptance_rate,
+                    **_interval_fields("sd_tokens_per_s", r.sd_tokens_per_s),
+                    "fastest": r is best,
+                }
+            )
+    columns = (
+        "target",
+        "γ",
+        *shown,
+        "draft",
+        "speedup [95% CI]",
+        "acceptance",
+        "SD tokens/s [95% CI]",
+        "fastest",
+    )
+    caption = (
+        "Drafts compared on the same target and settings; ✓ marks the highest mean speedup (check whether "
+        "the intervals overlap before calling a winner)."
+    )
+    return Table("draft_comparison", title, caption, columns, tuple(cells), tuple(records))
+
+
+TABLES = (baseline_table, sd_table, draft_table)

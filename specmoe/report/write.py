@@ -1,0 +1,94 @@
+"""`write_report`: a results store in, a folder with report.html, figures and CSV tables out.
+
+Layout of the output folder (copy the whole folder to share the report; the page links the rest
+by relative path and loads nothing from elsewhere):
+
+    report.html
+    figures/<view>.png, figures/<view>.svg
+    tables/<table>.csv
+
+Files are overwritten in place; files of views a previous report drew but this one omits are left.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+from specmoe.bench.store import Store
+from specmoe.errors import SpecmoeError
+from specmoe.report.figures import RC_PARAMS, Drawn, Omitted, Outcome, save_figure
+from specmoe.report.html import FigureEntry, Page, TableEntry, render
+from specmoe.report.moesd_figures import MOESD_FIGURES
+from specmoe.report.results import Results, collect
+from specmoe.report.runinfo import environments, failed_runs, shared_settings, suites
+from specmoe.report.slices import varying_axes
+from specmoe.report.study_figures import STUDY_FIGURES
+from specmoe.report.tables import TABLES, write_csv
+
+REPORT_NAME = "report.html"
+FIGURES_DIR = "figures"
+TABLES_DIR = "tables"
+
+
+def write_report(db: Path, out: Path) -> Path:
+    """Render the store at `db` into the folder `out` (created if needed); returns report.html's path."""
+    db, out = Path(db), Path(out)
+    if not db.is_file():
+        raise SpecmoeError(
+            f"results store not found: {db}; run `specmoe bench run` first or pass the right --db"
+        )
+    with Store(db) as store:
+        rows = store.rows()
+    if not rows:
+        raise SpecmoeError(f"{db}: the results store holds no runs; run a suite into it first")
+    if out.exists() and not out.is_dir():
+        raise SpecmoeError(f"--out {out} is a file; pass a folder for the report")
+    for sub in (FIGURES_DIR, TABLES_DIR):
+        (out / sub).mkdir(parents=True, exist_ok=True)
+    results = collect(rows)
+    omitted: list[Omitted] = []
+    with matplotlib.rc_context(RC_PARAMS):
+        study = _draw(STUDY_FIGURES, results, out, omitted)
+        moesd = _draw(MOESD_FIGURES, results, out, omitted)
+    tables = []
+    for build in TABLES:
+        table = build(results)
+        if isinstance(table, Omitted):
+            omitted.append(table)
+        else:
+            tables.append(TableEntry(table, _relative(write_csv(table, out / TABLES_DIR), out)))
+    page = Page(
+        source=str(db),
+        runs=len(rows),
+        suites=tuple(suites(rows)),
+        shared_settings=shared_settings(rows),
+        study=study,
+        tables=tuple(tables),
+        moesd=moesd,
+        failed=tuple(failed_runs(rows)),
+        environments=tuple(environments(rows)),
+        omitted=tuple(omitted),
+    )
+    report = out / REPORT_NAME
+    report.write_text(render(page), encoding="utf-8")
+    return report
+
+
+def _draw(builders, results: Results, out: Path, omitted: list[Omitted]) -> tuple[FigureEntry, ...]:
+    varying = varying_axes(r.config for r in results.rows)
+    entries = []
+    for build in builders:
+        outcome: Outcome = build(results, varying)
+        if isinstance(outcome, Omitted):
+            omitted.append(outcome)
+            continue
+        assert isinstance(outcome, Drawn)
+        png, svg = save_figure(outcome, out / FIGURES_DIR)
+        entries.append(FigureEntry(outcome.title, outcome.caption, _relative(png, out), _relative(svg, out)))
+    return tuple(entries)
+
+
+def _relative(path: Path, out: Path) -> str:
+    return path.relative_to(out).as_posix()
