@@ -1,6 +1,7 @@
 """Engine speed on the bench zoo, on this machine. Not a test: prints figures and writes JSON.
 
-    python benchmarks/engine_speed.py --zoo ~/.cache/specmoe/zoo/bench-seed0 --out docs/results/cpu/engine_speed.json
+    python benchmarks/engine_speed.py --zoo ~/.cache/specmoe/zoo/bench-seed0 \
+        --out docs/results/cpu/engine_speed.json
 
 Measures, at B = 1, greedy, gamma = 4, target `moe`, draft `draft-xs`:
 1. host overhead share of SD decode wall time (default dtype);
@@ -85,12 +86,19 @@ def ours(target, draft, prompt_ids, new_tokens, repeats):
 def hf_assisted(zoo: Path, prompt_ids, new_tokens, repeats, dtype=torch.float32):
     from transformers import AutoModelForCausalLM
 
-    target = AutoModelForCausalLM.from_pretrained(zoo / "moe", dtype=dtype, experts_implementation="grouped_mm")
+    target = AutoModelForCausalLM.from_pretrained(
+        zoo / "moe", dtype=dtype, experts_implementation="grouped_mm"
+    )
     draft = AutoModelForCausalLM.from_pretrained(zoo / "draft-xs", dtype=dtype)
     ids = torch.tensor([prompt_ids])
     kwargs = dict(
-        assistant_model=draft, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-        num_assistant_tokens=4, num_assistant_tokens_schedule="constant", assistant_confidence_threshold=0.0,
+        assistant_model=draft,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        do_sample=False,
+        num_assistant_tokens=4,
+        num_assistant_tokens_schedule="constant",
+        assistant_confidence_threshold=0.0,
     )
     with torch.inference_mode():
         target.generate(ids, **kwargs)
@@ -140,7 +148,10 @@ def main() -> None:
     report["overhead_share_default_dtype"] = share
     print(f"host overhead share (bf16): {share:.2%}")
 
-    target32, draft32 = load_model(args.zoo / "moe", dtype="float32"), load_model(args.zoo / "draft-xs", dtype="float32")
+    target32, draft32 = (
+        load_model(args.zoo / "moe", dtype="float32"),
+        load_model(args.zoo / "draft-xs", dtype="float32"),
+    )
     tokens, stats = ours(target32, draft32, prompt_ids, args.new_tokens, args.repeats)
     del target32, draft32
     hf_tokens, hf_wall, hf_prefill = hf_assisted(args.zoo, prompt_ids, args.new_tokens, args.repeats)

@@ -1,12 +1,12 @@
 """The Python API: load models, decode with or without a draft, read the stats.
 
-    from specmoe import api
-    target = api.load_model("zoo/moe", dtype="float64")
-    draft = api.ModelDrafter(api.load_model("zoo/draft-xs", dtype="float64"))
-    tokenizer = api.load_tokenizer("zoo/moe")
-    config = api.DecodeConfig(max_new_tokens=32, gamma=4)
-    result = api.decode(target, [tokenizer.encode("Hello")], config, drafter=draft)
-    print(tokenizer.decode(result.outputs[0].token_ids), api.summary(result))
+from specmoe import api
+target = api.load_model("zoo/moe", dtype="float64")
+draft = api.ModelDrafter(api.load_model("zoo/draft-xs", dtype="float64"))
+tokenizer = api.load_tokenizer("zoo/moe")
+config = api.DecodeConfig(max_new_tokens=32, gamma=4)
+result = api.decode(target, [tokenizer.encode("Hello")], config, drafter=draft)
+print(tokenizer.decode(result.outputs[0].token_ids), api.summary(result))
 """
 
 from __future__ import annotations
@@ -51,8 +51,10 @@ def load_tokenizer(path: str | Path):
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as err:
-        raise SpecmoeError(f"no usable tokenizer in '{path}' ({type(err).__name__}); "
-                           "the model directory needs tokenizer.json") from None
+        raise SpecmoeError(
+            f"no usable tokenizer in '{path}' ({type(err).__name__}); "
+            "the model directory needs tokenizer.json"
+        ) from None
 
 
 def resolve(spec: str, zoo: Path | None) -> Path:
@@ -86,8 +88,9 @@ def generate_text(
 ) -> dict:
     """Decode text prompts as one batch; return the JSON-ready report `specmoe generate` prints."""
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
-    config = DecodeConfig(max_new_tokens=max_new_tokens, gamma=gamma, sampling=sampling, seed=seed,
-                          ignore_eos=ignore_eos)
+    config = DecodeConfig(
+        max_new_tokens=max_new_tokens, gamma=gamma, sampling=sampling, seed=seed, ignore_eos=ignore_eos
+    )
     if draft is not None and gamma < 1:
         raise SpecmoeError(f"--gamma must be >= 1 (tokens drafted per round), got {gamma}")
     target_dir = resolve(target, zoo)
@@ -102,7 +105,11 @@ def generate_text(
     check_invariants(result)
     report: dict = {
         "outputs": [
-            {"token_ids": list(o.token_ids), "text": tokenizer.decode(o.token_ids), "finish_reason": o.finish_reason}
+            {
+                "token_ids": list(o.token_ids),
+                "text": tokenizer.decode(o.token_ids),
+                "finish_reason": o.finish_reason,
+            }
             for o in result.outputs
         ],
         "stats": summary(result),
@@ -110,7 +117,12 @@ def generate_text(
     if check and drafter is not None:
         plain = decode(target_model, token_prompts, config)
         found = find_divergences(
-            target_model, token_prompts, [o.token_ids for o in result.outputs], [o.token_ids for o in plain.outputs]
+            target_model,
+            token_prompts,
+            [o.token_ids for o in result.outputs],
+            [o.token_ids for o in plain.outputs],
         )
-        report["divergences"] = [{"sequence": d.sequence, "position": d.position, "margin": d.margin} for d in found]
+        report["divergences"] = [
+            {"sequence": d.sequence, "position": d.position, "margin": d.margin} for d in found
+        ]
     return report

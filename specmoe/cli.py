@@ -47,11 +47,18 @@ def _positive_int(text: str) -> int:
 
 
 def _add_model_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", choices=["float64", "float32", "bfloat16", "float16"], default=None,
-                   help="compute dtype (default: bfloat16, the fastest correct one on CPU; float64 is exact)")
+    p.add_argument(
+        "--dtype",
+        choices=["float64", "float32", "bfloat16", "float16"],
+        default=None,
+        help="compute dtype (default: bfloat16, the fastest correct one on CPU; float64 is exact)",
+    )
     p.add_argument("--device", default="cpu", help="cpu, cuda or mps")
-    p.add_argument("--experts-implementation", default=None,
-                   help="transformers MoE experts kernel: eager, batched_mm or grouped_mm")
+    p.add_argument(
+        "--experts-implementation",
+        default=None,
+        help="transformers MoE experts kernel: eager, batched_mm or grouped_mm",
+    )
     p.add_argument("--allow-pickle", action="store_true", help="allow .bin/.pt weights (can run code)")
     p.add_argument("--trust-remote-code", action="store_true", help="run a model's own Python code")
 
@@ -69,8 +76,11 @@ def _add_generate(commands) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--ignore-eos", action="store_true", help="always decode max-new-tokens tokens")
     p.add_argument("--prompt", action="append", help="prompt text; repeat for a batch")
-    p.add_argument("--check", action="store_true",
-                   help="also decode without the draft and report where the outputs differ")
+    p.add_argument(
+        "--check",
+        action="store_true",
+        help="also decode without the draft and report where the outputs differ",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _add_model_options(p)
     p.set_defaults(run=_run_generate)
@@ -103,15 +113,21 @@ def _add_bench(commands) -> None:
     export.add_argument("--format", choices=["csv", "parquet"], default="csv")
     export.add_argument("--out", type=Path, default=None)
     export.set_defaults(run=_run_export)
-    report = bench.add_parser("report", help="write an HTML report (figures, tables, audit) of a results store")
+    report = bench.add_parser(
+        "report", help="write an HTML report (figures, tables, audit) of a results store"
+    )
     report.add_argument("--db", type=Path, required=True)
     report.add_argument("--out", type=Path, required=True)
     report.set_defaults(run=_run_report)
 
 
 def _add_audit(commands) -> None:
-    p = commands.add_parser("audit", help="check a foreign result set (CSV or llama.cpp logs) for impossible claims")
-    p.add_argument("path", type=Path, help="a CSV shaped like the study's runs.csv, or a folder of llama.cpp logs")
+    p = commands.add_parser(
+        "audit", help="check a foreign result set (CSV or llama.cpp logs) for impossible claims"
+    )
+    p.add_argument(
+        "path", type=Path, help="a CSV shaped like the study's runs.csv, or a folder of llama.cpp logs"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_run_audit)
 
@@ -197,8 +213,11 @@ def _format_report(report: dict) -> str:
         f"{stats['emitted']} tokens in {stats['decode_s']:.3f} s decode "
         f"({stats['decode_tokens_per_s']:.1f} tok/s), prefill {stats['prefill_s']:.3f} s, "
         f"{stats['target_forwards']} target forwards"
-        + (f", acceptance {rate:.1%}, mean accepted length {stats['mean_accepted_length']:.2f}" if rate is not None
-           else "")
+        + (
+            f", acceptance {rate:.1%}, mean accepted length {stats['mean_accepted_length']:.2f}"
+            if rate is not None
+            else ""
+        )
     )
     for item in report.get("divergences", []):
         lines.append(

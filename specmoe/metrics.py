@@ -92,7 +92,9 @@ def invariant_violations(result: DecodeResult) -> list[str]:
     for row, (rounds, accepted, emitted) in sorted(per_seq.items()):
         output = result.outputs[row]
         if emitted != len(output.token_ids):
-            problems.append(f"sequence {row}: emitted {emitted} but output holds {len(output.token_ids)} tokens")
+            problems.append(
+                f"sequence {row}: emitted {emitted} but output holds {len(output.token_ids)} tokens"
+            )
         if emitted + output.truncated != accepted + rounds:
             problems.append(
                 f"sequence {row}: emitted {emitted} + truncated {output.truncated} "
@@ -150,7 +152,8 @@ def speedup_interval(
     return point, float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
 
 
-def target_efficiency_measured(baseline_verify_s: float, baseline_forwards: int, sd_verify_s: float,
-                               sd_forwards: int) -> float:
+def target_efficiency_measured(
+    baseline_verify_s: float, baseline_forwards: int, sd_verify_s: float, sd_forwards: int
+) -> float:
     """T(B, 1) / T(B, G + 1): the target's mean 1-token step over its mean verify pass, both measured."""
     return (baseline_verify_s / baseline_forwards) / (sd_verify_s / sd_forwards)

@@ -26,7 +26,9 @@ def _first_token_counts(draft_probs, target_probs, samples, seed, point_mass=Fal
     """Sample gamma=1 rounds: the first committed token is the draft's if accepted, else the resample."""
     generator = torch.Generator().manual_seed(seed)
     vocab = target_probs.shape[-1]
-    draft_tokens = torch.multinomial(draft_probs.expand(samples, -1), 1, replacement=True, generator=generator)
+    draft_tokens = torch.multinomial(
+        draft_probs.expand(samples, -1), 1, replacement=True, generator=generator
+    )
     target = target_probs.expand(samples, 2, vocab)
     probs = None if point_mass else draft_probs.expand(samples, 1, vocab)
     accepted, next_token = rejection_accept(draft_tokens, probs, target, generator)
@@ -70,6 +72,8 @@ def test_all_accepted_takes_bonus_from_last_position():
     vocab = 3
     target = torch.zeros(1, 3, vocab, dtype=torch.float64)
     target[0, 0, 1] = target[0, 1, 2] = target[0, 2, 0] = 1.0  # deterministic target: 1, 2, then 0
-    accepted, next_token = rejection_accept(torch.tensor([[1, 2]]), None, target, torch.Generator().manual_seed(0))
+    accepted, next_token = rejection_accept(
+        torch.tensor([[1, 2]]), None, target, torch.Generator().manual_seed(0)
+    )
     assert accepted.item() == 2
     assert next_token.item() == 0

@@ -93,8 +93,19 @@ def _count(db: Path) -> int:
 
 def test_resume_after_sigkill_loses_and_duplicates_nothing(mini_suite, tiny_zoo, tmp_path):
     db = tmp_path / "r.db"
-    cmd = [sys.executable, "-m", "specmoe.cli", "bench", "run", str(mini_suite), "--db", str(db), "--zoo",
-           str(tiny_zoo), "--quiet"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "specmoe.cli",
+        "bench",
+        "run",
+        str(mini_suite),
+        "--db",
+        str(db),
+        "--zoo",
+        str(tiny_zoo),
+        "--quiet",
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     try:
@@ -117,8 +128,14 @@ def test_resume_after_sigkill_loses_and_duplicates_nothing(mini_suite, tiny_zoo,
 def _row(speedup: float, alpha: float, gamma: int):
     rounds = 100
     accepted = round(alpha * gamma * rounds)
-    counts = {"rounds": rounds, "target_forwards": rounds, "drafted": gamma * rounds, "accepted": accepted,
-              "emitted": accepted + rounds, "truncated": 0}
+    counts = {
+        "rounds": rounds,
+        "target_forwards": rounds,
+        "drafted": gamma * rounds,
+        "accepted": accepted,
+        "emitted": accepted + rounds,
+        "truncated": 0,
+    }
     base_counts = {**counts, "drafted": 0, "accepted": 0, "emitted": 100, "target_forwards": 100}
     baseline = {"counts": base_counts, "times": {"decode_s": 1.0}, "tokens_per_s": 100.0}
     times = {"verify_s": 0.8, "draft_s": 0.1}

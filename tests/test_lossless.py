@@ -23,7 +23,9 @@ def test_greedy_sd_matches_greedy_decoding(exact_models, target_name, gamma, bat
     target, draft = exact_models[target_name], exact_models["draft-xs"]
     prompts = PROMPTS[:batch]
     expected = _plain(target, prompts, max_new_tokens=24, ignore_eos=True)
-    result = decode(target, prompts, DecodeConfig(max_new_tokens=24, gamma=gamma, ignore_eos=True), ModelDrafter(draft))
+    result = decode(
+        target, prompts, DecodeConfig(max_new_tokens=24, gamma=gamma, ignore_eos=True), ModelDrafter(draft)
+    )
     assert [o.token_ids for o in result.outputs] == expected
     assert invariant_violations(result) == []
     assert all(len(o.token_ids) == 24 for o in result.outputs)
@@ -70,7 +72,9 @@ def test_eos_inside_a_draft_block(tiny_zoo):
 def test_sequences_leave_the_batch_independently(exact_models):
     target, draft = exact_models["moe"], exact_models["draft-xs"]
     expected = _plain(target, PROMPTS, max_new_tokens=12, ignore_eos=True)
-    result = decode(target, PROMPTS, DecodeConfig(max_new_tokens=12, gamma=3, ignore_eos=True), ModelDrafter(draft))
+    result = decode(
+        target, PROMPTS, DecodeConfig(max_new_tokens=12, gamma=3, ignore_eos=True), ModelDrafter(draft)
+    )
     assert [o.token_ids for o in result.outputs] == expected
     # ragged acceptance: per-sequence round counts may differ, and every record names its rows
     assert all(len(r.rows) == len(r.accepted) == len(r.emitted) for r in result.rounds)

@@ -22,8 +22,16 @@ def _small_vocab_model(path, seed, layers):
 
     torch.manual_seed(seed)
     config = Qwen3Config(
-        vocab_size=VOCAB, hidden_size=16, intermediate_size=32, num_hidden_layers=layers, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=8, max_position_embeddings=64, tie_word_embeddings=False, eos_token_id=0,
+        vocab_size=VOCAB,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=layers,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=8,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        eos_token_id=0,
     )
     model = Qwen3ForCausalLM(config)
     for param in model.parameters():

@@ -111,7 +111,14 @@ class Runner:
 
     def _continuation(self, spec, target, prompts, config) -> list[list[int]]:
         """The target's own greedy continuation of the prompts, for the oracle (untimed)."""
-        key = (spec.target, spec.dtype, spec.device, spec.moe_top_k, tuple(map(tuple, prompts)), config.max_new_tokens)
+        key = (
+            spec.target,
+            spec.dtype,
+            spec.device,
+            spec.moe_top_k,
+            tuple(map(tuple, prompts)),
+            config.max_new_tokens,
+        )
         if key not in self._continuations:
             plain = DecodeConfig(max_new_tokens=config.max_new_tokens + config.gamma, ignore_eos=True)
             self._continuations[key] = [list(o.token_ids) for o in decode(target, prompts, plain).outputs]
@@ -182,5 +189,9 @@ def _progress(index: int, total: int, skipped: int, spec: RunSpec, started: floa
     eta = f"{elapsed / index * (total - index):.0f} s" if index else "?"
     what = spec.target + (f" + {spec.draft} g={spec.gamma}" if spec.draft else "")
     kept = f", {skipped} already done" if skipped else ""
-    print(f"\r[{index + 1}/{total}{kept}] {spec.group} {what} B={spec.batch_size} ETA {eta}    ",
-          end="", file=sys.stderr, flush=True)
+    print(
+        f"\r[{index + 1}/{total}{kept}] {spec.group} {what} B={spec.batch_size} ETA {eta}    ",
+        end="",
+        file=sys.stderr,
+        flush=True,
+    )

@@ -33,7 +33,11 @@ def compare(rows: list[RunRow]) -> list[Comparison]:
             by_config[row.config_key].append(row)
     comparisons = []
     for sd_rows in by_config.values():
-        pairs = [(r, baselines[(r.baseline_key, r.repeat)]) for r in sd_rows if (r.baseline_key, r.repeat) in baselines]
+        pairs = [
+            (r, baselines[(r.baseline_key, r.repeat)])
+            for r in sd_rows
+            if (r.baseline_key, r.repeat) in baselines
+        ]
         if not pairs:
             continue
         sd_tps = [s.tokens_per_s for s, _ in pairs]
@@ -70,14 +74,16 @@ def _prompt(config: dict) -> str:
 
 def format_summary(rows: list[RunRow]) -> str:
     header = (
-        f"{'target':<10} {'draft':<12} {'g':>2} {'prompt':<10} {'B':>3} {'base tok/s':>10} {'SD tok/s':>9} "
+        f"{'target':<10} {'draft':<12} {'g':>2} {'prompt':<10} {'B':>3} "
+        f"{'base tok/s':>10} {'SD tok/s':>9} "
         f"{'speedup [95% CI]':>22} {'accept':>7} {'T(1)/T(g+1)':>11} audit"
     )
     lines = [header, "-" * len(header)]
     for c in compare(rows):
         cfg = c.config
         lines.append(
-            f"{cfg['target']:<10} {cfg['draft']:<12} {cfg['gamma']:>2} {_prompt(cfg):<10} {cfg['batch_size']:>3} "
+            f"{cfg['target']:<10} {cfg['draft']:<12} {cfg['gamma']:>2} "
+            f"{_prompt(cfg):<10} {cfg['batch_size']:>3} "
             f"{c.baseline_tokens_per_s:>10.1f} {c.sd_tokens_per_s:>9.1f} "
             f"{c.speedup:>7.2f}x [{c.speedup_low:.2f}, {c.speedup_high:.2f}]   {c.acceptance_rate:>6.1%} "
             f"{c.target_efficiency:>11.2f} {'ok' if not c.audit_failures else f'{c.audit_failures} FAIL'}"

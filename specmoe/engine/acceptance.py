@@ -61,7 +61,9 @@ def rejection_accept(
     mass = residual.sum(-1, keepdim=True)
     # An all-zero residual means target == draft there, where rejection has probability 0; the
     # fallback only guards against rounding.
-    residual = torch.where(mass > 0, residual / mass.clamp(min=torch.finfo(mass.dtype).tiny), target_probs[rows, at])
+    residual = torch.where(
+        mass > 0, residual / mass.clamp(min=torch.finfo(mass.dtype).tiny), target_probs[rows, at]
+    )
     final = torch.where((accepted == gamma)[:, None], target_probs[:, gamma], residual)  # [B, V]
     next_token = torch.multinomial(final, 1, generator=generator).squeeze(1)
     return accepted, next_token

@@ -23,7 +23,9 @@ from specmoe.errors import SpecmoeError
 
 
 class OracleDrafter:
-    def __init__(self, cost_model: Backend, p: float, continuations: Sequence[Sequence[int]], seed: int = 0) -> None:
+    def __init__(
+        self, cost_model: Backend, p: float, continuations: Sequence[Sequence[int]], seed: int = 0
+    ) -> None:
         if not 0.0 <= p <= 1.0:
             raise SpecmoeError(f"oracle acceptance must be in [0, 1], got {p}")
         self._cost = ModelDrafter(cost_model)
@@ -52,7 +54,10 @@ class OracleDrafter:
             reference = self._continuations[original][done : done + gamma]
             reference += [0] * (gamma - len(reference))  # past the reference nothing can be right
             rows.append(
-                [t if ok else (t + 1) % self.vocab_size for t, ok in zip(reference, right[live].tolist(), strict=True)]
+                [
+                    t if ok else (t + 1) % self.vocab_size
+                    for t, ok in zip(reference, right[live].tolist(), strict=True)
+                ]
             )
         return torch.tensor(rows, device=self._cost.backend.device)
 
