@@ -52,9 +52,16 @@ class Backend(Protocol):
 
 
 class RouterTraceLike(Protocol):
-    """Records the experts each MoE layer selects while enabled."""
+    """Records the experts each MoE layer selects while entered as a context manager.
 
-    def start(self) -> None: ...
+    records[forward][layer] is a [tokens, K] tensor of selected expert ids. Tracing hooks cost
+    time: use it for expert-traffic measurements, never inside timed runs.
+    """
 
-    def stop(self) -> list[torch.Tensor]:
-        """Stop recording; one [tokens, K] tensor of selected expert ids per MoE layer."""
+    records: list
+
+    def __enter__(self) -> RouterTraceLike: ...
+
+    def __exit__(self, *exc) -> None: ...
+
+    def clear(self) -> None: ...

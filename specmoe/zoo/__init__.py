@@ -1,0 +1,33 @@
+"""An offline, deterministic model zoo in Hugging Face format.
+
+One preset (`tiny` for tests, `bench` for measurements) is a family of five Qwen3-architecture
+models sharing one locally trained tokenizer: an MoE target (`moe`), two dense targets (`dense-s`,
+`dense-l`) and two drafts (`draft-s`, `draft-xs`), sized as a scaled-down Qwen3.5-35B-A3B family.
+Weights are random but routing-aware (see `specmoe.zoo.init` and docs/zoo.md).
+
+Modules: presets (shapes), params (counting), tokenizer, init, build (writing), manifest (reading,
+listing, name resolution), routing (distinct-expert statistics).
+"""
+
+from specmoe.zoo.build import build_zoo, zoo_model
+from specmoe.zoo.manifest import format_zoo_table, load_manifest, resolve_model, zoo_rows
+from specmoe.zoo.params import ParamCount, count_params
+from specmoe.zoo.presets import PRESETS, ModelShape, ZooPreset, get_preset
+from specmoe.zoo.tokenizer import EOS_TOKEN, EOS_TOKEN_ID
+
+__all__ = [
+    "EOS_TOKEN",
+    "EOS_TOKEN_ID",
+    "PRESETS",
+    "ModelShape",
+    "ParamCount",
+    "ZooPreset",
+    "build_zoo",
+    "count_params",
+    "format_zoo_table",
+    "get_preset",
+    "load_manifest",
+    "resolve_model",
+    "zoo_model",
+    "zoo_rows",
+]

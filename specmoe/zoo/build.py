@@ -1,0 +1,233 @@
+"""Build a zoo: every model of a preset as a Hugging Face directory, plus the zoo.json manifest.
+
+Layout of out_dir:
+    zoo.json            written last; its presence means the build is complete
+    .zoo-build.json     the build's arguments, present only while a build runs (or was interrupted)
+    <model>/            config.json, generation_config.json, model.safetensors (bf16), tokenizer files
+
+Each model is written into `<model>.partial/` and renamed into place when complete, so a model
+directory that exists is never half-written. Rebuilding with the same arguments is a no-op;
+different arguments into a non-empty directory are refused rather than mixed.
+"""
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import tokenizers
+import torch
+import transformers
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM, GenerationConfig, PretrainedConfig, PreTrainedModel
+
+import specmoe
+from specmoe.errors import SpecmoeError
+from specmoe.zoo.checkpoint import checkpoint_tensors
+from specmoe.zoo.hf_config import hf_config
+from specmoe.zoo.init import init_weights
+from specmoe.zoo.manifest import (
+    IN_PROGRESS_NAME,
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    format_bytes,
+    format_count,
+    load_manifest,
+)
+from specmoe.zoo.params import count_params
+from specmoe.zoo.presets import ModelShape, ZooPreset, get_preset
+from specmoe.zoo.tokenizer import EOS_TOKEN_ID, corpus_files, save_tokenizer, train_tokenizer
+
+WEIGHTS_NAME = "model.safetensors"
+
+
+def build_zoo(
+    preset: str,
+    out_dir: Path,
+    seed: int = 0,
+    num_experts: int | None = None,
+    top_k: int | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Write every model of `preset` under out_dir and return out_dir.
+
+    The same (preset, seed, overrides) give byte-identical model.safetensors files on the same
+    torch version. `progress`, if given, receives one line per model as it is written.
+    """
+    out_dir = Path(out_dir)
+    zoo = get_preset(preset, num_experts, top_k)
+    build_args = {
+        "format": MANIFEST_FORMAT,
+        "preset": preset,
+        "seed": seed,
+        "overrides": {"num_experts": num_experts, "top_k": top_k},
+    }
+    if _already_built(out_dir, build_args, zoo):
+        return out_dir
+    _claim(out_dir, build_args)
+    tokenizer = train_tokenizer(corpus_files())
+    models = {}
+    for shape in zoo.models:
+        if progress is not None:
+            count = count_params(shape, zoo.vocab_size)
+            size = f"{format_count(count.total)} parameters, {format_bytes(count.bf16_bytes)}"
+            progress(f"writing {shape.name} ({size})")
+        models[shape.name] = _write_model(shape, zoo, seed, tokenizer, out_dir)
+    _write_json_atomic(out_dir / MANIFEST_NAME, _manifest(build_args, zoo, models, out_dir))
+    (out_dir / IN_PROGRESS_NAME).unlink()
+    return out_dir
+
+
+def _manifest(build_args: dict, zoo: ZooPreset, models: dict[str, dict], out_dir: Path) -> dict:
+    return {
+        **build_args,
+        "vocab_size": zoo.vocab_size,
+        "eos_token_id": EOS_TOKEN_ID,
+        "pad_token_id": EOS_TOKEN_ID,
+        "tokenizer_sha256": _sha256(out_dir / zoo.models[0].name / "tokenizer.json"),
+        # torch.randn's stream is only guaranteed stable within one torch version.
+        "versions": {
+            "specmoe": specmoe.__version__,
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "tokenizers": tokenizers.__version__,
+        },
+        "models": models,
+    }
+
+
+def _describe(args: dict) -> str:
+    overrides = ", ".join(f"{k}={v}" for k, v in args["overrides"].items() if v is not None)
+    return f"preset={args['preset']}, seed={args['seed']}" + (f", {overrides}" if overrides else "")
+
+
+def _already_built(out_dir: Path, build_args: dict, zoo: ZooPreset) -> bool:
+    if not (out_dir / MANIFEST_NAME).is_file():
+        return False
+    manifest = load_manifest(out_dir)
+    existing = {key: manifest.get(key) for key in build_args}
+    if existing != build_args:
+        raise SpecmoeError(
+            f"{out_dir} already holds a zoo built with {_describe(existing)}; "
+            f"pick another --out to build {_describe(build_args)}"
+        )
+    missing = [s.name for s in zoo.models if not (out_dir / s.name / WEIGHTS_NAME).is_file()]
+    if missing:
+        raise SpecmoeError(
+            f"zoo at {out_dir} is missing {', '.join(missing)} although zoo.json lists them; "
+            "delete the directory and rebuild, or pick another --out"
+        )
+    return True
+
+
+def _claim(out_dir: Path, build_args: dict) -> None:
+    """Make out_dir ours: empty, or holding an interrupted build with the same arguments."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise SpecmoeError(f"--out {out_dir} is a file, not a directory; pick another --out")
+    marker = out_dir / IN_PROGRESS_NAME
+    # A non-empty directory is only ours to write into if it is our own interrupted build.
+    if out_dir.is_dir() and any(out_dir.iterdir()) and _read_json(marker) != build_args:
+        raise SpecmoeError(
+            f"{out_dir} is not empty and holds no zoo build with {_describe(build_args)}; pick another --out"
+        )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(marker, build_args)
+
+
+def _read_json(path: Path) -> dict | None:
+    """The JSON object in path, or None if it is missing or unreadable (say, cut short)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def _param_shapes(config: PretrainedConfig) -> dict[str, tuple[int, ...]]:
+    """Parameter names and shapes as transformers lays them out, from a model on the meta device
+    (no memory allocated)."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    return {name: tuple(param.shape) for name, param in model.named_parameters()}
+
+
+def zoo_model(
+    shape: ModelShape, zoo: ZooPreset, seed: int = 0, dtype: torch.dtype = torch.float32
+) -> PreTrainedModel:
+    """One zoo model built in memory, equal to loading its built checkpoint with `dtype` (weights
+    are rounded to bf16 first, as on disk). For tests and experiments; nothing is written."""
+    config = hf_config(shape, zoo)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    weights = {
+        name: t.to(torch.bfloat16).to(dtype) for name, t in init_weights(_param_shapes(config), shape, seed)
+    }
+    model.load_state_dict(weights, strict=True)
+    return model.eval()
+
+
+def _bf16_checkpoint(
+    shape: ModelShape, config: PretrainedConfig, seed: int
+) -> Iterator[tuple[str, torch.Tensor]]:
+    for param_name, tensor in init_weights(_param_shapes(config), shape, seed):
+        yield from checkpoint_tensors(param_name, tensor.to(torch.bfloat16))
+
+
+def _write_model(
+    shape: ModelShape, zoo: ZooPreset, seed: int, tokenizer: tokenizers.Tokenizer, out_dir: Path
+) -> dict:
+    final, staging = out_dir / shape.name, out_dir / f"{shape.name}.partial"
+    for stale in (staging, final):  # leftovers of an interrupted build with the same arguments
+        if stale.exists():
+            shutil.rmtree(stale)
+    staging.mkdir()
+    config = hf_config(shape, zoo)
+    config.save_pretrained(staging)
+    GenerationConfig(bos_token_id=None, eos_token_id=EOS_TOKEN_ID, pad_token_id=EOS_TOKEN_ID).save_pretrained(
+        staging
+    )
+    save_tokenizer(tokenizer, staging)
+    tensors = dict(_bf16_checkpoint(shape, config, seed))
+    count = count_params(shape, zoo.vocab_size)
+    written = sum(t.numel() for t in tensors.values())
+    if written != count.total:
+        raise AssertionError(f"{shape.name}: wrote {written} parameters, the analytic count is {count.total}")
+    save_file(tensors, staging / WEIGHTS_NAME, metadata={"format": "pt"})
+    del tensors
+    _apply_umask(staging / WEIGHTS_NAME)
+    staging.rename(final)
+    return {
+        "path": shape.name,
+        "architecture": shape.model_type,
+        "total_params": count.total,
+        "active_params": count.active,
+        "bytes_bf16": count.bf16_bytes,
+        "layers": shape.num_layers,
+        "hidden": shape.hidden_size,
+        "experts": shape.num_experts,
+        "top_k": shape.top_k,
+        "safetensors_sha256": _sha256(final / WEIGHTS_NAME),
+    }
+
+
+def _apply_umask(path: Path) -> None:
+    # safetensors writes through a private temporary file (mode 0600); a zoo is often built once
+    # and read by other users or containers, so give it the permissions a plain write would.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 24):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

@@ -1,0 +1,48 @@
+"""Translate a zoo `ModelShape` into the transformers config it is saved and loaded with."""
+
+from transformers import PretrainedConfig, Qwen3Config, Qwen3MoeConfig
+
+from specmoe.zoo.presets import ModelShape, ZooPreset
+from specmoe.zoo.tokenizer import EOS_TOKEN_ID
+
+
+def hf_config(shape: ModelShape, preset: ZooPreset) -> PretrainedConfig:
+    """The config.json content for one zoo model; weights are stored in bfloat16.
+
+    `architectures` is set explicitly because loaders other than transformers' Auto classes (vLLM,
+    llama.cpp's converter) pick the model class from it.
+    """
+    common = dict(
+        vocab_size=preset.vocab_size,
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_q_heads,
+        num_key_value_heads=shape.num_kv_heads,
+        head_dim=shape.head_dim,
+        max_position_embeddings=preset.max_position_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": preset.rope_theta},
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=EOS_TOKEN_ID,
+        pad_token_id=EOS_TOKEN_ID,
+        dtype="bfloat16",
+    )
+    if not shape.is_moe:
+        return Qwen3Config(
+            architectures=["Qwen3ForCausalLM"], intermediate_size=shape.intermediate_size, **common
+        )
+    return Qwen3MoeConfig(
+        architectures=["Qwen3MoeForCausalLM"],
+        num_experts=shape.num_experts,
+        num_experts_per_tok=shape.top_k,
+        moe_intermediate_size=shape.moe_intermediate_size,
+        # Only read for dense layers, and there are none (decoder_sparse_step=1, no mlp_only_layers).
+        intermediate_size=shape.moe_intermediate_size,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        # Renormalised top-k weights keep the MoE output scale independent of E and K, so sparsity
+        # sweeps do not also change the residual-stream scale.
+        norm_topk_prob=True,
+        **common,
+    )
