@@ -91,15 +91,12 @@ def hf_assisted(zoo: Path, prompt_ids, new_tokens, repeats, dtype=torch.float32)
     )
     draft = AutoModelForCausalLM.from_pretrained(zoo / "draft-xs", dtype=dtype)
     ids = torch.tensor([prompt_ids])
-    kwargs = dict(
-        assistant_model=draft,
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        do_sample=False,
-        num_assistant_tokens=4,
-        num_assistant_tokens_schedule="constant",
-        assistant_confidence_threshold=0.0,
-    )
+    # transformers reads the drafting schedule from the assistant's own generation config; arguments
+    # of the same names passed to generate() do not reach the candidate generator.
+    draft.generation_config.num_assistant_tokens = 4
+    draft.generation_config.num_assistant_tokens_schedule = "constant"
+    draft.generation_config.assistant_confidence_threshold = 0.0
+    kwargs = dict(assistant_model=draft, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
     with torch.inference_mode():
         target.generate(ids, **kwargs)
         walls, prefills = [], []

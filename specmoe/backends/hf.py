@@ -41,7 +41,8 @@ def default_dtype(device: str) -> str:
 
 
 def default_experts_implementation(dtype: str) -> str:
-    """transformers' grouped_mm kernel has no float64 path; the exact reference uses the eager loop."""
+    """grouped_mm measured fastest on CPU in bf16 and fp32 (docs/engine.md); it has no float64 path,
+    so the exact reference uses the eager loop."""
     return "eager" if dtype == "float64" else "grouped_mm"
 
 
