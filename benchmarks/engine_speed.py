@@ -96,7 +96,9 @@ def hf_assisted(zoo: Path, prompt_ids, new_tokens, repeats, dtype=torch.float32)
     draft.generation_config.num_assistant_tokens = 4
     draft.generation_config.num_assistant_tokens_schedule = "constant"
     draft.generation_config.assistant_confidence_threshold = 0.0
-    kwargs = dict(assistant_model=draft, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False)
+    kwargs = dict(
+        assistant_model=draft, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False
+    )
     with torch.inference_mode():
         target.generate(ids, **kwargs)
         walls, prefills = [], []

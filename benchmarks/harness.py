@@ -55,7 +55,9 @@ def main() -> None:
     parser.add_argument("--zoo", type=Path, required=True)
     parser.add_argument("--tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dtype", default="float32", help="float32: bf16 near-ties make the oracle's reference stale")
+    parser.add_argument(
+        "--dtype", default="float32", help="float32: bf16 near-ties make the oracle's reference stale"
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
