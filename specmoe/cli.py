@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -26,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("specmoe: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into `head` and the like
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open until exit on purpose
+        return 0
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,6 +40,10 @@ def _parser() -> argparse.ArgumentParser:
     _add_bench(commands)
     _add_audit(commands)
     _add_demo(commands)
+    _add_hw(commands)
+    _add_profile(commands)
+    _add_model(commands)
+    _add_advise(commands)
     return parser
 
 
@@ -136,6 +144,100 @@ def _add_demo(commands) -> None:
     p = commands.add_parser("demo", help="build the tiny zoo, run the quick suite, print summary and audit")
     p.add_argument("--out", type=Path, default=Path("specmoe-demo"))
     p.set_defaults(run=_run_demo)
+
+
+def _add_hw(commands) -> None:
+    p = commands.add_parser("hw", help="measure memory read bandwidth and matmul FLOP/s of a device")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or mps")
+    p.add_argument("--read-mib", type=int, default=1024, help="size of the tensor the bandwidth sum reads")
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--out", type=Path, default=None, help="write the hardware JSON here")
+    p.set_defaults(run=_run_hw)
+
+
+def _add_profile(commands) -> None:
+    p = commands.add_parser("profile", help="time single forward passes T(B, t) of a model over a grid")
+    p.add_argument("--model", required=True, help="model directory (or zoo name with --zoo)")
+    p.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
+    p.add_argument("--batch", default="1,2,4,8,16", help="batch sizes B, comma-separated")
+    p.add_argument("--tokens", default="1,2,3,4,5,8", help="tokens per sequence t, comma-separated")
+    p.add_argument("--context", type=int, default=64, help="cached tokens per sequence before each pass")
+    p.add_argument("--repeats", type=int, default=5, help="timed passes per point (median is kept)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed passes per point")
+    p.add_argument("--moe-top-k", type=int, default=None, help="route to this many experts (sparsity sweeps)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    _add_model_options(p)
+    p.set_defaults(run=_run_profile)
+
+
+def _add_model(commands) -> None:
+    parent = commands.add_parser("model", help="fit the performance model, predict SD speedups")
+    model = parent.add_subparsers(title="model")
+    fit = model.add_parser("fit", help="fit the model's constants to a profile (at most 21 points)")
+    fit.add_argument("profile", type=Path)
+    fit.add_argument("--out", type=Path, required=True)
+    fit.add_argument("--max-points", type=int, default=21, help="points used in the fit (<= 21)")
+    fit.set_defaults(run=_run_model_fit)
+    predict = model.add_parser(
+        "predict", help="predicted target efficiency and SD speedup, from a fit or from first principles"
+    )
+    predict.add_argument("fit", type=Path, nargs="?", default=None, help="a fit; omit with --config")
+    predict.add_argument("--batch", default=None, help="batch sizes (default: the fit's, or 1..256)")
+    predict.add_argument("--gamma", default="1,2,3,4")
+    predict.add_argument("--alpha", default="0.6,0.8")
+    predict.add_argument("--draft", type=Path, help="draft profile or fit (default: a free draft)")
+    predict.add_argument("--hardware", type=Path, help="hardware JSON (first principles)")
+    predict.add_argument("--config", type=Path, help="HF config.json (first principles)")
+    predict.add_argument("--draft-config", type=Path, help="draft HF config.json (first principles)")
+    predict.add_argument("--context", type=int, help="cached tokens per sequence (first principles; 512)")
+    predict.add_argument("--dtype", help="weights dtype (first principles; default from the config)")
+    predict.add_argument("--top-k", type=int, help="what-if: route each token to this many experts")
+    predict.add_argument("--json", action="store_true")
+    predict.set_defaults(run=_run_model_predict)
+
+
+def _add_advise(commands) -> None:
+    p = commands.add_parser("advise", help="recommend a draft and gamma per batch size, or say SD won't pay")
+    p.add_argument("fit", type=Path, help="target fit")
+    p.add_argument("--draft", type=Path, action="append", required=True, help="draft profile or fit; repeat")
+    p.add_argument(
+        "--alpha", action="append", required=True, help="per-position acceptance: once, or once per --draft"
+    )
+    p.add_argument("--batch", default=None, help="batch sizes (default: the fit's profiled ones)")
+    p.add_argument("--gamma-max", type=int, default=8)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=_run_advise)
+
+
+def _run_hw(args) -> int:
+    from specmoe.perf.cli import run_hw
+
+    return run_hw(args)
+
+
+def _run_profile(args) -> int:
+    from specmoe.perf.cli import run_profile
+
+    return run_profile(args)
+
+
+def _run_model_fit(args) -> int:
+    from specmoe.perf.cli import run_fit
+
+    return run_fit(args)
+
+
+def _run_model_predict(args) -> int:
+    from specmoe.perf.cli import run_predict
+
+    return run_predict(args)
+
+
+def _run_advise(args) -> int:
+    from specmoe.perf.cli import run_advise
+
+    return run_advise(args)
 
 
 def _run_bench(args) -> int:

@@ -20,9 +20,11 @@ from specmoe.bench.audit import audit_run
 from specmoe.bench.env import environment
 from specmoe.bench.prompts import batch_prompts, load_prompt_set, synthetic_prompt
 from specmoe.bench.store import RunRow, Store
-from specmoe.bench.suite import RunSpec, Suite, expand
+from specmoe.bench.suite import RunSpec, Suite, expand, parse_ngram
 from specmoe.engine.decode import DecodeConfig, decode
+from specmoe.engine.divergence import find_divergences
 from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.ngram import NgramDrafter
 from specmoe.engine.oracle import OracleDrafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
@@ -98,9 +100,36 @@ class Runner:
             self._warm.add(spec.config_key)
         return decode(target, prompts, config, make_drafter())
 
+    def lossless_note(self, spec: RunSpec, result: DecodeResult) -> tuple[bool, str]:
+        """For a greedy SD arm: does its output equal plain greedy decoding of the same prompts?
+
+        Returns (ok, note). In float64 any difference is a bug. In lower precision a (G+1)-token
+        verify pass can split a near-tie differently from a 1-token step; the note then gives the
+        first differing position and the target's top-2 logit margin there, for the reader to judge.
+        """
+        if spec.arm != "sd" or spec.temperature != 0.0:
+            return True, ""
+        target = self.pool.model(spec.target, spec.dtype, spec.device, spec.moe_top_k)
+        prompts = prompt_ids(spec, self.pool.tokenizer(spec.target))
+        config = DecodeConfig(max_new_tokens=spec.max_new_tokens, gamma=max(spec.gamma, 1), ignore_eos=True)
+        plain = [c[: spec.max_new_tokens] for c in self._continuation(spec, target, prompts, config)]
+        found = find_divergences(target, prompts, [o.token_ids for o in result.outputs], plain)
+        if not found:
+            return True, "output identical to plain greedy decoding"
+        first = found[0]
+        note = (
+            f"output differs from plain greedy decoding in {len(found)} of {len(prompts)} sequences, "
+            f"first at token {first.position} of sequence {first.sequence}, "
+            f"target top-2 logit margin {first.margin:.3g}"
+        )
+        return spec.dtype != "float64", note
+
     def _drafter_factory(self, spec, target, prompts, config) -> Callable[[], object | None]:
         if spec.draft is None:
             return lambda: None
+        ngram = parse_ngram(spec.draft)
+        if ngram is not None:
+            return lambda: NgramDrafter(target, *ngram)
         if spec.draft.startswith(ORACLE_PREFIX):
             p = float(spec.draft[len(ORACLE_PREFIX) :])
             cost = self.pool.model(spec.oracle_cost, spec.dtype, spec.device)
@@ -125,7 +154,13 @@ class Runner:
         return self._continuations[key]
 
 
-def make_row(spec: RunSpec, result: DecodeResult, baseline: RunRow | None, created_at: str) -> RunRow:
+def make_row(
+    spec: RunSpec,
+    result: DecodeResult,
+    baseline: RunRow | None,
+    created_at: str,
+    lossless: tuple[bool, str] = (True, ""),
+) -> RunRow:
     stats = summary(result)
     t = totals(result)
     counts = asdict(t)
@@ -139,6 +174,11 @@ def make_row(spec: RunSpec, result: DecodeResult, baseline: RunRow | None, creat
     verdict, reason = audit.verdict, audit.reason
     if problems:
         verdict, reason = "fail", "; ".join(problems[:3])
+    exact, note = lossless
+    if not exact:
+        verdict = "fail"
+    if note:
+        reason = f"{reason}; {note}"
     return RunRow(
         run_id=spec.run_id,
         config_key=spec.config_key,
@@ -174,7 +214,8 @@ def run_suite(suite: Suite, db: Path, zoo_dir: Path | None, progress: bool = Tru
                 _progress(index, len(todo), len(specs) - len(todo), spec, started)
             result = runner.measure(spec)
             baseline = baselines.get((spec.baseline_key, spec.repeat)) if spec.arm == "sd" else None
-            row = make_row(spec, result, baseline, datetime.now(UTC).isoformat(timespec="seconds"))
+            lossless = runner.lossless_note(spec, result)
+            row = make_row(spec, result, baseline, datetime.now(UTC).isoformat(timespec="seconds"), lossless)
             store.add(row)
             if spec.arm == "baseline":
                 baselines[(spec.config_key, spec.repeat)] = row
