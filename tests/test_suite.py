@@ -17,6 +17,7 @@ from specmoe.bench.suite import (
     builtin_suite_path,
     expand,
     load_suite,
+    parse_ngram,
     parse_oracle,
     resolve_suite_path,
 )
@@ -65,7 +66,7 @@ def load_text(tmp_path: Path, text: str):
 # --- shipped suites ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "size"), [("study", 240), ("moesd", 336), ("quick", 24)])
+@pytest.mark.parametrize(("name", "size"), [("study", 312), ("moesd", 336), ("quick", 24)])
 def test_shipped_suite_sizes(name, size):
     specs = expand(load_suite(builtin_suite_path(name)))
     assert len(specs) == size
@@ -77,7 +78,7 @@ def test_study_reproduces_the_study_design():
     counts = Counter((s.group, s.arm) for s in specs)
     assert counts == {
         ("A", "baseline"): 12,  # moe x 4 prompt kinds x 3 repeats
-        ("B", "sd"): 72,  # 2 drafts x 3 gammas x 4 kinds x 3
+        ("B", "sd"): 144,  # 4 drafts x 3 gammas x 4 kinds x 3
         ("C", "baseline"): 48,  # 4 dense models x 4 kinds x 3
         ("D", "sd"): 72,  # 2 dense targets x 3 gammas x 4 kinds x 3
         ("F", "baseline"): 18,  # 6 prompt lengths x 3
@@ -86,6 +87,7 @@ def test_study_reproduces_the_study_design():
     assert {s.max_new_tokens for s in specs} == {256}
     assert {s.temperature for s in specs} == {0.0}
     assert {s.gamma for s in specs if s.arm == "sd"} == {4, 8, 16}
+    assert {s.draft for s in specs if s.group == "B"} == {"draft-xs", "draft-s", "draft-moe", "ngram:1-3"}
     lengths = {s.prompt_length for s in specs if s.group == "F"}
     assert lengths == {32, 64, 128, 256, 512, 1024}
     assert all(s.prompt_set is None for s in specs if s.group == "F")
@@ -195,6 +197,25 @@ def test_oracle_spellings_are_one_run(tmp_path):
     assert sorted({s.draft for s in specs if s.arm == "sd"}) == ["oracle:0.5", "oracle:1.0"]
 
 
+def test_ngram_drafts_are_canonical_runs_without_a_draft_model(tmp_path):
+    text = BASE + GROUP.replace('["draft-xs"]', '["ngram", "ngram:1-3", "ngram:01-3", "ngram:2-4"]')
+    sd = [s for s in expand(load_text(tmp_path, text)) if s.arm == "sd"]
+    assert sorted({s.draft for s in sd}) == ["ngram:1-3", "ngram:2-4"]
+    assert {parse_ngram(s.draft) for s in sd} == {(1, 3), (2, 4)}
+    assert all(s.draft_model is None and s.oracle_cost is None for s in sd)
+    # The sizes are part of the run's identity.
+    assert len({s.config_key for s in sd}) == 2 * 2  # 2 n-gram specs x 2 gammas
+    assert {tuple(s.key_fields["draft"]["ngram"]) for s in sd} == {(1, 3), (2, 4)}
+    assert parse_ngram("draft-xs") is None and parse_ngram(None) is None and parse_ngram("oracle:0.5") is None
+
+
+def test_ngram_default_matches_the_engine():
+    from specmoe.bench.suite import NGRAM_DEFAULT
+    from specmoe.engine.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N
+
+    assert (DEFAULT_MIN_N, DEFAULT_MAX_N) == NGRAM_DEFAULT
+
+
 def test_zoo_moe_top_k_is_explicit_so_default_override_is_the_same_run(tmp_path):
     plain = expand(load_text(tmp_path, BASE + GROUP))
     override = expand(load_suite(write(tmp_path, BASE + GROUP + "moe_top_k = [2]\n", "k.toml")))
@@ -299,6 +320,21 @@ BAD_SUITES = [
         "groups[0].draft",
         "[0, 1]",
     ),
+    (
+        "ngram max < min",
+        BASE + GROUP.replace('["draft-xs"]', '["ngram:3-1"]'),
+        "groups[0].draft",
+        "ngram:1-3",
+    ),
+    ("ngram zero", BASE + GROUP.replace('["draft-xs"]', '["ngram:0-2"]'), "groups[0].draft", "1 <= MIN"),
+    (
+        "ngram not numbers",
+        BASE + GROUP.replace('["draft-xs"]', '["ngram:a-b"]'),
+        "groups[0].draft",
+        "MIN-MAX",
+    ),
+    ("ngram one number", BASE + GROUP.replace('["draft-xs"]', '["ngram:3"]'), "groups[0].draft", "MIN-MAX"),
+    ("model named ngram", BASE + '\n[models.ngram]\nzoo = "moe"\n' + GROUP, "models.ngram", "bad model name"),
     (
         "oracle cost undefined",
         BASE + GROUP.replace('["draft-xs"]', '["oracle:0.5"]') + 'oracle_cost = "nano"\n',

@@ -74,10 +74,24 @@ def test_preset_ratios_match_the_family_they_imitate(preset):
     ratios = {"moe": moe.total / moe.active}
     for shape in preset.models:
         if shape.name != MOE:
-            ratios[shape.name] = count_params(shape, preset.vocab_size).total / moe.active
+            ratios[shape.name] = count_params(shape, preset.vocab_size).active / moe.active
     assert set(ratios) == set(RATIO_TARGETS)
     for name, ratio in ratios.items():
         assert abs(ratio / RATIO_TARGETS[name] - 1) <= RATIO_TOLERANCE, (name, ratio)
+
+
+@pytest.mark.parametrize("preset", [TINY, BENCH], ids=lambda p: p.name)
+def test_moe_draft_is_a_sparse_twin_of_draft_s(preset):
+    dense, sparse = preset.model("draft-s"), preset.model("draft-moe")
+    assert not dense.is_moe and sparse.is_moe and sparse.model_type == "qwen3_moe"
+    dense_count, sparse_count = (
+        count_params(dense, preset.vocab_size),
+        count_params(sparse, preset.vocab_size),
+    )
+    # Same attention and active MLP width: the active counts differ by the router alone.
+    router = sparse.num_layers * sparse.num_experts * sparse.hidden_size
+    assert sparse_count.active == dense_count.active + router
+    assert sparse_count.total >= 3 * sparse_count.active
 
 
 @pytest.mark.parametrize(
@@ -97,7 +111,7 @@ def test_analytic_param_count_equals_transformers_model(preset, name):
 def test_bench_moe_is_over_a_gigabyte_and_the_family_fits_in_memory():
     sizes = {s.name: count_params(s, BENCH.vocab_size).bf16_bytes for s in BENCH.models}
     assert sizes[MOE] >= 1e9
-    assert sum(sizes.values()) < 4e9  # bf16, all five; leaves room for fp32 copies in 24 GiB
+    assert sum(sizes.values()) < 4e9  # bf16, all six; leaves room for fp32 copies in 24 GiB
 
 
 def test_overrides_change_the_moe_only_and_are_validated():
@@ -240,7 +254,8 @@ def test_zoo_rows_and_table(tiny_zoo):
     table = format_zoo_table(rows).splitlines()
     assert table[0].split() == ["name", "arch", "experts", "total", "active", "bf16", "size"]
     assert table[1].split() == ["moe", "qwen3_moe", "2/32", "6.6M", "684.4K", "13.17", "MB"]
-    assert table[-1].split()[:3] == ["draft-xs", "qwen3", "-"]
+    assert table[-2].split()[:3] == ["draft-xs", "qwen3", "-"]
+    assert table[-1].split()[:3] == ["draft-moe", "qwen3_moe", "2/16"]
 
 
 def test_resolve_model_accepts_paths_and_zoo_names(tiny_zoo):

@@ -29,6 +29,8 @@ ARMS = ("baseline", "sd")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
 ZOO_PRESETS = ("tiny", "bench")
 ORACLE_PREFIX = "oracle:"
+NGRAM = "ngram"  # prompt-lookup drafting; "ngram" alone means NGRAM_DEFAULT
+NGRAM_DEFAULT = (1, 3)  # (min_n, max_n), as specmoe.engine.ngram's defaults
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 
 # Grid axes take a value or a list of values; settings take one value. Both may sit in [defaults]
@@ -101,7 +103,7 @@ class Group:
     name: str
     description: str
     target: tuple[str, ...]
-    draft: tuple[str, ...]  # model names and canonical "oracle:P" specs; empty for baseline-only groups
+    draft: tuple[str, ...]  # model names, canonical "oracle:P" and "ngram:MIN-MAX"; empty: baseline only
     gamma: tuple[int, ...]
     prompt_set: tuple[str | None, ...]  # (None,) when the group uses prompt_length
     prompt_length: tuple[int | None, ...]  # (None,) when the group uses prompt_set
@@ -137,7 +139,8 @@ class RunSpec:
     """One arm of one grid point, one repeat: the unit the runner executes and the store records.
 
     `draft_model` is the model the drafter runs: the draft itself, or for an "oracle:P" draft the
-    model whose forward pass the oracle pays for (named by `oracle_cost`). `moe_top_k` is always
+    model whose forward pass the oracle pays for (named by `oracle_cost`); None for an
+    "ngram:MIN-MAX" draft, which runs no model. `moe_top_k` is always
     explicit for zoo MoE targets (the preset's top-k unless overridden) and None for dense zoo targets.
     """
 
@@ -145,7 +148,7 @@ class RunSpec:
     group: str
     arm: str  # "baseline" | "sd"
     target: str
-    draft: str | None  # model name or "oracle:P"; None for the baseline arm
+    draft: str | None  # model name, "oracle:P" or "ngram:MIN-MAX"; None for the baseline arm
     gamma: int  # 0 for the baseline arm
     prompt_set: str | None  # built-in name or absolute .jsonl path; None with prompt_length
     prompt_length: int | None  # synthetic prompt of exactly this many tokens
@@ -166,11 +169,17 @@ class RunSpec:
         return parse_oracle(self.draft)
 
     @property
+    def ngram_sizes(self) -> tuple[int, int] | None:
+        return parse_ngram(self.draft)
+
+    @property
     def key_fields(self) -> dict[str, Any]:
         """Everything that decides the measured work: all fields but repeat, suite and group, with
         models given by identity rather than by suite-local name."""
         draft: dict[str, Any] | None = None
-        if self.draft_model is not None:
+        if self.ngram_sizes is not None:
+            draft = {"ngram": list(self.ngram_sizes)}
+        elif self.draft_model is not None:
             oracle = self.oracle_acceptance
             draft = (
                 self.draft_model.identity
@@ -230,6 +239,14 @@ def parse_oracle(draft: str | None) -> float | None:
     if draft is None or not draft.startswith(ORACLE_PREFIX):
         return None
     return float(draft[len(ORACLE_PREFIX) :])
+
+
+def parse_ngram(draft: str | None) -> tuple[int, int] | None:
+    """(min_n, max_n) of a canonical "ngram:MIN-MAX" draft; None for any other draft or no draft."""
+    if draft is None or not draft.startswith(NGRAM + ":"):
+        return None
+    low, high = draft[len(NGRAM) + 1 :].split("-")
+    return int(low), int(high)
 
 
 def builtin_suite_path(name: str) -> Path:
@@ -351,8 +368,11 @@ def _parse_models(ctx: _Ctx, raw: Any, preset: str | None, seed: int, base_dir: 
     models = {}
     for name, entry in _table(ctx, "models", raw).items():
         where = f"models.{name}"
-        if not _NAME_RE.fullmatch(name) or name.startswith("oracle"):
-            ctx.fail(where, f"bad model name '{name}'; use letters, digits, '_', '.', '-' (not 'oracle...')")
+        if not _NAME_RE.fullmatch(name) or name.startswith("oracle") or name == NGRAM:
+            ctx.fail(
+                where,
+                f"bad model name '{name}'; use letters, digits, '_', '.', '-' (not 'oracle...' or '{NGRAM}')",
+            )
         models[name] = _parse_model(ctx, where, name, _table(ctx, where, entry), preset, seed, base_dir)
     return models
 
@@ -541,6 +561,8 @@ def _model_ref(ctx: _Ctx, key: str, value: Any, models: dict[str, ModelSpec]) ->
 
 def _draft_ref(ctx: _Ctx, key: str, value: Any, models: dict[str, ModelSpec]) -> str:
     text = _string(ctx, key, value)
+    if text == NGRAM or text.startswith(NGRAM + ":"):
+        return _ngram_ref(ctx, key, text)
     if not text.startswith(ORACLE_PREFIX):
         return _model_ref(ctx, key, text, models)
     try:
@@ -551,6 +573,24 @@ def _draft_ref(ctx: _Ctx, key: str, value: Any, models: dict[str, ModelSpec]) ->
         ctx.fail(key, f"bad oracle draft '{text}'; write oracle:P with P in [0, 1], e.g. \"oracle:0.6\"")
     # Canonical spelling, so "oracle:0.60" and "oracle:0.6" are the same run.
     return f"{ORACLE_PREFIX}{acceptance!r}"
+
+
+_NGRAM_RE = re.compile(r"ngram:(\d+)-(\d+)")
+
+
+def _ngram_ref(ctx: _Ctx, key: str, text: str) -> str:
+    """The canonical "ngram:MIN-MAX" of an n-gram draft, so "ngram" and "ngram:1-3" are one run."""
+    if text == NGRAM:
+        low, high = NGRAM_DEFAULT
+    else:
+        match = _NGRAM_RE.fullmatch(text)
+        low, high = (int(match[1]), int(match[2])) if match else (0, 0)
+    if not 1 <= low <= high:
+        ctx.fail(
+            key,
+            f"bad n-gram draft '{text}'; write ngram or ngram:MIN-MAX with 1 <= MIN <= MAX, e.g. \"ngram:1-3\"",
+        )
+    return f"{NGRAM}:{low}-{high}"
 
 
 # --- scalar checks -------------------------------------------------------------------------------
@@ -684,7 +724,7 @@ def _grid(suite: Suite, group: Group):
     ) in axes:
         target_model = suite.model(target)
         draft_model = None
-        if draft is not None:
+        if draft is not None and parse_ngram(draft) is None:
             draft_model = suite.model(group.oracle_cost if parse_oracle(draft) is not None else draft)
         yield RunSpec(
             suite=suite.name,
@@ -733,6 +773,7 @@ __all__ = [
     "canonical_json",
     "expand",
     "load_suite",
+    "parse_ngram",
     "parse_oracle",
     "resolve_suite_path",
 ]

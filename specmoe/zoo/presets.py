@@ -1,7 +1,8 @@
 """Named model-family presets: the shapes of every model the zoo builds.
 
 Each preset is a scaled-down analog of one real family: Qwen3.5-35B-A3B (35B total, 3B active) as the
-MoE target, 4B and 9B dense targets, 0.8B and 2B drafts. What is kept is the *ratios* in
+MoE target, 4B and 9B dense targets, 0.8B and 2B drafts, plus a small MoE draft with draft-s's
+active size (2B active), which the family itself lacks. What is kept is the *ratios* in
 `RATIO_TARGETS`, measured in parameters (see `specmoe.zoo.params` for the counting convention);
 absolute sizes are chosen so `tiny` builds in seconds for tests and the `bench` MoE is over 1 GB in
 bf16, big enough for its expert weights to dominate memory traffic on real hardware.
@@ -15,13 +16,18 @@ MOE = "moe"
 
 # The real family the presets imitate, as ratios:
 #   moe      total / active                   (35B / 3B, ~10x; 8-12x accepted)
-#   others   total / (moe active)             (9B, 4B, 2B, 0.8B over 3B)
+#   others   active / (moe active)            (9B, 4B, 2B, 0.8B over 3B; dense: active = total)
+# draft-moe has draft-s's active size, so the two drafts cost about the same FLOPs per token and
+# differ in sparsity alone: same attention, K/E = 2/16 experts whose active width K * I equals
+# draft-s's dense MLP width (3 * hidden). Its total/active is not pinned (3.3 tiny, 6.1 bench:
+# embeddings weigh more in tiny).
 RATIO_TARGETS: dict[str, float] = {
     "moe": 10.0,
     "dense-l": 3.0,
     "dense-s": 1.3,
     "draft-s": 0.67,
     "draft-xs": 0.27,
+    "draft-moe": 0.67,
 }
 RATIO_TOLERANCE = 0.15  # relative
 
@@ -83,6 +89,23 @@ def _dense(name: str, hidden: int, layers: int, q_heads: int, kv_heads: int, hea
     return ModelShape(name, hidden, layers, q_heads, kv_heads, head_dim, intermediate_size=3 * hidden)
 
 
+def _moe_twin(name: str, dense: ModelShape, num_experts: int, top_k: int) -> ModelShape:
+    """A Qwen3-MoE with the dense model's attention and active MLP width (top_k experts of width
+    3H / top_k): the same active parameters, up to the router's E x H per layer."""
+    return replace(
+        dense,
+        name=name,
+        intermediate_size=0,
+        num_experts=num_experts,
+        top_k=top_k,
+        moe_intermediate_size=dense.intermediate_size // top_k,
+    )
+
+
+_TINY_DRAFT_S = _dense("draft-s", 64, 4, 4, 1, 16)
+_BENCH_DRAFT_S = _dense("draft-s", 768, 7, 12, 3, 64)
+
+
 TINY = ZooPreset(
     name="tiny",
     models=(
@@ -91,8 +114,9 @@ TINY = ZooPreset(
         ModelShape(MOE, 64, 2, 4, 2, 16, num_experts=32, top_k=2, moe_intermediate_size=512),
         _dense("dense-l", 128, 8, 8, 2, 16),
         _dense("dense-s", 128, 2, 8, 2, 16),
-        _dense("draft-s", 64, 4, 4, 1, 16),
+        _TINY_DRAFT_S,
         _dense("draft-xs", 32, 4, 2, 1, 16),
+        _moe_twin("draft-moe", _TINY_DRAFT_S, num_experts=16, top_k=2),
     ),
 )
 
@@ -102,8 +126,9 @@ BENCH = ZooPreset(
         ModelShape(MOE, 1024, 8, 16, 4, 64, num_experts=64, top_k=4, moe_intermediate_size=512),
         _dense("dense-l", 1280, 12, 20, 5, 64),
         _dense("dense-s", 1024, 8, 16, 4, 64),
-        _dense("draft-s", 768, 7, 12, 3, 64),
+        _BENCH_DRAFT_S,
         _dense("draft-xs", 512, 6, 8, 2, 64),
+        _moe_twin("draft-moe", _BENCH_DRAFT_S, num_experts=16, top_k=2),
     ),
 )
 
