@@ -111,6 +111,21 @@ def plot_intervals(
     )
 
 
+def plot_speedup_per_pair(ax: Axes, items: Sequence[SdResult], x: str) -> None:
+    """One line of speedup (with intervals) against config[x] per target/draft pair."""
+    from specmoe.report.slices import group_by, label
+
+    for index, group in enumerate(group_by(items, PAIR)):
+        group = sorted(group, key=lambda r: r.config[x])
+        plot_intervals(
+            ax,
+            [r.config[x] for r in group],
+            [r.speedup for r in group],
+            color=series_color(index),
+            label=label(group[0].config, PAIR),
+        )
+
+
 def integer_ticks(ax: Axes, values: Sequence[float]) -> None:
     """Ticks at exactly the measured settings (γ, batch sizes, prompt lengths)."""
     ticks = sorted(set(values))

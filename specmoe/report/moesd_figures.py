@@ -22,6 +22,7 @@ from specmoe.report.figures import (
     model_drafts,
     new_figure,
     plot_intervals,
+    plot_speedup_per_pair,
     series_color,
 )
 from specmoe.report.results import Results, SdResult, StepTimes
@@ -40,15 +41,7 @@ def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
         return Omitted(title, "no target/draft pair was run at two or more batch sizes")
     fig = new_figure()
     ax = fig.add_subplot()
-    for index, group in enumerate(group_by(chosen.items, PAIR)):
-        group = sorted(group, key=lambda r: r.config["batch_size"])
-        plot_intervals(
-            ax,
-            [r.config["batch_size"] for r in group],
-            [r.speedup for r in group],
-            color=series_color(index),
-            label=label(group[0].config, PAIR),
-        )
+    plot_speedup_per_pair(ax, chosen.items, "batch_size")
     _batch_axis(ax, chosen.items)
     ax.axhline(1.0, **NO_SPEEDUP_STYLE)
     ax.set_ylabel(SPEEDUP_LABEL)
