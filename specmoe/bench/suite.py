@@ -588,7 +588,8 @@ def _ngram_ref(ctx: _Ctx, key: str, text: str) -> str:
     if not 1 <= low <= high:
         ctx.fail(
             key,
-            f"bad n-gram draft '{text}'; write ngram or ngram:MIN-MAX with 1 <= MIN <= MAX, e.g. \"ngram:1-3\"",
+            f"bad n-gram draft '{text}'; write ngram or ngram:MIN-MAX with 1 <= MIN <= MAX, "
+            'e.g. "ngram:1-3"',
         )
     return f"{NGRAM}:{low}-{high}"
 
