@@ -21,6 +21,8 @@ from specmoe.backends.base import Backend
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
 from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.ngram import NgramDrafter
+from specmoe.engine.oracle import OracleDrafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
@@ -30,6 +32,8 @@ __all__ = [
     "DecodeConfig",
     "DecodeResult",
     "ModelDrafter",
+    "NgramDrafter",
+    "OracleDrafter",
     "SamplingParams",
     "decode",
     "generate_text",
@@ -71,6 +75,21 @@ def check_invariants(result: DecodeResult) -> None:
         raise AssertionError("decode invariants violated: " + "; ".join(problems[:5]))
 
 
+def _ngram_sizes(draft: str | None) -> tuple[int, int] | None:
+    """(min_n, max_n) for a draft spelled "ngram" or "ngram:MIN-MAX"; None for a model draft."""
+    if draft is None or not (draft == "ngram" or draft.startswith("ngram:")):
+        return None
+    if draft == "ngram":
+        return (1, 3)
+    try:
+        low, high = (int(x) for x in draft.split(":", 1)[1].split("-"))
+    except ValueError:
+        raise SpecmoeError(
+            f"bad n-gram draft '{draft}'; write ngram or ngram:MIN-MAX, e.g. ngram:1-3"
+        ) from None
+    return low, high
+
+
 def generate_text(
     target: str,
     prompts: Sequence[str],
@@ -94,13 +113,18 @@ def generate_text(
     if draft is not None and gamma < 1:
         raise SpecmoeError(f"--gamma must be >= 1 (tokens drafted per round), got {gamma}")
     target_dir = resolve(target, zoo)
-    draft_dir = resolve(draft, zoo) if draft is not None else None
+    ngram = _ngram_sizes(draft)
+    draft_dir = resolve(draft, zoo) if draft is not None and ngram is None else None
     tokenizer = load_tokenizer(target_dir)
     token_prompts = [tokenizer.encode(text, add_special_tokens=False) for text in prompts]
     if any(not p for p in token_prompts):
         raise SpecmoeError("empty prompt: every --prompt needs at least one token of text")
     target_model = load_model(target_dir, **model_options)
-    drafter = ModelDrafter(load_model(draft_dir, **model_options)) if draft_dir is not None else None
+    drafter = None
+    if ngram is not None:
+        drafter = NgramDrafter(target_model, *ngram)
+    elif draft_dir is not None:
+        drafter = ModelDrafter(load_model(draft_dir, **model_options))
     result = decode(target_model, token_prompts, config, drafter=drafter)
     check_invariants(result)
     report: dict = {

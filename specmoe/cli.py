@@ -74,7 +74,11 @@ def _add_model_options(p: argparse.ArgumentParser) -> None:
 def _add_generate(commands) -> None:
     p = commands.add_parser("generate", help="decode prompts, speculatively when --draft is given")
     p.add_argument("--target", required=True, help="target model directory (or zoo name with --zoo)")
-    p.add_argument("--draft", help="draft model directory (or zoo name); without it, plain decoding")
+    p.add_argument(
+        "--draft",
+        help="draft model directory, zoo name, or ngram[:MIN-MAX] (prompt lookup); "
+        "without it, plain decoding",
+    )
     p.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
     p.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (>= 1)")
     p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")

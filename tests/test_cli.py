@@ -166,3 +166,24 @@ def test_divergence_margin_is_small_where_bf16_splits(tiny_zoo):
     model.prefill([[5, 6]])
     top = torch.topk(model.forward(torch.tensor([[7]]))[0, -1], 2).values
     assert margin == pytest.approx(float(top[0] - top[1])) and margin >= 0
+
+
+def test_generate_with_ngram_draft_is_exact(capsys, tiny_zoo):
+    code, out, _ = _run(
+        capsys,
+        "generate",
+        "--zoo",
+        str(tiny_zoo),
+        "--target",
+        "moe",
+        "--draft",
+        "ngram:1-2",
+        "--prompt",
+        "one two one two",
+        "--max-new-tokens",
+        "10",
+        "--dtype",
+        "float64",
+        "--check",
+    )
+    assert code == 0 and "identical to plain decoding" in out
