@@ -1,8 +1,9 @@
 """An offline, deterministic model zoo in Hugging Face format.
 
-One preset (`tiny` for tests, `bench` for measurements) is a family of five Qwen3-architecture
+One preset (`tiny` for tests, `bench` for measurements) is a family of six Qwen3-architecture
 models sharing one locally trained tokenizer: an MoE target (`moe`), two dense targets (`dense-s`,
-`dense-l`) and two drafts (`draft-s`, `draft-xs`), sized as a scaled-down Qwen3.5-35B-A3B family.
+`dense-l`) and three drafts (`draft-s`, `draft-xs`, and `draft-moe`, draft-s's sparse twin),
+sized as a scaled-down Qwen3.5-35B-A3B family.
 Weights are random but routing-aware (see `specmoe.zoo.init` and docs/zoo.md).
 
 Modules: presets (shapes), params (counting), tokenizer, init, build (writing), manifest (reading,
