@@ -1,0 +1,199 @@
+"""What a device can do: memory read bandwidth and matmul rate per dtype, measured or from a file.
+
+The same JSON shape serves both ends. `specmoe hw` writes it from measurements on this machine;
+`specmoe model predict --hardware FILE` reads it, and a hand-written file (spec-sheet numbers for a
+machine you do not have, see docs/perf-examples/) has the same keys:
+
+    {"schema": 1, "kind": "specmoe-hardware", "name": "...", "device": "cuda", "device_count": 1,
+     "bandwidth_bytes_per_s": 4.8e12, "flops_per_s": {"bfloat16": 9.89e14, "float32": 6.7e13}}
+
+Units: bytes per second and floating-point operations per second (a multiply-add is 2 FLOPs), per
+device. Unknown keys are rejected so that a typo cannot silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from specmoe.errors import SpecmoeError
+
+SCHEMA = 1
+KIND = "specmoe-hardware"
+MATMUL_DTYPES = ("float32", "bfloat16")
+_KEYS = {
+    "schema",
+    "kind",
+    "name",
+    "device",
+    "device_count",
+    "bandwidth_bytes_per_s",
+    "flops_per_s",
+    "source",
+    "notes",
+    "settings",
+}
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Per-device rates; `device_count` devices share the work (see specmoe.perf.firstprinciples)."""
+
+    name: str
+    bandwidth_bytes_per_s: float
+    flops_per_s: dict[str, float]  # dtype name -> FLOP/s
+    device_count: int = 1
+
+    def flops_for(self, dtype: str, where: str = "hardware file") -> float:
+        if dtype not in self.flops_per_s:
+            have = ", ".join(sorted(self.flops_per_s))
+            raise SpecmoeError(
+                f"{where} gives no flops_per_s for dtype '{dtype}' (has: {have}); add it or pass --dtype"
+            )
+        return self.flops_per_s[dtype]
+
+
+def _sync(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def _median_seconds(fn, device, repeats: int) -> float:
+    fn()  # warm-up: first-touch page faults, kernel selection
+    _sync(device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def read_bandwidth(device, read_bytes: int, repeats: int) -> float:
+    """Bytes per second of a streaming sum over a float32 tensor of `read_bytes` bytes."""
+    import torch
+
+    data = torch.ones(read_bytes // 4, dtype=torch.float32, device=device)
+    seconds = _median_seconds(data.sum, device, repeats)
+    return data.numel() * 4 / seconds
+
+
+def matmul_rate(device, dtype: str, size: int, repeats: int) -> float:
+    """FLOP/s of a square [size, size] @ [size, size] product (2·size³ FLOPs) in `dtype`."""
+    import torch
+
+    from specmoe.backends.hf import DTYPES
+
+    generator = torch.Generator().manual_seed(0)
+    left = torch.randn(size, size, generator=generator).to(device=device, dtype=DTYPES[dtype])
+    right = torch.randn(size, size, generator=generator).to(device=device, dtype=DTYPES[dtype])
+    seconds = _median_seconds(lambda: left @ right, device, repeats)
+    return 2.0 * size**3 / seconds
+
+
+def measure_hardware(
+    device: str = "cpu",
+    read_mib: int = 1024,
+    matmul_size: int | None = None,
+    repeats: int = 5,
+    dtypes: tuple[str, ...] = MATMUL_DTYPES,
+) -> dict:
+    """Measure this machine's device and return the hardware JSON (a dict, see module docstring)."""
+    import torch
+
+    from specmoe.backends.hf import resolve_device
+
+    if read_mib < 1 or repeats < 1:
+        raise SpecmoeError(f"read_mib and repeats must be >= 1, got {read_mib} and {repeats}")
+    torch_device = resolve_device(device)
+    size = matmul_size or (4096 if torch_device.type == "cuda" else 1024)
+    with torch.inference_mode():
+        bandwidth = read_bandwidth(torch_device, read_mib * 2**20, repeats)
+        flops = {dtype: matmul_rate(torch_device, dtype, size, repeats) for dtype in dtypes}
+    return {
+        "schema": SCHEMA,
+        "kind": KIND,
+        "name": _device_name(torch_device),
+        "device": str(torch_device),
+        "device_count": 1,
+        "bandwidth_bytes_per_s": bandwidth,
+        "flops_per_s": flops,
+        "source": "measured by `specmoe hw`",
+        "settings": {
+            "read_bytes": read_mib * 2**20,
+            "matmul_size": size,
+            "repeats": repeats,
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+        },
+    }
+
+
+def _device_name(device) -> str:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def parse_hardware(data: dict, where: str) -> Hardware:
+    """Validate a hardware dict (from `specmoe hw` or written by hand); `where` names it in errors."""
+    if not isinstance(data, dict):
+        raise SpecmoeError(f"{where} must hold a JSON object with bandwidth_bytes_per_s and flops_per_s")
+    unknown = sorted(set(data) - _KEYS)
+    if unknown:
+        raise SpecmoeError(f"{where}: unknown key '{unknown[0]}'; allowed keys: {', '.join(sorted(_KEYS))}")
+    if data.get("schema", SCHEMA) != SCHEMA:
+        raise SpecmoeError(
+            f"{where}: schema {data['schema']!r} is not {SCHEMA}; regenerate it with `specmoe hw`"
+        )
+    bandwidth = _positive(data, "bandwidth_bytes_per_s", where)
+    raw_flops = data.get("flops_per_s")
+    if isinstance(raw_flops, int | float) and not isinstance(raw_flops, bool):
+        raw_flops = {dtype: raw_flops for dtype in ("float32", "bfloat16", "float16")}
+    if not isinstance(raw_flops, dict) or not raw_flops:
+        raise SpecmoeError(
+            f'{where}: flops_per_s must be a number or an object such as {{"bfloat16": 9.9e14}}'
+        )
+    flops = {str(dtype): _positive(raw_flops, dtype, f"{where} flops_per_s") for dtype in raw_flops}
+    count = data.get("device_count", 1)
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise SpecmoeError(f"{where}: device_count must be an integer >= 1, got {count!r}")
+    return Hardware(str(data.get("name", where)), bandwidth, flops, count)
+
+
+def _positive(data: dict, key: str, where: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise SpecmoeError(f"{where}: '{key}' must be a number > 0 (per device, per second), got {value!r}")
+    return float(value)
+
+
+def load_hardware(path: Path) -> Hardware:
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecmoeError(
+            f"hardware file '{path}' not found; write one with `specmoe hw --out FILE`"
+        ) from None
+    except json.JSONDecodeError as err:
+        raise SpecmoeError(
+            f"hardware file '{path}' is not valid JSON ({err.msg}, line {err.lineno})"
+        ) from None
+    return parse_hardware(data, str(path))

@@ -1,0 +1,276 @@
+"""Time single forward passes T(B, t) through the backend protocol, and count the experts they touch.
+
+Shape legend: B sequences in the batch, t new tokens per sequence, C cached tokens per sequence,
+n = B·t tokens in one pass, E routed experts per MoE layer, K experts per token, L MoE layers.
+
+For each batch size B the backend is prefilled once with B rows of C random token ids. Then, for
+each t, a random [B, t] block is forwarded and rolled back: `warmup` untimed passes first, then
+`repeats` timed passes. The timed passes go round-robin over t (t₁, t₂, …, t₁, t₂, …) so that slow
+drift in the machine (another process, clock changes) hits every t alike instead of biasing one.
+Each pass is bracketed by `Backend.synchronize()` and read with `time.perf_counter`. A point whose
+timings scatter (interquartile range above 10% of the median: another process took a core) is
+measured again, up to 3 more times, keeping the attempt with the lowest median.
+
+For MoE models a separate, untimed pass per (B, t) runs under the router trace (hooks cost time)
+and records how many distinct experts each layer selected, beside the balanced-routing expectation
+N(n) = E·(1 − (1 − K/E)^n). Raw times are kept in the JSON; medians and spreads are derived here
+once, for convenience, and can be recomputed from the raw lists.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import torch
+
+from specmoe.errors import SpecmoeError
+from specmoe.perf.files import SCHEMA, parse_counts, read_json
+from specmoe.perf.structure import moe_shape
+from specmoe.theory import expected_active_experts
+
+KIND = "specmoe-profile"
+MAX_SPREAD = 0.10  # interquartile range / median above which a point is measured again
+RETRIES = 3
+PROFILE_HINT = "make one with `specmoe profile --model DIR --batch 1,2,4 --tokens 1,2,4 --out FILE`"
+
+
+def profile_model(
+    model_dir: str | Path,
+    batch_sizes: str | list[int],
+    tokens: str | list[int],
+    context: int = 64,
+    dtype: str | None = None,
+    device: str = "cpu",
+    repeats: int = 5,
+    warmup: int = 2,
+    trace_samples: int = 3,
+    moe_top_k: int | None = None,
+    seed: int = 0,
+    progress=None,
+    **load_options,
+) -> dict:
+    """Load the model at `model_dir` and profile it; returns the profile JSON (a dict).
+
+    `load_options` go to the backend loader (experts_implementation, allow_pickle, ...);
+    `progress`, when given, is called with one line of text per batch size.
+    """
+    from specmoe.api import load_model
+
+    batch_sizes = parse_counts(batch_sizes, "--batch")
+    tokens = parse_counts(tokens, "--tokens")
+    if context < 0 or repeats < 1 or warmup < 0 or trace_samples < 1:
+        raise SpecmoeError(
+            f"need context >= 0, repeats >= 1, warmup >= 0, trace samples >= 1; "
+            f"got {context}, {repeats}, {warmup}, {trace_samples}"
+        )
+    backend = load_model(model_dir, dtype=dtype, device=device, moe_top_k=moe_top_k, **load_options)
+    if context + max(tokens) > backend.max_context:
+        raise SpecmoeError(
+            f"--context {context} + {max(tokens)} tokens exceeds the model's {backend.max_context} "
+            "positions; use a shorter context"
+        )
+    profile = {
+        "schema": SCHEMA,
+        "kind": KIND,
+        "model": describe_backend(backend, Path(model_dir)),
+        "context": context,
+        "repeats": repeats,
+        "warmup": warmup,
+        "settings": {
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "seed": seed,
+            "load_average_start": _load_average(),
+        },
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "points": [],
+    }
+    generator = torch.Generator().manual_seed(seed)
+    for batch in batch_sizes:
+        points = time_batch(backend, batch, tokens, context, repeats, warmup, generator)
+        profile["points"] += points
+        if progress:
+            progress(
+                f"B={batch}: " + ", ".join(f"t={p['tokens']} {p['median_s'] * 1e3:.2f} ms" for p in points)
+            )
+    profile["settings"]["load_average_end"] = _load_average()
+    if profile["model"]["is_moe"]:
+        profile["experts"] = [
+            row
+            for batch in batch_sizes
+            for row in count_experts(
+                backend, batch, tokens, context, trace_samples, generator, profile["model"]
+            )
+        ]
+    return profile
+
+
+def _load_average() -> float | None:
+    """The 1-minute load average: above the thread count, other processes competed for the cores."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def describe_backend(backend, path: Path) -> dict:
+    """Name, dtype, MoE shape and weight bytes of a loaded model (bytes need an HF backend)."""
+    model = getattr(backend, "model", None)
+    config = model.config.to_dict() if model is not None else {}
+    experts, top_k = moe_shape(config, where=str(path / "config.json"))
+    info = {
+        "name": backend.name,
+        "path": str(path),
+        "dtype": str(getattr(backend, "dtype", "")).removeprefix("torch."),
+        "device": str(backend.device),
+        "is_moe": experts > 0,
+        "num_experts": experts,
+        "top_k": top_k,
+    }
+    if model is not None:
+        info.update(weight_bytes(model))
+    return info
+
+
+def weight_bytes(model) -> dict:
+    """Bytes of routed-expert weights, of the input embedding table, and of everything else.
+
+    Routed experts are the parameters under an `.experts.` module (transformers' MoE blocks; shared
+    experts are named `shared_expert(s)` and count as dense). A token reads one embedding row, so
+    the table is reported apart from the dense weights every pass streams in full.
+    """
+    dense = experts = embedding = 0
+    for name, param in model.named_parameters():
+        size = param.numel() * param.element_size()
+        if ".experts." in name:
+            experts += size
+        elif "embed_tokens" in name:
+            embedding += size
+        else:
+            dense += size
+    return {"bytes_dense": dense, "bytes_experts": experts, "bytes_embedding": embedding}
+
+
+def _random_ids(generator: torch.Generator, vocab: int, shape: tuple[int, ...]) -> torch.Tensor:
+    # id 0 is EOS in the zoo; avoiding it keeps the inputs ordinary text-like ids for any tokenizer.
+    return torch.randint(1, vocab, shape, generator=generator)
+
+
+def time_batch(
+    backend,
+    batch: int,
+    tokens: list[int],
+    context: int,
+    repeats: int,
+    warmup: int,
+    generator,
+    max_spread: float = MAX_SPREAD,
+    retries: int = RETRIES,
+) -> list[dict]:
+    """Timed forwards [B, t] over a cache of `context` tokens per row, one point per t.
+
+    A point whose spread (interquartile range / median) exceeds `max_spread` is measured again,
+    up to `retries` more times, and the attempt with the lowest median is kept: interference from
+    other processes only ever slows a pass down. Every attempt's raw times stay in the point.
+    """
+    prompts = _random_ids(generator, backend.vocab_size, (batch, context)).tolist()
+    backend.prefill(prompts)
+    blocks = {t: _random_ids(generator, backend.vocab_size, (batch, t)).to(backend.device) for t in tokens}
+    for t in tokens:
+        for _ in range(warmup):
+            _timed_forward(backend, blocks[t], context)
+    first: dict[int, list[float]] = {t: [] for t in tokens}
+    for _ in range(repeats):
+        for t in tokens:
+            first[t].append(_timed_forward(backend, blocks[t], context))
+    points = []
+    for t in tokens:
+        attempts = [first[t]]
+        while _spread(attempts[-1]) > max_spread and len(attempts) <= retries:
+            attempts.append([_timed_forward(backend, blocks[t], context) for _ in range(repeats)])
+        points.append(_point(batch, t, attempts))
+    return points
+
+
+def _spread(times: list[float]) -> float:
+    """Interquartile range over median: 0 for steady timings, large when some passes were slowed."""
+    if len(times) < 2:
+        return 0.0
+    quartiles = statistics.quantiles(times, n=4)
+    return (quartiles[2] - quartiles[0]) / statistics.median(times)
+
+
+def _timed_forward(backend, block: torch.Tensor, context: int) -> float:
+    """Seconds of one forward over block [B, t]; the cache is rolled back to `context` afterwards."""
+    backend.synchronize()
+    start = time.perf_counter()
+    backend.forward(block)
+    backend.synchronize()
+    elapsed = time.perf_counter() - start
+    backend.rollback([context] * block.shape[0])
+    return elapsed
+
+
+def _point(batch: int, tokens: int, attempts: list[list[float]]) -> dict:
+    times = min(attempts, key=statistics.median)
+    return {
+        "batch": batch,
+        "tokens": tokens,
+        "times_s": times,
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "iqr_rel": _spread(times),
+        "attempts": len(attempts),
+        "discarded_times_s": [x for attempt in attempts if attempt is not times for x in attempt],
+    }
+
+
+def count_experts(
+    backend, batch: int, tokens: list[int], context: int, samples: int, generator, info: dict
+) -> list[dict]:
+    """Distinct experts per layer for [B, t] passes, mean over `samples` random blocks (untimed)."""
+    from specmoe.backends.router_trace import distinct_experts_per_layer
+
+    trace = backend.router_trace()
+    if trace is None or not trace.is_moe:
+        raise SpecmoeError(
+            f"model '{info['name']}' has MoE settings but no router class the trace knows; "
+            "add its router class to ROUTER_CLASSES in specmoe/backends/router_trace.py"
+        )
+    backend.prefill(_random_ids(generator, backend.vocab_size, (batch, context)).tolist())
+    rows = []
+    for t in tokens:
+        per_layer = []
+        for _ in range(samples):
+            trace.clear()
+            with trace:
+                backend.forward(_random_ids(generator, backend.vocab_size, (batch, t)).to(backend.device))
+            per_layer.append(distinct_experts_per_layer(trace.records[-1:]))
+            backend.rollback([context] * batch)
+        trace.clear()
+        mean_per_layer = [statistics.fmean(layer) for layer in zip(*per_layer, strict=True)]
+        rows.append(
+            {
+                "batch": batch,
+                "tokens": t,
+                "n_tokens": batch * t,
+                "distinct_per_layer": mean_per_layer,
+                "distinct_mean": statistics.fmean(mean_per_layer),
+                "expected": expected_active_experts(batch * t, info["num_experts"], info["top_k"]),
+            }
+        )
+    return rows
+
+
+def load_profile(path: Path) -> dict:
+    """A profile written by `profile_model`, checked enough for the fit to trust it."""
+    profile = read_json(Path(path), (KIND,), PROFILE_HINT)
+    points = profile.get("points")
+    if not isinstance(points, list) or not points:
+        raise SpecmoeError(f"profile '{path}' has no timed points; {PROFILE_HINT}")
+    for point in points:
+        if not all(k in point for k in ("batch", "tokens", "median_s")) or not point["median_s"] > 0:
+            raise SpecmoeError(f"profile '{path}' has a malformed point {point!r}; {PROFILE_HINT}")
+    return profile

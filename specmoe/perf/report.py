@@ -1,0 +1,76 @@
+"""Plain-text renderings of fits, predictions and advice for the terminal."""
+
+from __future__ import annotations
+
+_UNITS = {"knee_tokens": "tokens", "sharpness": "", "kv_knee_tokens": "tokens"}
+
+
+def _constant(name: str, entry: dict) -> str:
+    value, std = entry["value"], entry["std"]
+    unit = _UNITS.get(name, "ms")
+    scale = 1e3 if unit == "ms" else 1.0
+    if entry["at_bound"]:  # the Jacobian's spread means nothing at a bound
+        return f"  {name:<12} {value * scale:10.4g} {unit} (at its bound)"
+    spread = f" ± {std * scale:.3g}" if std is not None else " ± n/a"
+    return f"  {name:<12} {value * scale:10.4g}{spread} {unit}"
+
+
+def format_fit(fit: dict) -> str:
+    q = fit["quality"]
+    lines = [
+        f"fit of {fit['model'].get('name', '?')} ({fit['model'].get('dtype', '?')}, "
+        f"context {fit['context']}): {q['fit_points']} points fitted, {q['heldout_points']} held out",
+        *(_constant(name, entry) for name, entry in fit["parameters"].items()),
+        f"  fitted points   median |err| {q['fit_median_abs_rel']:.1%}, worst {q['fit_worst_abs_rel']:.1%}",
+    ]
+    if q["heldout_points"]:
+        lines.append(
+            f"  held-out points median |err| {q['heldout_median_abs_rel']:.1%}, "
+            f"worst {q['heldout_worst_abs_rel']:.1%}"
+        )
+    return "\n".join(lines)
+
+
+def format_prediction(prediction: dict) -> str:
+    alphas = list(prediction["rows"][0]["speedup"]) if prediction["rows"] else []
+    title = f"target {prediction['target']}"
+    if not prediction["fitted"]:
+        title = (
+            "UNFITTED first-principles estimate (roofline, no overheads), "
+            f"context {prediction['context']}: {title}"
+        )
+    draft = prediction["draft"] or "none (draft cost 0: an upper bound)"
+    header = f"{'B':>5} {'γ':>3} {'T(B,1) ms':>10} {'T(B,γ+1) ms':>12} {'T_D ms':>8} {'η':>6} " + " ".join(
+        f"{'S@α=' + a:>9}" for a in alphas
+    )
+    lines = [title, f"draft {draft}", header]
+    for row in prediction["rows"]:
+        speedups = " ".join(f"{row['speedup'][a]:9.2f}" for a in alphas)
+        mark = "  *" if row["extrapolated"] else ""
+        lines.append(
+            f"{row['batch']:>5} {row['gamma']:>3} {row['target_1_s'] * 1e3:10.3f} "
+            f"{row['target_verify_s'] * 1e3:12.3f} {row['draft_s'] * 1e3:8.3f} {row['efficiency']:6.2f} "
+            f"{speedups}{mark}"
+        )
+    if any(row["extrapolated"] for row in prediction["rows"]):
+        lines.append("* outside the profiled (B, t) grid: extrapolated")
+    return "\n".join(lines)
+
+
+def format_advice(advice: dict) -> str:
+    lines = [f"target {advice['target']}" + ("" if advice["fitted"] else " (UNFITTED)")]
+    for row in advice["rows"]:
+        best = row["best"]
+        choice = f"{best['draft']} (α={best['alpha']:g}), γ={best['gamma']}"
+        note = " [extrapolated]" if best["extrapolated"] else ""
+        if row["pays"]:
+            lines.append(
+                f"B={row['batch']:<4} use {choice}: predicted speedup {best['speedup']:.3g}x, "
+                f"target efficiency {best['efficiency']:.2f}{note}"
+            )
+        else:
+            lines.append(
+                f"B={row['batch']:<4} SD will not pay: the best choice, {choice}, is predicted at "
+                f"{best['speedup']:.3g}x (< 1); decode without a draft{note}"
+            )
+    return "\n".join(lines)
