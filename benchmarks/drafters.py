@@ -29,6 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from engine_speed import step_time  # T(1, t) timing shared with the engine benchmark
 
 from specmoe.api import load_model, load_tokenizer
 from specmoe.bench.prompts import load_prompt_set
@@ -52,21 +53,6 @@ def prompts(tokenizer, target, own_tokens: int) -> dict[str, list[int]]:
         "own-text": base + list(own.token_ids),
         "repeated": tokenizer.encode(" ".join([text] * 3), add_special_tokens=False),
     }
-
-
-def step_seconds(backend, context: list[int], repeats: int = 10) -> float:
-    """Median seconds of one forward of one token after `context`: T(1, 1)."""
-    backend.prefill([context[:-1]])
-    block = torch.tensor([context[-1:]], device=backend.device)
-    times = []
-    for _ in range(repeats + 2):
-        backend.synchronize()
-        start = time.perf_counter()
-        backend.forward(block)
-        backend.synchronize()
-        times.append(time.perf_counter() - start)
-        backend.rollback([len(context) - 1])
-    return statistics.median(times[2:])  # the first two warm up
 
 
 def stats(results: list[DecodeResult], gamma: int) -> dict[str, float]:
@@ -138,7 +124,8 @@ def main() -> None:
         "setup": vars(args)
         | {"zoo": str(args.zoo), "out": str(args.out), "threads": torch.get_num_threads()},
         "step_ms": {
-            n: step_seconds(b, prompt_ids["reasoning"]) * 1e3 for n, b in {"moe": target, **models}.items()
+            n: step_time(b, 1, prompt_ids["reasoning"], 10) * 1e3
+            for n, b in {"moe": target, **models}.items()
         },
         "prompts": {},
     }

@@ -9,9 +9,9 @@ from dataclasses import asdict
 import pytest
 import torch
 from scipy.stats import chisquare
+from small_vocab import VOCAB, exact_joint, small_vocab_model
 
 import specmoe.engine.decode as decode_module
-from specmoe.api import load_model
 from specmoe.bench.audit import audit_counts
 from specmoe.bench.runner import run_suite
 from specmoe.bench.suite import load_suite
@@ -19,7 +19,7 @@ from specmoe.engine.acceptance import rejection_accept
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.engine.ngram import NgramDrafter, NgramIndex, copy_from, ngram_proposal
-from specmoe.engine.sampling import SamplingParams, probabilities
+from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import invariant_violations, totals
 
@@ -159,7 +159,6 @@ def test_ngram_acceptance_is_high_on_the_targets_own_repetitive_text(exact_model
 
 # --- sampling: the target's distribution ----------------------------------------------------------
 
-VOCAB = 6
 # Every token of the vocabulary occurs in the prompt, so whatever the first sampled token is, the
 # second round finds a match and proposes from the prompt: both proposal paths get exercised.
 SMALL_PROMPT = [1, 4, 0, 2, 5, 3, 1, 4]
@@ -167,39 +166,7 @@ SMALL_PROMPT = [1, 4, 0, 2, 5, 3, 1, 4]
 
 @pytest.fixture(scope="module")
 def small_target(tmp_path_factory):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    path = tmp_path_factory.mktemp("small-vocab-ngram") / "target"
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        eos_token_id=0,
-    )
-    model = Qwen3ForCausalLM(config)
-    for param in model.parameters():
-        torch.nn.init.normal_(param, std=0.4)
-    model.save_pretrained(path)
-    return load_model(path, dtype="float64")
-
-
-def _exact_joint(target, params):
-    """P(x1, x2 | SMALL_PROMPT) under the target, from the transform the engine samples from."""
-    target.prefill([SMALL_PROMPT[:-1]])
-    first = probabilities(target.forward(torch.tensor([[SMALL_PROMPT[-1]]]))[0, -1], params)
-    joint = torch.zeros(VOCAB, VOCAB, dtype=torch.float64)
-    for x1 in range(VOCAB):
-        target.prefill([SMALL_PROMPT])
-        second = probabilities(target.forward(torch.tensor([[x1]]))[0, -1], params)
-        joint[x1] = first[x1] * second
-    return joint.flatten()
+    return small_vocab_model(tmp_path_factory.mktemp("small-vocab-ngram") / "target", seed=0, layers=2)
 
 
 def _sampled_joint(target, params, gamma, draws, batch=500):
@@ -222,7 +189,7 @@ def _sampled_joint(target, params, gamma, draws, batch=500):
 )
 def test_sampling_sd_with_ngram_matches_target_joint_distribution(small_target, params, gamma):
     draws = 6000
-    expected = _exact_joint(small_target, params) * draws
+    expected = exact_joint(small_target, SMALL_PROMPT, params) * draws
     counts, accepted, drafted = _sampled_joint(small_target, params, gamma, draws)
     # Point-mass proposals were both accepted and rejected thousands of times (measured: 2693 of
     # 30801 accepted at gamma 3, 2901 of 9434 at gamma 1): both branches of the rule ran.
@@ -247,7 +214,7 @@ def _resample_whole_target(draft_tokens, draft_probs, target_probs, generator):
 def test_the_joint_check_catches_a_point_mass_residual_bug(small_target, monkeypatch):
     params = SamplingParams(temperature=1.0)
     draws = 6000
-    expected = _exact_joint(small_target, params) * draws
+    expected = exact_joint(small_target, SMALL_PROMPT, params) * draws
     monkeypatch.setattr(decode_module, "rejection_accept", _resample_whole_target)
     counts, _, _ = _sampled_joint(small_target, params, 3, draws)
     assert chisquare(counts, expected).pvalue < 1e-6

@@ -7,55 +7,19 @@ import itertools
 import pytest
 import torch
 from scipy.stats import chisquare
+from small_vocab import VOCAB, exact_joint, small_vocab_model
 
-from specmoe.api import load_model
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.sampling import SamplingParams, probabilities
+from specmoe.engine.sampling import SamplingParams
 
-VOCAB = 6
 PROMPT = [1, 4, 2]
-
-
-def _small_vocab_model(path, seed, layers):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(seed)
-    config = Qwen3Config(
-        vocab_size=VOCAB,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=layers,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=8,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        eos_token_id=0,
-    )
-    model = Qwen3ForCausalLM(config)
-    for param in model.parameters():
-        torch.nn.init.normal_(param, std=0.4)
-    model.save_pretrained(path)
-    return load_model(path, dtype="float64")
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
     root = tmp_path_factory.mktemp("small-vocab")
-    return _small_vocab_model(root / "target", 0, 2), _small_vocab_model(root / "draft", 1, 1)
-
-
-def _exact_joint(target, params):
-    """P(x1, x2 | PROMPT) under the target, from the same transform the engine samples from."""
-    target.prefill([PROMPT[:-1]])
-    first = probabilities(target.forward(torch.tensor([[PROMPT[-1]]]))[0, -1], params)
-    joint = torch.zeros(VOCAB, VOCAB, dtype=torch.float64)
-    for x1 in range(VOCAB):
-        target.prefill([PROMPT])
-        second = probabilities(target.forward(torch.tensor([[x1]]))[0, -1], params)
-        joint[x1] = first[x1] * second
-    return joint.flatten()
+    return small_vocab_model(root / "target", 0, 2), small_vocab_model(root / "draft", 1, 1)
 
 
 def _sampled_joint(target, drafter, params, gamma, draws, batch=500):
@@ -75,7 +39,7 @@ def _sampled_joint(target, drafter, params, gamma, draws, batch=500):
 def test_sd_sampling_matches_target_joint_distribution(pair, params, gamma):
     target, draft = pair
     draws = 6000
-    expected = _exact_joint(target, params) * draws
+    expected = exact_joint(target, PROMPT, params) * draws
     sd_counts = _sampled_joint(target, ModelDrafter(draft), params, gamma, draws)
     plain_counts = _sampled_joint(target, None, params, gamma, draws)
     keep = expected > 0  # top-k leaves impossible pairs; they must never be sampled
@@ -91,7 +55,7 @@ def test_the_joint_check_rejects_the_draft_distribution(pair):
     target, draft = pair
     params = SamplingParams(temperature=1.0)
     draws = 6000
-    expected = _exact_joint(target, params) * draws
+    expected = exact_joint(target, PROMPT, params) * draws
     draft_counts = _sampled_joint(draft, None, params, 1, draws)
     assert chisquare(draft_counts, expected).pvalue < 1e-6
 
