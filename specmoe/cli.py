@@ -130,6 +130,13 @@ def _add_bench(commands) -> None:
     )
     report.add_argument("--db", type=Path, required=True)
     report.add_argument("--out", type=Path, required=True)
+    report.add_argument(
+        "--profile",
+        type=Path,
+        action="append",
+        default=[],
+        help="a `specmoe profile` output to add the activated-experts view; repeatable",
+    )
     report.set_defaults(run=_run_report)
 
 
@@ -262,7 +269,7 @@ def _run_export(args) -> int:
 def _run_report(args) -> int:
     from specmoe.report import write_report
 
-    print(f"wrote {write_report(args.db, args.out)}")
+    print(f"wrote {write_report(args.db, args.out, args.profile)}")
     return 0
 
 

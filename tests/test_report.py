@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import random
 from dataclasses import replace
 from pathlib import Path
@@ -288,3 +289,30 @@ def test_mean_interval():
     assert mean_interval([5.0]).low == mean_interval([5.0]).high == 5.0
     interval = mean_interval([1.0, 2.0, 3.0, 4.0])
     assert interval.low < interval.value == 2.5 < interval.high
+
+
+def test_profile_adds_the_activated_experts_view(tmp_path):
+    db = tmp_path / "r.db"
+    build_store(db, study_specs())
+    experts = [
+        {"batch": 1, "tokens": t, "n_tokens": t, "distinct_mean": d, "expected": d}
+        for t, d in ((1, 4.0), (4, 14.6))
+    ]
+    profile = tmp_path / "moe.profile.json"
+    profile.write_text(
+        json.dumps(
+            {
+                "kind": "specmoe-profile",
+                "model": {"name": "moe", "num_experts": 64, "top_k": 4},
+                "experts": experts,
+                "points": [],
+            }
+        )
+    )
+    html = write_report(db, tmp_path / "out", [profile]).read_text(encoding="utf-8")
+    assert (tmp_path / "out" / "figures" / "experts_vs_tokens.png").stat().st_size > 0
+    assert '"figures/experts_vs_tokens.png"' in html
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SpecmoeError, match="not a `specmoe profile` output"):
+        write_report(db, tmp_path / "out2", [bad])

@@ -8,6 +8,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from matplotlib.ticker import FuncFormatter
 
 from specmoe.report.figures import (
     CI_NOTE,
@@ -27,7 +28,7 @@ from specmoe.report.figures import (
 )
 from specmoe.report.results import Results, SdResult, StepTimes
 from specmoe.report.slices import Slice, best_slice, group_by, label
-from specmoe.theory import sd_speedup
+from specmoe.theory import expected_active_experts, sd_speedup
 
 
 def _batch_slice(results: Results) -> Slice[SdResult] | None:
@@ -200,12 +201,47 @@ def _histogram_panel(ax, items: Sequence[SdResult], gamma: int) -> None:
 
 
 def experts_vs_tokens(results: Results, varying: Sequence[str]) -> Outcome:
-    # The runner records counts and times per round, not which experts each forward loaded; the
-    # view needs per-forward activated-expert counts to set beside N(t) = E·(1 − (1 − K/E)^t).
-    return Omitted(
-        "Activated experts vs tokens per forward, beside N(t)",
-        "the runs do not record activated experts per forward (the round traces hold counts and times only)",
+    title = "Activated experts vs tokens per forward, beside N(n)"
+    traced = [p for p in results.profiles if p.get("experts")]
+    if not traced:
+        return Omitted(
+            title,
+            "needs an MoE profile: the runs record counts and times, not experts; pass "
+            "--profile FILE from `specmoe profile`",
+        )
+    fig = new_figure()
+    ax = fig.add_subplot()
+    for index, profile in enumerate(traced):
+        model = profile["model"]
+        points = sorted(profile["experts"], key=lambda e: e["n_tokens"])
+        tokens = [e["n_tokens"] for e in points]
+        color = series_color(index)
+        ax.plot(
+            tokens,
+            [e["distinct_mean"] for e in points],
+            "o",
+            color=color,
+            label=f"{model['name']} measured (E={model['num_experts']}, K={model['top_k']})",
+        )
+        grid = np.unique(np.geomspace(1, max(tokens), 64).round())
+        ax.plot(
+            grid,
+            expected_active_experts(grid, model["num_experts"], model["top_k"]),
+            "-",
+            color=color,
+            linewidth=1,
+            label=f"N(n), K={model['top_k']}",
+        )
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.set_xlabel("tokens in one forward, n = B·t")
+    ax.set_ylabel("distinct experts per MoE layer (mean over layers)")
+    ax.legend(loc="best")
+    caption = (
+        "Points: distinct experts the router selected per layer, from the profiler's untimed traced "
+        "passes; lines: N(n) = E·(1 − (1 − K/E)^n), the balanced i.i.d. expectation."
     )
+    return Drawn("experts_vs_tokens", title, caption, fig)
 
 
 MOESD_FIGURES = (

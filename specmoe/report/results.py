@@ -72,6 +72,7 @@ class Results:
     rows: tuple[RunRow, ...]
     baselines: tuple[BaselineResult, ...]  # one per baseline configuration, in store order
     sd: tuple[SdResult, ...]  # one per SD configuration that has a baseline, in store order
+    profiles: tuple[dict, ...] = ()  # `specmoe profile` outputs given beside the store (expert counts)
 
 
 def collect(rows: list[RunRow]) -> Results:

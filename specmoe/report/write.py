@@ -12,6 +12,9 @@ Files are overwritten in place; files of views a previous report drew but this o
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import matplotlib
@@ -32,8 +35,11 @@ FIGURES_DIR = "figures"
 TABLES_DIR = "tables"
 
 
-def write_report(db: Path, out: Path) -> Path:
-    """Render the store at `db` into the folder `out` (created if needed); returns report.html's path."""
+def write_report(db: Path, out: Path, profiles: Sequence[Path] = ()) -> Path:
+    """Render the store at `db` into the folder `out` (created if needed); returns report.html's path.
+
+    `profiles` are `specmoe profile` outputs; MoE ones add the activated-experts view.
+    """
     db, out = Path(db), Path(out)
     if not db.is_file():
         raise SpecmoeError(
@@ -47,7 +53,7 @@ def write_report(db: Path, out: Path) -> Path:
         raise SpecmoeError(f"--out {out} is a file; pass a folder for the report")
     for sub in (FIGURES_DIR, TABLES_DIR):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    results = collect(rows)
+    results = replace(collect(rows), profiles=tuple(_load_profile(Path(p)) for p in profiles))
     omitted: list[Omitted] = []
     with matplotlib.rc_context(RC_PARAMS):
         study = _draw(STUDY_FIGURES, results, out, omitted)
@@ -74,6 +80,16 @@ def write_report(db: Path, out: Path) -> Path:
     report = out / REPORT_NAME
     report.write_text(render(page), encoding="utf-8")
     return report
+
+
+def _load_profile(path: Path) -> dict:
+    try:
+        profile = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise SpecmoeError(f"--profile {path}: cannot read it as JSON ({err})") from None
+    if not isinstance(profile, dict) or profile.get("kind") != "specmoe-profile":
+        raise SpecmoeError(f"--profile {path}: not a `specmoe profile` output")
+    return profile
 
 
 def _draw(builders, results: Results, out: Path, omitted: list[Omitted]) -> tuple[FigureEntry, ...]:
