@@ -137,6 +137,13 @@ def _add_bench(commands) -> None:
         default=[],
         help="a `specmoe profile` output to add the activated-experts view; repeatable",
     )
+    report.add_argument(
+        "--fit",
+        type=Path,
+        action="append",
+        default=[],
+        help="a `specmoe model fit` output (target or draft) to add model curves; repeatable",
+    )
     report.set_defaults(run=_run_report)
 
 
@@ -269,7 +276,7 @@ def _run_export(args) -> int:
 def _run_report(args) -> int:
     from specmoe.report import write_report
 
-    print(f"wrote {write_report(args.db, args.out, args.profile)}")
+    print(f"wrote {write_report(args.db, args.out, args.profile, args.fit)}")
     return 0
 
 

@@ -316,3 +316,15 @@ def test_profile_adds_the_activated_experts_view(tmp_path):
     bad.write_text("{}")
     with pytest.raises(SpecmoeError, match="not a `specmoe profile` output"):
         write_report(db, tmp_path / "out2", [bad])
+
+
+def test_fits_add_model_curves_to_speedup_vs_batch(tmp_path):
+    db = tmp_path / "r.db"
+    build_store(db, study_specs())
+    fits = Path(__file__).parents[1] / "docs" / "results" / "cpu" / "perf_fits"
+    dtype = spec("moe").dtype
+    targets = [fits / f"moe-{dtype}.json", fits / f"draft-xs-{dtype}.json"]
+    html = write_report(db, tmp_path / "out", fits=targets).read_text(encoding="utf-8")
+    assert "the fitted performance model" in html
+    plain = write_report(db, tmp_path / "plain").read_text(encoding="utf-8")
+    assert "the fitted performance model" not in plain

@@ -43,6 +43,7 @@ def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
     fig = new_figure()
     ax = fig.add_subplot()
     plot_speedup_per_pair(ax, chosen.items, "batch_size")
+    modelled = _model_curves(ax, chosen.items, results.fits)
     _batch_axis(ax, chosen.items)
     ax.axhline(1.0, **NO_SPEEDUP_STYLE)
     ax.set_ylabel(SPEEDUP_LABEL)
@@ -52,7 +53,41 @@ def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
         f"Measured SD speedup per target across batch sizes{at}; MoESD predicts a "
         f"rise then fall for MoE targets. Dashed line: no speedup. {CI_NOTE}"
     )
+    if modelled:
+        caption += (
+            " Dotted lines: the fitted performance model's speedup at each pair's measured acceptance "
+            "rate (docs/perf-model.md)."
+        )
     return Drawn("speedup_vs_batch", title, caption, fig)
+
+
+def _model_curves(ax, items: Sequence[SdResult], fits) -> bool:
+    """Dotted model curves for pairs whose target (and model draft) have fits; True if any drawn."""
+    from specmoe.perf.predict import draft_step_s
+
+    by_name = {(name, dtype): times for name, dtype, times in fits}
+    drawn = False
+    for index, group in enumerate(group_by(items, PAIR)):
+        config = group[0].config
+        target = by_name.get((config["target"], config["dtype"]))
+        draft_name = config["draft"]
+        free = draft_name.startswith("ngram")
+        draft = None if free else by_name.get((draft_name, config["dtype"]))
+        if target is None or (draft is None and not free):
+            continue
+        gamma = config["gamma"]
+        alpha = min(sum(r.acceptance_rate for r in group) / len(group), 0.999)
+        batches = sorted(r.config["batch_size"] for r in group)
+        grid = np.unique(np.geomspace(batches[0], batches[-1], 32).round()).astype(int)
+        speedups = [
+            sd_speedup(
+                alpha, gamma, target.time(b, 1), target.time(b, gamma + 1), draft_step_s(draft, b, gamma)
+            )
+            for b in grid
+        ]
+        ax.plot(grid, speedups, ":", color=series_color(index), linewidth=1.5, label=f"model, α={alpha:.2f}")
+        drawn = True
+    return drawn
 
 
 def efficiency_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:

@@ -73,6 +73,7 @@ class Results:
     baselines: tuple[BaselineResult, ...]  # one per baseline configuration, in store order
     sd: tuple[SdResult, ...]  # one per SD configuration that has a baseline, in store order
     profiles: tuple[dict, ...] = ()  # `specmoe profile` outputs given beside the store (expert counts)
+    fits: tuple[tuple[str, str, Any], ...] = ()  # (model name, dtype, times with .time(B, t)) from fits
 
 
 def collect(rows: list[RunRow]) -> Results:

@@ -35,10 +35,11 @@ FIGURES_DIR = "figures"
 TABLES_DIR = "tables"
 
 
-def write_report(db: Path, out: Path, profiles: Sequence[Path] = ()) -> Path:
+def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Sequence[Path] = ()) -> Path:
     """Render the store at `db` into the folder `out` (created if needed); returns report.html's path.
 
-    `profiles` are `specmoe profile` outputs; MoE ones add the activated-experts view.
+    `profiles` are `specmoe profile` outputs; MoE ones add the activated-experts view. `fits` are
+    `specmoe model fit` outputs; a target's fit (and its draft's) add model curves to speedup vs batch.
     """
     db, out = Path(db), Path(out)
     if not db.is_file():
@@ -53,7 +54,11 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = ()) -> Path:
         raise SpecmoeError(f"--out {out} is a file; pass a folder for the report")
     for sub in (FIGURES_DIR, TABLES_DIR):
         (out / sub).mkdir(parents=True, exist_ok=True)
-    results = replace(collect(rows), profiles=tuple(_load_profile(Path(p)) for p in profiles))
+    results = replace(
+        collect(rows),
+        profiles=tuple(_load_profile(Path(p)) for p in profiles),
+        fits=tuple(_load_fit(Path(f)) for f in fits),
+    )
     omitted: list[Omitted] = []
     with matplotlib.rc_context(RC_PARAMS):
         study = _draw(STUDY_FIGURES, results, out, omitted)
@@ -90,6 +95,15 @@ def _load_profile(path: Path) -> dict:
     if not isinstance(profile, dict) or profile.get("kind") != "specmoe-profile":
         raise SpecmoeError(f"--profile {path}: not a `specmoe profile` output")
     return profile
+
+
+def _load_fit(path: Path) -> tuple[str, str, object]:
+    """(model name, dtype, its fitted times) from a `specmoe model fit` output."""
+    from specmoe.perf.fit import load_fit
+    from specmoe.perf.predict import fit_times
+
+    fit = load_fit(path)
+    return fit["model"]["name"], fit["model"].get("dtype", ""), fit_times(fit, str(path))
 
 
 def _draw(builders, results: Results, out: Path, omitted: list[Omitted]) -> tuple[FigureEntry, ...]:
