@@ -155,3 +155,17 @@ def test_audit_catches_broken_counts():
     counts, times, gamma, tps, baseline = _row(1.0, 0.5, 4)
     counts["emitted"] += 1
     assert audit_run(counts, times, gamma, tps, baseline).verdict == "fail"
+
+
+def test_report_renders_from_a_tiny_zoo_suite(mini_suite, tiny_zoo, tmp_path):
+    from specmoe.report import write_report
+
+    db = tmp_path / "r.db"
+    run_suite(load_suite(mini_suite), db, tiny_zoo, progress=False)
+    html_path = write_report(db, tmp_path / "report")
+    html = html_path.read_text(encoding="utf-8")
+    figures = sorted((tmp_path / "report" / "figures").glob("*.png"))
+    assert figures, "a suite with SD runs draws figures"
+    for png in figures:
+        assert png.stat().st_size > 0 and f'"figures/{png.name}"' in html
+    assert '<section id="audit">' in html
