@@ -18,12 +18,15 @@ def _run(capsys, *argv):
     return code, out, err
 
 
+def _generate(capsys, zoo, *argv):
+    """`specmoe generate --zoo ZOO ...`: (exit code, stdout, stderr)."""
+    return _run(capsys, "generate", "--zoo", str(zoo), *argv)
+
+
 def test_generate_json_has_the_documented_shape(capsys, tiny_zoo):
-    code, out, _ = _run(
+    code, out, _ = _generate(
         capsys,
-        "generate",
-        "--zoo",
-        str(tiny_zoo),
+        tiny_zoo,
         "--target",
         "moe",
         "--draft",
@@ -66,11 +69,9 @@ def test_generate_json_has_the_documented_shape(capsys, tiny_zoo):
 
 
 def test_generate_without_draft_decodes_plainly(capsys, tiny_zoo):
-    code, out, _ = _run(
+    code, out, _ = _generate(
         capsys,
-        "generate",
-        "--zoo",
-        str(tiny_zoo),
+        tiny_zoo,
         "--target",
         "dense-s",
         "--prompt",
@@ -84,11 +85,9 @@ def test_generate_without_draft_decodes_plainly(capsys, tiny_zoo):
 
 
 def test_check_reports_identical_in_float64(capsys, tiny_zoo):
-    code, out, _ = _run(
+    code, out, _ = _generate(
         capsys,
-        "generate",
-        "--zoo",
-        str(tiny_zoo),
+        tiny_zoo,
         "--target",
         "moe",
         "--draft",
@@ -131,7 +130,7 @@ def _vocab_mismatch_model(path):
     ],
 )
 def test_bad_input_is_one_line_and_nonzero(capsys, tiny_zoo, args, message):
-    code, _, err = _run(capsys, "generate", "--zoo", str(tiny_zoo), *args)
+    code, _, err = _generate(capsys, tiny_zoo, *args)
     assert code != 0
     assert message in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -139,7 +138,7 @@ def test_bad_input_is_one_line_and_nonzero(capsys, tiny_zoo, args, message):
 
 def test_vocab_mismatch_names_both_sizes(capsys, tiny_zoo, tmp_path):
     other = _vocab_mismatch_model(tmp_path / "other")
-    code, _, err = _run(capsys, "generate", "--zoo", str(tiny_zoo), "--target", "moe", "--draft", str(other))
+    code, _, err = _generate(capsys, tiny_zoo, "--target", "moe", "--draft", str(other))
     assert code != 0 and "100" in err and "2048" in err and len(err.strip().splitlines()) == 1
 
 
@@ -169,11 +168,9 @@ def test_divergence_margin_is_small_where_bf16_splits(tiny_zoo):
 
 
 def test_generate_with_ngram_draft_is_exact(capsys, tiny_zoo):
-    code, out, _ = _run(
+    code, out, _ = _generate(
         capsys,
-        "generate",
-        "--zoo",
-        str(tiny_zoo),
+        tiny_zoo,
         "--target",
         "moe",
         "--draft",
