@@ -119,6 +119,17 @@ def _add_bench(commands) -> None:
     run.add_argument("--db", type=Path, default=Path("results.db"))
     run.add_argument("--zoo", type=Path, default=None, help="zoo directory (default: a per-user cache)")
     run.add_argument("--quiet", action="store_true", help="no progress line")
+    run.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="force a setting in [defaults] and every group (TOML value: 64, [2, 4], \"code\"); repeatable",
+    )
+    run.add_argument(
+        "--group", dest="groups", action="append", default=[], help="run only this group; repeatable"
+    )
     run.set_defaults(run=_run_bench)
     export = bench.add_parser("export", help="export a results store as CSV or Parquet")
     export.add_argument("--db", type=Path, required=True)
@@ -260,8 +271,10 @@ def _run_advise(args) -> int:
 
 def _run_bench(args) -> int:
     from specmoe.bench.cli import run_bench
+    from specmoe.bench.overrides import SuiteOverrides, parse_assignment
 
-    return run_bench(args.suite, args.db, args.zoo, progress=not args.quiet)
+    overrides = SuiteOverrides(tuple(parse_assignment(s) for s in args.settings), tuple(args.groups))
+    return run_bench(args.suite, args.db, args.zoo, progress=not args.quiet, overrides=overrides)
 
 
 def _run_export(args) -> int:

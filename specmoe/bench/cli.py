@@ -6,6 +6,7 @@ import os
 import time
 from pathlib import Path
 
+from specmoe.bench.overrides import SuiteOverrides
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import export
 from specmoe.bench.suite import builtin_suite_path, load_suite, resolve_suite_path
@@ -28,8 +29,14 @@ def prepare_zoo(suite, zoo: Path | None) -> Path | None:
     return zoo
 
 
-def run_bench(suite_arg: str, db: Path, zoo: Path | None, progress: bool = True) -> int:
-    suite = load_suite(resolve_suite_path(suite_arg))
+def run_bench(
+    suite_arg: str,
+    db: Path,
+    zoo: Path | None,
+    progress: bool = True,
+    overrides: SuiteOverrides | None = None,
+) -> int:
+    suite = load_suite(resolve_suite_path(suite_arg), overrides)
     rows = run_suite(suite, db, prepare_zoo(suite, zoo), progress=progress)
     print(format_summary(rows))
     return 0

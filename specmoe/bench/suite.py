@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
+from specmoe.bench.overrides import SuiteOverrides, apply_overrides
 from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, is_builtin
 from specmoe.errors import SpecmoeError
 
@@ -284,8 +285,9 @@ class _Ctx:
         raise SpecmoeError(f"{self.path}: {key}: {message}")
 
 
-def load_suite(path: str | Path) -> Suite:
-    """Parse and validate a suite file; raises SpecmoeError with one line on any problem."""
+def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Suite:
+    """Parse and validate a suite file, after any command-line overrides; raises SpecmoeError with
+    one line on any problem."""
     path = Path(path)
     if not path.is_file():
         raise SpecmoeError(
@@ -299,6 +301,8 @@ def load_suite(path: str | Path) -> Suite:
         raise SpecmoeError(f"{path}: TOML syntax error: {where}; fix the file at that position") from None
     except UnicodeDecodeError:
         raise SpecmoeError(f"{path}: not UTF-8 text; save the suite file as UTF-8") from None
+    if overrides:
+        raw = apply_overrides(raw, overrides)
     ctx = _Ctx(path)
     _check_keys(ctx, "", raw, _TOP_KEYS)
     _check_schema(ctx, raw)

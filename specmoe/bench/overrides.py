@@ -1,0 +1,59 @@
+"""Command-line changes to a suite: `--set KEY=VALUE` and `--group NAME`, applied before validation.
+
+A shipped suite describes the full experiment; a shorter pass of the same design (fewer tokens or
+repeats, a subset of groups) is the same file with a few settings forced, so the run's rows still
+carry every setting in their config and the suite's own checks still apply.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+from specmoe.errors import SpecmoeError
+
+
+@dataclass(frozen=True)
+class SuiteOverrides:
+    settings: tuple[tuple[str, Any], ...] = ()  # forced in [defaults] and in every group
+    groups: tuple[str, ...] = ()  # keep only these groups; empty keeps all
+
+    def __bool__(self) -> bool:
+        return bool(self.settings or self.groups)
+
+
+def parse_assignment(text: str) -> tuple[str, Any]:
+    """ "gamma=[2, 4]" -> ("gamma", [2, 4]); a value that is not TOML is taken as a string."""
+    key, sep, value = text.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise SpecmoeError(f"--set {text!r}: expected KEY=VALUE, e.g. --set max_new_tokens=64")
+    try:
+        return key, tomllib.loads(f"v = {value.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        return key, value.strip()
+
+
+def apply_overrides(raw: dict[str, Any], overrides: SuiteOverrides) -> dict[str, Any]:
+    """A copy of a parsed suite file with the overrides applied (the input is not changed)."""
+    out = copy.deepcopy(raw)
+    groups = out.get("groups")
+    if overrides.groups and isinstance(groups, list):
+        names = [g.get("name") for g in groups if isinstance(g, dict)]
+        unknown = [g for g in overrides.groups if g not in names]
+        if unknown:
+            raise SpecmoeError(
+                f"--group {', '.join(unknown)}: no such group in the suite; "
+                f"available: {', '.join(map(str, names))}"
+            )
+        out["groups"] = [g for g in groups if isinstance(g, dict) and g.get("name") in overrides.groups]
+    for key, value in overrides.settings:
+        if key in ("name", "description"):
+            raise SpecmoeError(f"--set {key}: only run settings can be set, not the suite's {key}")
+        out.setdefault("defaults", {})[key] = value
+        for group in out.get("groups", []):
+            if isinstance(group, dict) and key in group:
+                group[key] = value
+    return out

@@ -1,0 +1,51 @@
+"""`bench run --set/--group`: a shorter pass of a shipped suite, checked by the suite's own rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmoe.bench.overrides import SuiteOverrides, apply_overrides, parse_assignment
+from specmoe.bench.suite import builtin_suite_path, expand, load_suite
+from specmoe.errors import SpecmoeError
+
+
+def test_parse_assignment_reads_toml_values_and_falls_back_to_text():
+    assert parse_assignment("max_new_tokens=64") == ("max_new_tokens", 64)
+    assert parse_assignment("gamma = [2, 4]") == ("gamma", [2, 4])
+    assert parse_assignment('prompt_set="code"') == ("prompt_set", "code")
+    assert parse_assignment("prompt_set=code") == ("prompt_set", "code")
+    with pytest.raises(SpecmoeError, match="KEY=VALUE"):
+        parse_assignment("max_new_tokens")
+
+
+def test_settings_are_forced_in_defaults_and_groups_without_changing_the_input():
+    raw = {"defaults": {"repeats": 3}, "groups": [{"name": "a", "gamma": [4, 8]}, {"name": "b"}]}
+    out = apply_overrides(raw, SuiteOverrides(settings=(("gamma", [2]), ("repeats", 1))))
+    assert out["defaults"] == {"repeats": 1, "gamma": [2]}
+    assert out["groups"][0]["gamma"] == [2]
+    assert "gamma" not in out["groups"][1]  # b inherits it from [defaults]
+    assert raw["groups"][0]["gamma"] == [4, 8]
+
+
+def test_shipped_study_suite_shortened_keeps_its_design():
+    full = expand(load_suite(builtin_suite_path("study")))
+    short = expand(
+        load_suite(
+            builtin_suite_path("study"),
+            SuiteOverrides(settings=(("max_new_tokens", 32), ("repeats", 2)), groups=("B",)),
+        )
+    )
+    assert {s.group for s in short} == {"B"}
+    full_b = {(s.target, s.draft, s.gamma, s.prompt_set) for s in full if s.group == "B"}
+    assert {(s.target, s.draft, s.gamma, s.prompt_set) for s in short if s.arm == "sd"} == full_b
+    # Without group A, each SD configuration still gets its paired baseline.
+    assert {s.baseline_key for s in short if s.arm == "sd"} <= {s.config_key for s in short}
+    assert {s.max_new_tokens for s in short} == {32}
+    assert {s.repeat for s in short} == {0, 1}
+
+
+def test_unknown_group_and_bad_value_name_the_problem():
+    with pytest.raises(SpecmoeError, match="--group Z: no such group.*available: A, B"):
+        load_suite(builtin_suite_path("study"), SuiteOverrides(groups=("Z",)))
+    with pytest.raises(SpecmoeError, match="max_new_tokens"):
+        load_suite(builtin_suite_path("study"), SuiteOverrides(settings=(("max_new_tokens", 0),)))
