@@ -124,11 +124,24 @@ def _add_bench(commands) -> None:
         dest="settings",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="force a setting in [defaults] and every group (TOML value: 64, [2, 4], \"code\"); repeatable",
+        metavar="[GROUP.]KEY=VALUE",
+        help="force a setting in [defaults] and every group, or in one group (TOML value: 64, [2, 4]); "
+        "repeatable",
     )
     run.add_argument(
         "--group", dest="groups", action="append", default=[], help="run only this group; repeatable"
+    )
+    run.add_argument(
+        "--executor",
+        choices=["local", "ray"],
+        default="local",
+        help="where runs execute: in this process, or as Ray tasks (needs the ray extra)",
+    )
+    run.add_argument(
+        "--address", default=None, help="Ray cluster address (auto, ray://head:10001); default: local Ray"
+    )
+    run.add_argument(
+        "--max-retries", type=int, default=2, help="Ray: attempts after the first for a failed or lost run"
     )
     run.set_defaults(run=_run_bench)
     export = bench.add_parser("export", help="export a results store as CSV or Parquet")
@@ -274,7 +287,16 @@ def _run_bench(args) -> int:
     from specmoe.bench.overrides import SuiteOverrides, parse_assignment
 
     overrides = SuiteOverrides(tuple(parse_assignment(s) for s in args.settings), tuple(args.groups))
-    return run_bench(args.suite, args.db, args.zoo, progress=not args.quiet, overrides=overrides)
+    executor = None
+    if args.executor == "ray":
+        from specmoe.bench.executors import RayExecutor
+
+        executor = RayExecutor(address=args.address, max_retries=max(args.max_retries, 0))
+    elif args.address is not None:
+        raise SpecmoeError("--address is the Ray cluster's; add --executor ray")
+    return run_bench(
+        args.suite, args.db, args.zoo, progress=not args.quiet, overrides=overrides, executor=executor
+    )
 
 
 def _run_export(args) -> int:

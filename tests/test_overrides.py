@@ -45,7 +45,19 @@ def test_shipped_study_suite_shortened_keeps_its_design():
 
 
 def test_unknown_group_and_bad_value_name_the_problem():
-    with pytest.raises(SpecmoeError, match="--group Z: no such group.*available: A, B"):
+    with pytest.raises(SpecmoeError, match=r"--group Z: no such group.*available: A, B"):
         load_suite(builtin_suite_path("study"), SuiteOverrides(groups=("Z",)))
     with pytest.raises(SpecmoeError, match="max_new_tokens"):
         load_suite(builtin_suite_path("study"), SuiteOverrides(settings=(("max_new_tokens", 0),)))
+
+
+def test_group_qualified_setting_changes_that_group_only():
+    raw = {
+        "defaults": {"repeats": 3},
+        "groups": [{"name": "a", "gamma": [4, 8]}, {"name": "b", "gamma": [1]}],
+    }
+    out = apply_overrides(raw, SuiteOverrides(settings=(("a.gamma", [2]),)))
+    assert [g["gamma"] for g in out["groups"]] == [[2], [1]]
+    assert out["defaults"] == {"repeats": 3}
+    with pytest.raises(SpecmoeError, match=r"no group 'c'.*available: a, b"):
+        apply_overrides(raw, SuiteOverrides(settings=(("c.gamma", [2]),)))

@@ -1,4 +1,5 @@
-"""Command-line changes to a suite: `--set KEY=VALUE` and `--group NAME`, applied before validation.
+"""Command-line changes to a suite: `--set [GROUP.]KEY=VALUE` and `--group NAME`, applied before
+validation.
 
 A shipped suite describes the full experiment; a shorter pass of the same design (fewer tokens or
 repeats, a subset of groups) is the same file with a few settings forced, so the run's rows still
@@ -17,7 +18,8 @@ from specmoe.errors import SpecmoeError
 
 @dataclass(frozen=True)
 class SuiteOverrides:
-    settings: tuple[tuple[str, Any], ...] = ()  # forced in [defaults] and in every group
+    # KEY is forced in [defaults] and every group; GROUP.KEY in that group alone.
+    settings: tuple[tuple[str, Any], ...] = ()
     groups: tuple[str, ...] = ()  # keep only these groups; empty keeps all
 
     def __bool__(self) -> bool:
@@ -49,11 +51,21 @@ def apply_overrides(raw: dict[str, Any], overrides: SuiteOverrides) -> dict[str,
                 f"available: {', '.join(map(str, names))}"
             )
         out["groups"] = [g for g in groups if isinstance(g, dict) and g.get("name") in overrides.groups]
-    for key, value in overrides.settings:
+    groups = [g for g in out.get("groups", []) if isinstance(g, dict)]
+    for setting, value in overrides.settings:
+        where, _, key = setting.rpartition(".")
         if key in ("name", "description"):
-            raise SpecmoeError(f"--set {key}: only run settings can be set, not the suite's {key}")
-        out.setdefault("defaults", {})[key] = value
-        for group in out.get("groups", []):
-            if isinstance(group, dict) and key in group:
-                group[key] = value
+            raise SpecmoeError(f"--set {setting}: only run settings can be set, not a {key}")
+        if not where:
+            out.setdefault("defaults", {})[key] = value
+            for group in groups:
+                if key in group:
+                    group[key] = value
+            continue
+        targets = [g for g in groups if g.get("name") == where]
+        if not targets:
+            names = ", ".join(str(g.get("name")) for g in groups)
+            raise SpecmoeError(f"--set {setting}: no group '{where}' in the suite; available: {names}")
+        for group in targets:
+            group[key] = value
     return out

@@ -1,0 +1,1 @@
+"""The studies' claims checked on measured runs: plan, numbers, verdicts and the findings document."""

@@ -1,0 +1,55 @@
+"""`specmoe findings`: run the plan's suites, export and report each, audit the study's own rows,
+then write the numbers and the findings document from the exported files alone."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from specmoe.bench.cli import prepare_zoo
+from specmoe.bench.runner import run_suite
+from specmoe.bench.store import export
+from specmoe.bench.suite import builtin_suite_path, load_suite
+from specmoe.findings.plan import Step, plan
+
+
+def run_step(step: Step, out: Path, progress: bool = True) -> Path:
+    """Measure one step into out/<name>.db (resuming), export out/<name>.csv; returns the CSV."""
+    out.mkdir(parents=True, exist_ok=True)
+    suite = load_suite(builtin_suite_path(step.suite), step.overrides)
+    db = out / f"{step.name}.db"
+    run_suite(suite, db, prepare_zoo(suite, None), progress=progress)
+    csv_path = out / f"{step.name}.csv"
+    export(db, csv_path, "csv")
+    return csv_path
+
+
+def report_step(step: Step, out: Path, fits: tuple[Path, ...] = ()) -> Path:
+    from specmoe.report import write_report
+
+    return write_report(out / f"{step.name}.db", out / "reports" / step.name, fits=fits)
+
+
+def run_findings(scale: str, out: Path, doc: Path, study_csv: Path | None, progress: bool = True) -> int:
+    from specmoe.findings.document import write_document
+
+    started = time.perf_counter()
+    for step in plan(scale):
+        print(f"== {step.name}: suite {step.suite}")
+        run_step(step, out, progress)
+        report_step(step, out, fits=_fits_for(step))
+    write_document(out, doc, study_csv)
+    wall = time.perf_counter() - started
+    (out / "wall_time.json").write_text(json.dumps({"scale": scale, "wall_s": round(wall, 1)}) + "\n")
+    print(f"\nfindings: {doc} from {out} ({wall / 60:.1f} min)")
+    return 0
+
+
+def _fits_for(step: Step) -> tuple[Path, ...]:
+    # The shipped fits of this CPU's bench models (float32, as the moesd suite runs) draw the
+    # model's curves beside the measured speedup vs batch size.
+    if step.suite != "moesd":
+        return ()
+    fits = Path(__file__).resolve().parents[2] / "docs" / "results" / "cpu" / "perf_fits"
+    return tuple(sorted(fits.glob("*float32*.json")))
