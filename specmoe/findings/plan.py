@@ -21,6 +21,33 @@ class Step:
     overrides: SuiteOverrides = field(default_factory=SuiteOverrides)
 
 
+@dataclass(frozen=True)
+class Profile:
+    """A `specmoe profile` of one bench-zoo model, fitted after (targets) for the predictions."""
+
+    model: str
+    batches: tuple[int, ...]
+    tokens: tuple[int, ...]
+    dtype: str = "float32"  # as the moesd suite runs
+    context: int = 64
+    repeats: int = 3
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}-{self.dtype}"
+
+
+# The moesd suite's batch range, so its speedups are predicted inside the profiled grid. Targets
+# get verify widths up to γ + 1 = 5; the draft needs 1 and 2 tokens (a round's first draft step
+# carries two).
+_PROFILE_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+PROFILES = (
+    Profile("moe", _PROFILE_BATCHES, (1, 2, 3, 5)),
+    Profile("dense-s", _PROFILE_BATCHES, (1, 2, 3, 5)),
+    Profile("draft-xs", _PROFILE_BATCHES, (1, 2)),
+)
+DRAFT_PROFILE = "draft-xs"
+
 _CPU = (
     Step(
         "moesd",

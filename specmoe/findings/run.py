@@ -11,7 +11,7 @@ from specmoe.bench.cli import prepare_zoo
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import export
 from specmoe.bench.suite import builtin_suite_path, load_suite
-from specmoe.findings.plan import Step, plan
+from specmoe.findings.plan import DRAFT_PROFILE, PROFILES, Step, plan
 
 
 def run_step(step: Step, out: Path, progress: bool = True) -> Path:
@@ -53,3 +53,38 @@ def _fits_for(step: Step) -> tuple[Path, ...]:
         return ()
     fits = Path(__file__).resolve().parents[2] / "docs" / "results" / "cpu" / "perf_fits"
     return tuple(sorted(fits.glob("*float32*.json")))
+
+
+def run_profiles(out: Path) -> Path:
+    """Profile and fit the bench models the predictions need (resuming: existing files are kept);
+    returns the folder of fits and draft profiles."""
+    from specmoe.bench.cli import default_zoo_dir
+    from specmoe.perf.files import write_json
+    from specmoe.perf.fit import fit_profile
+    from specmoe.perf.profile import profile_model
+    from specmoe.zoo import build_zoo, resolve_model
+
+    zoo = default_zoo_dir("bench", 0)
+    build_zoo("bench", zoo, seed=0)
+    fits = out / "fits"
+    for spec in PROFILES:
+        profile_path = out / "profiles" / f"{spec.name}.json"
+        if not profile_path.is_file():
+            print(f"== profile {spec.name}", flush=True)
+            profile = profile_model(
+                resolve_model(spec.model, zoo),
+                list(spec.batches),
+                list(spec.tokens),
+                context=spec.context,
+                dtype=spec.dtype,
+                repeats=spec.repeats,
+                progress=lambda line: print(line, flush=True),
+            )
+            write_json(profile_path, profile)
+        fit_path = fits / f"{spec.name}.json"
+        if spec.model == DRAFT_PROFILE:
+            fit_path.parent.mkdir(parents=True, exist_ok=True)
+            fit_path.write_text(profile_path.read_text())  # drafts are read as measured profiles
+        elif not fit_path.is_file():
+            write_json(fit_path, fit_profile(json.loads(profile_path.read_text()), where=str(profile_path)))
+    return fits

@@ -1,0 +1,159 @@
+"""MoESD's claims on batch size and sparsity, judged on the moesd suite's cells, with the fitted
+performance model's prediction beside each measured speedup."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+
+from specmoe.findings.cells import Cell, select
+from specmoe.findings.claims import FAILS, HOLDS, UNSURE, Verdict, x
+
+ORACLE = "oracle:0.9"
+ALPHA = 0.9  # the oracle's per-token acceptance probability, the performance model's α
+
+Predict = Callable[[str, int, int, int | None], float | None]  # (target, B, γ, top-k) -> speedup
+
+
+def inverted_u(series: Sequence[Cell]) -> bool:
+    """The peak lies strictly inside the batch range and beats both ends beyond the intervals."""
+    if len(series) < 3:
+        return False
+    peak = max(range(len(series)), key=lambda i: series[i].speedup)
+    inside = 0 < peak < len(series) - 1
+    return inside and series[peak].beats(series[0]) and series[peak].beats(series[-1])
+
+
+def batch_series(items: Sequence[Cell], target: str, gamma: int, top_k: int | None = None) -> list[Cell]:
+    found = select(items, target=target, gamma=gamma, draft=ORACLE)
+    if top_k is not None:
+        found = [c for c in found if c.top_k == top_k]
+    elif target == "moe":
+        found = [c for c in found if c.group == "batch"]
+    return sorted(found, key=lambda c: c.batch)
+
+
+def claim_e(moesd: Sequence[Cell], predict: Predict) -> Verdict:
+    """Speedup vs batch size is an inverted U, and MoE gains more than dense at medium batch sizes."""
+    gammas = sorted({c.gamma for c in select(moesd, group="batch")})
+    moe_u = [g for g in gammas if inverted_u(batch_series(moesd, "moe", g))]
+    dense_u = [g for g in gammas if inverted_u(batch_series(moesd, "dense-s", g))]
+    medium = moe_wins = dense_wins = 0
+    for gamma in gammas:
+        moe = {c.batch: c for c in batch_series(moesd, "moe", gamma)}
+        dense = {c.batch: c for c in batch_series(moesd, "dense-s", gamma)}
+        batches = sorted(set(moe) & set(dense))
+        for batch in batches[1:-1]:  # medium: neither the smallest nor the largest batch measured
+            medium += 1
+            moe_wins += moe[batch].beats(dense[batch])
+            dense_wins += dense[batch].beats(moe[batch])
+    shape = HOLDS if gammas and len(moe_u) == len(gammas) else FAILS if gammas and not moe_u else UNSURE
+    gain = (
+        UNSURE
+        if not medium
+        else HOLDS
+        if moe_wins * 2 > medium
+        else FAILS
+        if dense_wins * 2 > medium
+        else UNSURE
+    )
+    # The claim is a conjunction: it fails when either part fails.
+    verdict = FAILS if FAILS in (shape, gain) else HOLDS if shape == gain == HOLDS else UNSURE
+    return Verdict(
+        verdict,
+        {
+            "verdict": verdict,
+            "shape": shape,
+            "gain": gain,
+            "gammas": ", ".join(map(str, gammas)),
+            "moe_u": str(len(moe_u)),
+            "dense_u": str(len(dense_u)),
+            "medium": str(medium),
+            "moe_wins": str(moe_wins),
+            "dense_wins": str(dense_wins),
+            "table": _batch_table(moesd, gammas, predict),
+            **_peaks(moesd, gammas),
+        },
+    )
+
+
+def _peaks(moesd: Sequence[Cell], gammas: Sequence[int]) -> dict[str, str]:
+    values = {}
+    for target in ("moe", "dense-s"):
+        best = max(
+            (c for g in gammas for c in batch_series(moesd, target, g)), key=lambda c: c.speedup, default=None
+        )
+        key = target.replace("-", "_")
+        values[f"{key}_peak"] = x(best.speedup) if best else "–"
+        values[f"{key}_peak_batch"] = str(best.batch) if best else "–"
+        values[f"{key}_peak_gamma"] = str(best.gamma) if best else "–"
+    return values
+
+
+def _batch_table(moesd: Sequence[Cell], gammas: Sequence[int], predict: Predict) -> str:
+    batches = sorted({c.batch for c in select(moesd, group="batch")})
+    lines = [
+        "| target, γ | " + " | ".join(f"B={b}" for b in batches) + " |",
+        "|---" * (len(batches) + 1) + "|",
+    ]
+    for target in ("moe", "dense-s"):
+        for gamma in gammas:
+            by_batch = {c.batch: c for c in batch_series(moesd, target, gamma)}
+            row = []
+            for batch in batches:
+                cell = by_batch.get(batch)
+                predicted = predict(target, batch, gamma, None)
+                shown = cell.interval() if cell else "–"
+                if predicted is not None:
+                    shown += f" (model {predicted:.2f}×)"
+                row.append(shown)
+            lines.append(f"| {target}, γ={gamma} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def paying_batches(series: Sequence[Cell]) -> list[int]:
+    """Batch sizes where SD pays: the speedup's whole interval above 1."""
+    return [c.batch for c in series if c.low > 1.0]
+
+
+def claim_f(moesd: Sequence[Cell], predict: Predict) -> Verdict:
+    """Sparser MoE (lower top-k) widens the batch range where SD pays."""
+    sparsity_batches = sorted({c.batch for c in select(moesd, group="sparsity")})
+    top_ks = sorted({c.top_k for c in select(moesd, target="moe", gamma=4, draft=ORACLE) if c.top_k})
+    widths: dict[int, list[int]] = {}
+    lines = [
+        "| top-k | " + " | ".join(f"B={b}" for b in sparsity_batches) + " | SD pays at |",
+        "|---" * (len(sparsity_batches) + 2) + "|",
+    ]
+    for k in top_ks:
+        series = [c for c in batch_series(moesd, "moe", 4, top_k=k) if c.batch in sparsity_batches]
+        widths[k] = paying_batches(series)
+        by_batch = {c.batch: c for c in series}
+        row = []
+        for batch in sparsity_batches:
+            cell = by_batch.get(batch)
+            predicted = predict("moe", batch, 4, k)
+            shown = cell.interval() if cell else "–"
+            if predicted is not None:
+                shown += f" (model {predicted:.2f}×)"
+            row.append(shown)
+        paid = ", ".join(map(str, widths[k])) or "nowhere"
+        lines.append(f"| {k} | " + " | ".join(row) + f" | {paid} |")
+    counts = [len(widths[k]) for k in top_ks]
+    if len(counts) < 2 or not any(counts):
+        verdict = UNSURE
+    elif all(a >= b for a, b in itertools.pairwise(counts)) and counts[0] > counts[-1]:
+        verdict = HOLDS
+    elif all(a <= b for a, b in itertools.pairwise(counts)):
+        verdict = FAILS
+    else:
+        verdict = UNSURE
+    return Verdict(
+        verdict,
+        {
+            "verdict": verdict,
+            "top_ks": ", ".join(map(str, top_ks)),
+            "widths": ", ".join(f"top-k {k}: {len(widths[k])}" for k in top_ks),
+            "table": "\n".join(lines),
+        },
+    )

@@ -1,0 +1,74 @@
+"""One measured SD configuration against its paired baseline, in the shape the claims compare."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from specmoe.bench.store import RunRow
+from specmoe.bench.summary import compare
+
+
+@dataclass(frozen=True)
+class Cell:
+    group: str
+    target: str
+    draft: str
+    gamma: int
+    prompt: str
+    batch: int
+    top_k: int | None
+    preset: str | None  # the target's zoo preset, for its parameter counts
+    speedup: float
+    low: float  # 95% paired-bootstrap interval (specmoe.metrics.speedup_interval)
+    high: float
+    acceptance: float
+    efficiency: float  # T(B,1) / T(B,γ+1), measured
+    repeats: int
+
+    def beats(self, other: Cell) -> bool:
+        """Faster beyond both intervals: this cell's low end above the other's high end."""
+        return self.low > other.high
+
+    def interval(self) -> str:
+        return f"{self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}]"
+
+
+def cells(rows: Iterable[RunRow]) -> list[Cell]:
+    out = []
+    for c in compare(list(rows)):
+        config = c.config
+        out.append(
+            Cell(
+                group=str(config["group"]),
+                target=str(config["target"]),
+                draft=str(config["draft"]),
+                gamma=int(config["gamma"]),
+                prompt=str(config.get("prompt_set") or f"len{config.get('prompt_length')}"),
+                batch=int(config["batch_size"]),
+                top_k=config.get("moe_top_k"),
+                preset=(config.get("target_model") or {}).get("zoo_preset"),
+                speedup=c.speedup,
+                low=c.speedup_low,
+                high=c.speedup_high,
+                acceptance=c.acceptance_rate,
+                efficiency=c.target_efficiency,
+                repeats=c.repeats,
+            )
+        )
+    return sorted(out, key=lambda x: (x.group, x.target, x.draft, x.gamma, x.prompt, x.batch, x.top_k or 0))
+
+
+def select(items: Iterable[Cell], **fields) -> list[Cell]:
+    """Cells whose attributes equal the given values (a tuple value means any of them)."""
+
+    def match(cell: Cell) -> bool:
+        for name, want in fields.items():
+            value = getattr(cell, name)
+            if isinstance(want, tuple) and value not in want:
+                return False
+            if not isinstance(want, tuple) and value != want:
+                return False
+        return True
+
+    return [c for c in items if match(c)]

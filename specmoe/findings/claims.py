@@ -1,0 +1,258 @@
+"""The six claims, each judged by a written rule on measured cells.
+
+Every rule compares 95% intervals, never bare point estimates: "A beats B" means A's interval lies
+wholly above B's. A verdict is one of HOLDS, FAILS or UNSURE ("cannot tell here"), with the counts it
+rests on. Values are returned as text, ready for the findings document.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from statistics import median
+
+from specmoe.findings.cells import Cell, select
+
+HOLDS, FAILS, UNSURE = "holds", "does not hold", "cannot tell here"
+
+STUDY_RANGE = (1.18, 1.30)  # claim (a)'s speedup range
+LOW_ACCEPTANCE = 0.04  # claim (a)'s "< 4% acceptance", also used for (c)
+MODEL_DRAFTS = ("draft-xs", "draft-s", "draft-moe")
+PROMPTS = ("factual", "code", "reasoning", "chinese")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verdict: str
+    values: dict[str, str]
+
+
+def x(value: float) -> str:
+    return f"{value:.2f}×"
+
+
+def pct(value: float) -> str:
+    return f"{100 * value:.1f}%"
+
+
+def _grid(
+    items: Sequence[Cell], row: Callable[[Cell], str], col: Callable[[Cell], str], cols: Sequence[str]
+) -> str:
+    """A markdown table: one row per row key, one column per col key, cells as speedup [CI]."""
+    by_row: dict[str, dict[str, Cell]] = defaultdict(dict)
+    for cell in items:
+        by_row[row(cell)][col(cell)] = cell
+    lines = ["| | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for key, cells_ in by_row.items():
+        shown = [cells_[c].interval() if c in cells_ else "–" for c in cols]
+        lines.append(f"| {key} | " + " | ".join(shown) + " |")
+    return "\n".join(lines)
+
+
+def claim_a(study: Sequence[Cell]) -> Verdict:
+    """SD gives 1.18–1.30× on the MoE target at < 4% acceptance."""
+    drafted = select(study, group="B", target="moe", draft=MODEL_DRAFTS)
+    low = [c for c in drafted if c.acceptance < LOW_ACCEPTANCE]
+    lo, hi = STUDY_RANGE
+    in_range = [c for c in low if c.high >= lo and c.low <= hi]
+    below = [c for c in low if c.high < lo]
+    slower = [c for c in low if c.high < 1.0]
+    if not low:
+        verdict = UNSURE
+    elif len(in_range) * 2 >= len(low):
+        verdict = HOLDS
+    elif len(below) == len(low):
+        verdict = FAILS
+    else:
+        verdict = UNSURE
+    ngram = select(study, group="B", target="moe", draft="ngram")
+    values = {
+        "verdict": verdict,
+        "n": str(len(low)),
+        "n_drafted": str(len(drafted)),
+        "n_in_range": str(len(in_range)),
+        "n_slower": str(len(slower)),
+        "accept_max": pct(max((c.acceptance for c in low), default=0.0)),
+        "speedup_min": x(min((c.speedup for c in low), default=0.0)),
+        "speedup_max": x(max((c.speedup for c in low), default=0.0)),
+        "high_max": x(max((c.high for c in low), default=0.0)),
+        "bound_max": x(max((1 + c.acceptance * c.gamma for c in low), default=1.0)),
+        "ngram_min": x(min((c.speedup for c in ngram), default=0.0)),
+        "ngram_max": x(max((c.speedup for c in ngram), default=0.0)),
+        "ngram_accept_max": pct(max((c.acceptance for c in ngram), default=0.0)),
+        "table": _grid(
+            select(study, group="B", target="moe"),
+            lambda c: f"{c.draft}, γ={c.gamma}",
+            lambda c: c.prompt,
+            PROMPTS,
+        ),
+    }
+    return Verdict(verdict, values)
+
+
+def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]]) -> Verdict:
+    """SD speedup follows the target's total parameters, not its active ones.
+
+    The zoo's dense-l has more active parameters than the MoE but fewer in total: "follows total"
+    says the MoE gains more than dense-l with the same draft, "follows active" says the opposite.
+    """
+    moe = {(c.gamma, c.prompt): c for c in select(study, target="moe", draft="draft-xs")}
+    dense = {(c.gamma, c.prompt): c for c in select(study, target="dense-l", draft="draft-xs")}
+    pairs = [(moe[k], dense[k]) for k in sorted(moe) if k in dense]
+    moe_wins = sum(m.beats(d) for m, d in pairs)
+    dense_wins = sum(d.beats(m) for m, d in pairs)
+    if not pairs:
+        verdict = UNSURE
+    elif moe_wins * 2 > len(pairs):
+        verdict = HOLDS
+    elif dense_wins * 2 > len(pairs):
+        verdict = FAILS
+    else:
+        verdict = UNSURE
+    lines = ["| target | total params | active params | γ=4 | γ=8 | γ=16 |", "|---|---|---|---|---|---|"]
+    for target in ("moe", "dense-l", "dense-s"):
+        total, active = sizes.get(target, (0, 0))
+        row = [target, f"{total / 1e6:.0f} M", f"{active / 1e6:.0f} M"]
+        for gamma in (4, 8, 16):
+            found = select(study, target=target, draft="draft-xs", gamma=gamma)
+            row.append(_median_range(found))
+        lines.append("| " + " | ".join(row) + " |")
+    return Verdict(
+        verdict,
+        {
+            "verdict": verdict,
+            "pairs": str(len(pairs)),
+            "moe_wins": str(moe_wins),
+            "dense_wins": str(dense_wins),
+            "table": "\n".join(lines),
+        },
+    )
+
+
+def _median_range(found: Sequence[Cell]) -> str:
+    """Median speedup over prompt kinds, with the range."""
+    if not found:
+        return "–"
+    speeds = [c.speedup for c in found]
+    return f"{median(speeds):.2f}× ({min(speeds):.2f}–{max(speeds):.2f})"
+
+
+def _draft_duel(items: Sequence[Cell], low_only: bool) -> tuple[int, int, int]:
+    """(pairs, draft-xs wins, draft-s wins) over matched (γ, prompt) on the MoE target."""
+    xs = {(c.gamma, c.prompt): c for c in select(items, target="moe", draft="draft-xs")}
+    s = {(c.gamma, c.prompt): c for c in select(items, target="moe", draft="draft-s")}
+    pairs = [(xs[k], s[k]) for k in sorted(xs) if k in s]
+    if low_only:
+        pairs = [(a, b) for a, b in pairs if max(a.acceptance, b.acceptance) < LOW_ACCEPTANCE]
+    return len(pairs), sum(a.beats(b) for a, b in pairs), sum(b.beats(a) for a, b in pairs)
+
+
+def claim_c(study: Sequence[Cell], family: Sequence[Cell]) -> Verdict:
+    """The smaller draft beats the larger one when acceptance is low."""
+    n, xs_wins, s_wins = _draft_duel(study, low_only=True)
+    fn, fxs_wins, fs_wins = _draft_duel(family, low_only=False)
+    if not n:
+        verdict = UNSURE
+    elif xs_wins * 2 > n:
+        verdict = HOLDS
+    elif s_wins * 2 > n:
+        verdict = FAILS
+    else:
+        verdict = UNSURE
+
+    def accept(items: Sequence[Cell], draft: str) -> str:
+        found = select(items, target="moe", draft=draft)
+        return pct(median(c.acceptance for c in found)) if found else "–"
+
+    return Verdict(
+        verdict,
+        {
+            "verdict": verdict,
+            "pairs": str(n),
+            "xs_wins": str(xs_wins),
+            "s_wins": str(s_wins),
+            "family_pairs": str(fn),
+            "family_xs_wins": str(fxs_wins),
+            "family_s_wins": str(fs_wins),
+            "family_accept_xs": accept(family, "draft-xs"),
+            "family_accept_s": accept(family, "draft-s"),
+            "family_table": _grid(
+                select(family, target="moe"),
+                lambda c: f"{c.draft}, γ={c.gamma}",
+                lambda c: c.prompt,
+                PROMPTS,
+            ),
+            "family_accept_table": _acceptance_table(family),
+        },
+    )
+
+
+def _acceptance_table(items: Sequence[Cell]) -> str:
+    lines = ["| draft, γ | " + " | ".join(PROMPTS) + " |", "|---" * (len(PROMPTS) + 1) + "|"]
+    keys = sorted({(c.draft, c.gamma) for c in select(items, target="moe")})
+    for draft, gamma in keys:
+        row = []
+        for prompt in PROMPTS:
+            found = select(items, target="moe", draft=draft, gamma=gamma, prompt=prompt)
+            row.append(pct(found[0].acceptance) if found else "–")
+        lines.append(f"| {draft}, γ={gamma} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def gamma_series(items: Sequence[Cell]) -> dict[tuple[str, str, str], list[Cell]]:
+    series: dict[tuple[str, str, str], list[Cell]] = defaultdict(list)
+    for cell in items:
+        series[(cell.target, cell.draft, cell.prompt)].append(cell)
+    return {k: sorted(v, key=lambda c: c.gamma) for k, v in series.items() if len(v) > 1}
+
+
+def _steps(series: Sequence[Cell]) -> tuple[bool, bool]:
+    """(some step up γ helps beyond the intervals, some step hurts beyond them)."""
+    pairs = list(itertools.pairwise(series))
+    return any(b.beats(a) for a, b in pairs), any(a.beats(b) for a, b in pairs)
+
+
+def claim_d(study: Sequence[Cell], family: Sequence[Cell]) -> Verdict:
+    """Larger γ always helps: speedup rises monotonically over γ ∈ {4, 8, 16}."""
+    series = {
+        **gamma_series(study),
+        **{("family " + k[0], *k[1:]): v for k, v in gamma_series(family).items()},
+    }
+    helps = hurts = rising = 0
+    for cells_ in series.values():
+        up, down = _steps(cells_)
+        helps += up
+        hurts += down
+        rising += all(b.speedup > a.speedup for a, b in itertools.pairwise(cells_))
+    if not series:
+        verdict = UNSURE
+    elif hurts:
+        verdict = FAILS
+    elif rising == len(series):
+        verdict = HOLDS
+    else:
+        verdict = UNSURE
+    study_series = gamma_series(study)
+    family_series = gamma_series(family)
+    return Verdict(
+        verdict,
+        {
+            "verdict": verdict,
+            "series": str(len(series)),
+            "hurts": str(hurts),
+            "helps": str(helps),
+            "rising": str(rising),
+            "study_series": str(len(study_series)),
+            "study_hurts": str(sum(_steps(s)[1] for s in study_series.values())),
+            "family_series": str(len(family_series)),
+            "family_hurts": str(sum(_steps(s)[1] for s in family_series.values())),
+            "family_rising": str(
+                sum(
+                    all(b.speedup > a.speedup for a, b in itertools.pairwise(s))
+                    for s in family_series.values()
+                )
+            ),
+        },
+    )

@@ -1,0 +1,95 @@
+"""Exported results read back: `bench export --format csv` files turned into stored rows again.
+
+The findings rest on the exported CSV files alone (they ship; the stores do not), so every number in
+the document can be recomputed from what the repository holds. Traces are not exported; nothing
+here needs them.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from specmoe.bench.store import RunRow
+from specmoe.errors import SpecmoeError
+
+_INT = re.compile(r"-?\d+")
+_NESTED = ("config", "env")
+
+
+def parse_cell(text: str) -> Any:
+    """A CSV cell as the value it was written from: empty -> None, numbers, booleans, JSON lists."""
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    if _INT.fullmatch(text):
+        return int(text)
+    if text.startswith("["):
+        return json.loads(text)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _unflatten(flat: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    # Parents first, so "config.draft_model" (empty for a baseline) is replaced by its children's dict.
+    for key in sorted(flat, key=lambda k: k.count(".")):
+        parts = key.split(".")
+        node = out
+        for part in parts[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[parts[-1]] = parse_cell(flat[key])
+    return out
+
+
+def _none_if_empty(value: Any) -> Any:
+    # A baseline's draft_model exports as empty cells; stored, it was None.
+    if isinstance(value, dict):
+        value = {k: _none_if_empty(v) for k, v in value.items()}
+        return None if all(v is None for v in value.values()) else value
+    return value
+
+
+def read_export(path: Path) -> list[RunRow]:
+    path = Path(path)
+    if not path.is_file():
+        raise SpecmoeError(f"exported results not found: {path}; run `specmoe findings` to produce them")
+    with path.open(newline="", encoding="utf-8") as handle:
+        records = list(csv.DictReader(handle))
+    rows = []
+    for record in records:
+        nested = _unflatten(
+            {k: v for k, v in record.items() if k.split(".")[0] in (*_NESTED, "counts", "times")}
+        )
+        config = {k: _none_if_empty(v) for k, v in nested.get("config", {}).items()}
+        rate = record["acceptance_rate"]
+        rows.append(
+            RunRow(
+                run_id=record["run_id"],
+                config_key=record["config_key"],
+                baseline_key=record["baseline_key"],
+                suite=record["suite"],
+                group=record["group"],
+                arm=record["arm"],
+                repeat=int(record["repeat"]),
+                config=config,
+                env=nested.get("env", {}),
+                counts={k: int(v) for k, v in nested["counts"].items()},
+                times={k: float(v) for k, v in nested["times"].items()},
+                tokens_per_s=float(record["tokens_per_s"]),
+                acceptance_rate=float(rate) if rate else None,
+                rounds_trace=[],
+                audit_verdict=record["audit_verdict"],
+                audit_reason=record["audit_reason"],
+                created_at=record["created_at"],
+            )
+        )
+    return rows
