@@ -37,6 +37,11 @@ def pct(value: float) -> str:
     return f"{100 * value:.1f}%"
 
 
+def extreme(values: Sequence[float], pick: Callable, fmt: Callable[[float], str]) -> str:
+    """min or max of the values, formatted; "–" when there are none."""
+    return fmt(pick(values)) if values else "–"
+
+
 def _grid(
     items: Sequence[Cell], row: Callable[[Cell], str], col: Callable[[Cell], str], cols: Sequence[str]
 ) -> str:
@@ -74,14 +79,14 @@ def claim_a(study: Sequence[Cell]) -> Verdict:
         "n_drafted": str(len(drafted)),
         "n_in_range": str(len(in_range)),
         "n_slower": str(len(slower)),
-        "accept_max": pct(max((c.acceptance for c in low), default=0.0)),
-        "speedup_min": x(min((c.speedup for c in low), default=0.0)),
-        "speedup_max": x(max((c.speedup for c in low), default=0.0)),
-        "high_max": x(max((c.high for c in low), default=0.0)),
-        "bound_max": x(max((1 + c.acceptance * c.gamma for c in low), default=1.0)),
-        "ngram_min": x(min((c.speedup for c in ngram), default=0.0)),
-        "ngram_max": x(max((c.speedup for c in ngram), default=0.0)),
-        "ngram_accept_max": pct(max((c.acceptance for c in ngram), default=0.0)),
+        "accept_max": extreme([c.acceptance for c in low], max, pct),
+        "speedup_min": extreme([c.speedup for c in low], min, x),
+        "speedup_max": extreme([c.speedup for c in low], max, x),
+        "high_max": extreme([c.high for c in low], max, x),
+        "bound_max": extreme([1 + c.acceptance * c.gamma for c in low], max, x),
+        "ngram_min": extreme([c.speedup for c in ngram], min, x),
+        "ngram_max": extreme([c.speedup for c in ngram], max, x),
+        "ngram_accept_max": extreme([c.acceptance for c in ngram], max, pct),
         "table": _grid(
             select(study, group="B", target="moe"),
             lambda c: f"{c.draft}, γ={c.gamma}",

@@ -82,8 +82,9 @@ def read_export(path: Path) -> list[RunRow]:
                 repeat=int(record["repeat"]),
                 config=config,
                 env=nested.get("env", {}),
-                counts={k: int(v) for k, v in nested["counts"].items()},
-                times={k: float(v) for k, v in nested["times"].items()},
+                # None: a count or time the run could not know (a server that reports no drafts).
+                counts={k: None if v is None else int(v) for k, v in nested["counts"].items()},
+                times={k: None if v is None else float(v) for k, v in nested["times"].items()},
                 tokens_per_s=float(record["tokens_per_s"]),
                 acceptance_rate=float(rate) if rate else None,
                 rounds_trace=[],

@@ -19,7 +19,11 @@ def run_step(step: Step, out: Path, progress: bool = True) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     suite = load_suite(builtin_suite_path(step.suite), step.overrides)
     db = out / f"{step.name}.db"
-    run_suite(suite, db, prepare_zoo(suite, None), progress=progress)
+    before = _stored(db)
+    started = time.perf_counter()
+    rows = run_suite(suite, db, prepare_zoo(suite, None), progress=progress)
+    if len(rows) > before:
+        add_wall_time(out, step.name, time.perf_counter() - started)
     csv_path = out / f"{step.name}.csv"
     export(db, csv_path, "csv")
     return csv_path
@@ -31,28 +35,39 @@ def report_step(step: Step, out: Path, fits: tuple[Path, ...] = ()) -> Path:
     return write_report(out / f"{step.name}.db", out / "reports" / step.name, fits=fits)
 
 
-def run_findings(scale: str, out: Path, doc: Path, study_csv: Path | None, progress: bool = True) -> int:
+def run_findings(scale: str, out: Path, doc: Path, progress: bool = True) -> int:
     from specmoe.findings.document import write_document
 
+    plan(scale)  # an unknown scale fails before anything runs
     started = time.perf_counter()
     for step in plan(scale):
-        print(f"== {step.name}: suite {step.suite}")
+        print(f"== {step.name}: suite {step.suite}", flush=True)
         run_step(step, out, progress)
-        report_step(step, out, fits=_fits_for(step))
-    write_document(out, doc, study_csv)
-    wall = time.perf_counter() - started
-    (out / "wall_time.json").write_text(json.dumps({"scale": scale, "wall_s": round(wall, 1)}) + "\n")
-    print(f"\nfindings: {doc} from {out} ({wall / 60:.1f} min)")
+    fits = run_profiles(out)
+    for step in plan(scale):
+        # The moesd report draws the fitted model's curves beside the measured speedup vs batch.
+        model_fits = tuple(sorted(fits.glob("*.json"))) if step.suite == "moesd" else ()
+        report_step(step, out, fits=model_fits)
+    write_document(out, doc)
+    print(f"\nfindings: {doc} from {out} ({(time.perf_counter() - started) / 60:.1f} min this call)")
     return 0
 
 
-def _fits_for(step: Step) -> tuple[Path, ...]:
-    # The shipped fits of this CPU's bench models (float32, as the moesd suite runs) draw the
-    # model's curves beside the measured speedup vs batch size.
-    if step.suite != "moesd":
-        return ()
-    fits = Path(__file__).resolve().parents[2] / "docs" / "results" / "cpu" / "perf_fits"
-    return tuple(sorted(fits.glob("*float32*.json")))
+def _stored(db: Path) -> int:
+    from specmoe.bench.store import Store
+
+    if not db.is_file():
+        return 0
+    with Store(db) as store:
+        return len(store)
+
+
+def add_wall_time(out: Path, name: str, seconds: float) -> None:
+    """Measurement time per step, summed over the calls that measured something (runs resume)."""
+    path = out / "wall_time.json"
+    wall = json.loads(path.read_text()) if path.is_file() else {}
+    wall[name] = round(wall.get(name, 0.0) + seconds, 1)
+    path.write_text(json.dumps(wall, indent=1) + "\n")
 
 
 def run_profiles(out: Path) -> Path:
@@ -71,6 +86,7 @@ def run_profiles(out: Path) -> Path:
         profile_path = out / "profiles" / f"{spec.name}.json"
         if not profile_path.is_file():
             print(f"== profile {spec.name}", flush=True)
+            started = time.perf_counter()
             profile = profile_model(
                 resolve_model(spec.model, zoo),
                 list(spec.batches),
@@ -81,6 +97,7 @@ def run_profiles(out: Path) -> Path:
                 progress=lambda line: print(line, flush=True),
             )
             write_json(profile_path, profile)
+            add_wall_time(out, "profiles", time.perf_counter() - started)
         fit_path = fits / f"{spec.name}.json"
         if spec.model == DRAFT_PROFILE:
             fit_path.parent.mkdir(parents=True, exist_ok=True)

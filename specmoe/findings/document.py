@@ -1,0 +1,135 @@
+"""The findings document: every value computed from the shipped exports, then set into the template.
+
+`values(out, study_csv, examples)` reads only files under `out` (the exported CSVs, the fits, the
+wall-time log), the study's published CSV and the hardware/config examples, so a test can recompute
+the document from what the repository ships and compare it with docs/findings.md byte for byte.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections import Counter
+from importlib import resources
+from pathlib import Path
+
+from specmoe.errors import SpecmoeError
+from specmoe.findings.batch_claims import claim_e, claim_f
+from specmoe.findings.cells import Cell, cells
+from specmoe.findings.claims import LOW_ACCEPTANCE, claim_a, claim_b, claim_c, claim_d, extreme, x
+from specmoe.findings.predictions import fitted_predictor, unfitted_table
+from specmoe.findings.results import read_export
+from specmoe.zoo.params import count_params
+from specmoe.zoo.presets import get_preset
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY_CSV = ROOT / "docs" / "results" / "study-runs.csv"
+EXAMPLES = ROOT / "docs" / "perf-examples"
+_PLACEHOLDER = re.compile(r"\{\{([a-z0-9_.]+)\}\}")
+
+
+def template() -> str:
+    return resources.files("specmoe.findings").joinpath("template.md").read_text(encoding="utf-8")
+
+
+def render(text: str, values: dict[str, str]) -> str:
+    missing = sorted({m for m in _PLACEHOLDER.findall(text) if m not in values})
+    if missing:
+        raise SpecmoeError(f"findings template names values nobody computed: {', '.join(missing)}")
+    return _PLACEHOLDER.sub(lambda m: values[m.group(1)], text)
+
+
+def _step_cells(out: Path, name: str) -> tuple[list[Cell], list]:
+    path = out / f"{name}.csv"
+    if not path.is_file():
+        return [], []
+    rows = read_export(path)
+    return cells(rows), rows
+
+
+def _sizes(preset: str) -> dict[str, tuple[int, int]]:
+    zoo = get_preset(preset)
+    out = {}
+    for shape in zoo.models:
+        counts = count_params(shape, zoo.vocab_size)
+        out[shape.name] = (counts.total, counts.active)
+    return out
+
+
+def _run_values(name: str, rows: list) -> dict[str, str]:
+    verdicts = Counter(r.audit_verdict for r in rows)
+    envs = {(r.env.get("cpu"), r.env.get("torch_threads"), r.env.get("torch")) for r in rows}
+    return {
+        f"{name}.runs": str(len(rows)),
+        f"{name}.pass": str(verdicts.get("pass", 0)),
+        f"{name}.fail": str(verdicts.get("fail", 0)),
+        f"{name}.envs": "; ".join(
+            f"{cpu}, {threads} thread(s), torch {torch}" for cpu, threads, torch in sorted(envs, key=str)
+        ),
+        f"{name}.tokens": ", ".join(sorted({str(r.config.get("max_new_tokens")) for r in rows})),
+        f"{name}.repeats": str(max((r.repeat for r in rows), default=-1) + 1),
+        f"{name}.dtype": ", ".join(sorted({str(r.config.get("dtype")) for r in rows})),
+    }
+
+
+def study_audit_values(study_csv: Path) -> dict[str, str]:
+    """The study's own published rows through `specmoe audit`, and the speedups it claims at low
+    acceptance on its MoE target."""
+    from specmoe.bench.audit_foreign import audit_path
+
+    audited = audit_path(study_csv)
+    verdicts = Counter(row.verdict for row in audited)
+    with Path(study_csv).open(newline="", encoding="utf-8") as handle:
+        published = {r["job_id"]: r for r in csv.DictReader(handle)}
+    claimed = []
+    for row in audited:
+        source = published.get(row.id, {})
+        rate = source.get("draft_acceptance_rate") or ""
+        moe_sd = source.get("target_model", "").startswith("moe") and source.get("draft_model") != "none"
+        if moe_sd and rate and float(rate) < LOW_ACCEPTANCE and row.claimed_speedup is not None:
+            claimed.append(row.claimed_speedup)
+    return {
+        "audit.rows": str(len(audited)),
+        "audit.consistent": str(verdicts.get("consistent", 0)),
+        "audit.impossible": str(verdicts.get("impossible", 0)),
+        "audit.unverifiable": str(verdicts.get("unverifiable", 0)),
+        "audit.low_n": str(len(claimed)),
+        "audit.low_min": extreme(claimed, min, x),
+        "audit.low_max": extreme(claimed, max, x),
+    }
+
+
+def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) -> dict[str, str]:
+    study, study_rows = _step_cells(out, "study")
+    moesd, moesd_rows = _step_cells(out, "moesd")
+    family, family_rows = _step_cells(out, "family")
+    predict = fitted_predictor(out / "fits")
+    found: dict[str, str] = {}
+    for key, verdict in (
+        ("a", claim_a(study)),
+        ("b", claim_b(study, _sizes("bench"))),
+        ("c", claim_c(study, family)),
+        ("d", claim_d(study, family)),
+        ("e", claim_e(moesd, predict)),
+        ("f", claim_f(moesd, predict)),
+    ):
+        found.update({f"{key}.{name}": value for name, value in verdict.values.items()})
+    for name, rows in (("study", study_rows), ("moesd", moesd_rows), ("family", family_rows)):
+        found.update(_run_values(name, rows))
+    found.update(study_audit_values(study_csv))
+    found["elsewhere.table"] = unfitted_table(examples)
+    wall = json.loads((out / "wall_time.json").read_text()) if (out / "wall_time.json").is_file() else {}
+    found["wall.minutes"] = f"{sum(wall.values()) / 60:.0f}"
+    found["wall.steps"] = ", ".join(f"{k} {v / 60:.0f} min" for k, v in wall.items())
+    found["pct.low"] = f"{100 * LOW_ACCEPTANCE:g}%"
+    return found
+
+
+def write_document(out: Path, doc: Path, study_csv: Path = STUDY_CSV) -> Path:
+    found = values(out, study_csv)
+    (out / "findings.json").write_text(
+        json.dumps(found, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"
+    )
+    doc.write_text(render(template(), found), encoding="utf-8")
+    return doc

@@ -1,0 +1,190 @@
+"""Findings: the claim rules on made-up cells, the export reader, and the shipped document against the
+shipped results (every value in docs/findings.md recomputed from the exported files)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from specmoe.bench.store import Store, export
+from specmoe.errors import SpecmoeError
+from specmoe.findings.batch_claims import claim_e, claim_f, inverted_u
+from specmoe.findings.cells import Cell
+from specmoe.findings.claims import FAILS, HOLDS, UNSURE, claim_a, claim_b, claim_c, claim_d
+from specmoe.findings.document import render, template, values
+from specmoe.findings.results import read_export
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = ROOT / "docs" / "results" / "cpu" / "findings"
+DOC = ROOT / "docs" / "findings.md"
+
+
+def cell(speedup: float, width: float = 0.02, **fields) -> Cell:
+    base = dict(
+        group="B",
+        target="moe",
+        draft="draft-xs",
+        gamma=4,
+        prompt="code",
+        batch=1,
+        top_k=None,
+        preset="bench",
+        acceptance=0.0,
+        efficiency=0.5,
+        repeats=2,
+    )
+    base.update(fields)
+    return Cell(speedup=speedup, low=speedup - width, high=speedup + width, **base)
+
+
+def no_predictions(target, batch, gamma, top_k):
+    return None
+
+
+TINY_SUITE = """\
+schema = 1
+name = "t"
+
+[zoo]
+preset = "tiny"
+
+[defaults]
+repeats = 2
+warmup = 0
+max_new_tokens = 6
+
+[models.moe]
+zoo = "moe"
+
+[models.draft-xs]
+zoo = "draft-xs"
+
+[[groups]]
+name = "g"
+target = ["moe"]
+draft = ["draft-xs", "ngram"]
+gamma = [2]
+"""
+
+
+@pytest.fixture(scope="module")
+def tiny_run_db(tiny_zoo, tmp_path_factory) -> Path:
+    from specmoe.bench.runner import run_suite
+    from specmoe.bench.suite import load_suite
+
+    folder = tmp_path_factory.mktemp("findings")
+    (folder / "t.toml").write_text(TINY_SUITE)
+    run_suite(load_suite(folder / "t.toml"), folder / "t.db", tiny_zoo, progress=False)
+    return folder / "t.db"
+
+
+def test_claim_a_holds_only_when_low_acceptance_speedups_reach_the_studys_range():
+    slow = [cell(0.3, gamma=g, prompt=p) for g in (4, 8) for p in ("code", "factual")]
+    assert claim_a(slow).verdict == FAILS
+    fast = [replace(c, speedup=1.2, low=1.15, high=1.25) for c in slow]
+    assert claim_a(fast).verdict == HOLDS
+    # High-acceptance cells are outside the claim: nothing left to judge.
+    assert claim_a([replace(c, acceptance=0.5) for c in fast]).verdict == UNSURE
+    assert claim_a(slow).values["n_slower"] == "4"
+
+
+def test_claim_b_compares_the_moe_with_the_denser_but_smaller_total_target():
+    sizes = {"moe": (100, 10), "dense-l": (30, 30), "dense-s": (13, 13)}
+    moe = [cell(0.5, target="moe", gamma=g) for g in (4, 8, 16)]
+    dense = [cell(0.8, target="dense-l", group="D", gamma=g) for g in (4, 8, 16)]
+    assert claim_b(moe + dense, sizes).verdict == FAILS
+    assert (
+        claim_b([replace(c, speedup=1.0, low=0.98, high=1.02) for c in moe] + dense, sizes).verdict == HOLDS
+    )
+    assert claim_b(moe, sizes).verdict == UNSURE
+
+
+def test_claim_c_needs_low_acceptance_pairs_and_counts_the_trained_family_apart():
+    xs = [cell(0.5, draft="draft-xs", gamma=g) for g in (4, 8)]
+    s = [cell(0.3, draft="draft-s", gamma=g) for g in (4, 8)]
+    family = [cell(1.1, draft="draft-xs", acceptance=0.5), cell(1.4, draft="draft-s", acceptance=0.7)]
+    found = claim_c(xs + s, family)
+    assert found.verdict == HOLDS
+    assert (found.values["family_xs_wins"], found.values["family_s_wins"]) == ("0", "1")
+    assert claim_c([replace(c, acceptance=0.3) for c in xs + s], family).verdict == UNSURE
+
+
+def test_claim_d_fails_on_one_significant_drop_and_holds_only_when_every_series_rises():
+    rising = [cell(0.2 * g, gamma=g) for g in (4, 8, 16)]
+    assert claim_d(rising, []).verdict == HOLDS
+    falling = [cell(1.0 / g, gamma=g, prompt="factual") for g in (4, 8, 16)]
+    assert claim_d(rising + falling, []).verdict == FAILS
+    flat = [cell(1.0, width=0.5, gamma=g, prompt="chinese") for g in (4, 8, 16)]
+    assert claim_d(rising + flat, []).verdict == UNSURE
+
+
+def test_inverted_u_needs_an_inside_peak_above_both_ends():
+    def series(values):
+        return [
+            cell(v, batch=b, group="batch", draft="oracle:0.9")
+            for v, b in zip(values, (1, 4, 16, 64), strict=True)
+        ]
+
+    assert inverted_u(series([0.8, 1.2, 1.5, 0.9]))
+    assert not inverted_u(series([1.5, 1.2, 1.0, 0.8]))  # falling: peak at the first batch
+    assert not inverted_u(series([0.8, 0.81, 0.82, 0.80]))  # inside peak, within the intervals
+
+
+def test_claim_e_and_f_on_a_made_up_sweep():
+    batches = (1, 4, 16, 64)
+    moe = [
+        cell(v, batch=b, group="batch", draft="oracle:0.9", top_k=4)
+        for v, b in zip((0.8, 1.3, 1.6, 0.9), batches, strict=True)
+    ]
+    dense = [
+        cell(v, batch=b, group="batch", draft="oracle:0.9", target="dense-s")
+        for v, b in zip((1.2, 1.0, 0.9, 0.7), batches, strict=True)
+    ]
+    found = claim_e(moe + dense, no_predictions)
+    assert (found.values["shape"], found.values["gain"], found.verdict) == (HOLDS, HOLDS, HOLDS)
+    sparse = [
+        cell(v, batch=b, group="sparsity", draft="oracle:0.9", top_k=1)
+        for v, b in zip((1.2, 1.5, 1.8, 1.1), batches, strict=True)
+    ]
+    assert claim_f(moe + sparse, no_predictions).verdict == HOLDS  # pays at 4 batch sizes vs 2
+    assert claim_f(moe, no_predictions).verdict == UNSURE  # one sparsity level: nothing to compare
+
+
+def test_export_reads_back_as_the_stored_rows(tmp_path, tiny_run_db):
+    out = tmp_path / "runs.csv"
+    export(tiny_run_db, out, "csv")
+    with Store(tiny_run_db) as store:
+        stored = store.rows()
+    for got, want in zip(read_export(out), stored, strict=True):
+        assert (got.config, got.env, got.counts, got.times) == (
+            want.config,
+            want.env,
+            want.counts,
+            want.times,
+        )
+        assert (got.tokens_per_s, got.acceptance_rate, got.arm) == (
+            want.tokens_per_s,
+            want.acceptance_rate,
+            want.arm,
+        )
+
+
+def test_render_refuses_a_value_nobody_computed():
+    with pytest.raises(SpecmoeError, match=r"nobody computed: a\.missing"):
+        render("x {{a.missing}}", {})
+
+
+def test_the_template_writes_no_measured_number_by_hand():
+    # Numbers with a unit in the template are the studies' own claims, not measurements.
+    allowed = {"1.18–1.30", "4"}
+    text = re.sub(r"\{\{[a-z0-9_.]+\}\}", "", template())
+    found = set(re.findall(r"(\d+(?:\.\d+)?(?:–\d+(?:\.\d+)?)?)\s?[×%]", text))
+    assert found <= allowed, found - allowed
+
+
+def test_shipped_document_matches_the_shipped_results():
+    assert (SHIPPED / "study.csv").is_file(), "run `specmoe findings` to produce the shipped results"
+    assert DOC.read_text(encoding="utf-8") == render(template(), values(SHIPPED))
