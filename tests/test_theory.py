@@ -231,3 +231,13 @@ def test_mean_emitted_per_round_from_counts():
 def test_speedup_rejects_bad_input(call):
     with pytest.raises(SpecmoeError):
         call()
+
+
+@pytest.mark.parametrize("gamma", [1, 4, 16])
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 0.9, 1.0])
+def test_per_token_alpha_inverts_the_acceptance_rate(alpha, gamma):
+    from specmoe.theory import per_token_alpha
+
+    rate = (float(expected_tokens_per_round(alpha, gamma)) - 1) / gamma  # accepted / drafted
+    assert per_token_alpha(rate, gamma) == pytest.approx(alpha, abs=1e-9)
+    assert rate <= alpha + 1e-12  # a round stops at its first rejection: the rate never exceeds α

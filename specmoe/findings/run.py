@@ -29,10 +29,10 @@ def run_step(step: Step, out: Path, progress: bool = True) -> Path:
     return csv_path
 
 
-def report_step(step: Step, out: Path, fits: tuple[Path, ...] = ()) -> Path:
+def report_step(step: Step, out: Path, fits: tuple[Path, ...] = (), profiles: tuple[Path, ...] = ()) -> Path:
     from specmoe.report import write_report
 
-    return write_report(out / f"{step.name}.db", out / "reports" / step.name, fits=fits)
+    return write_report(out / f"{step.name}.db", out / "reports" / step.name, profiles=profiles, fits=fits)
 
 
 def run_findings(scale: str, out: Path, doc: Path, progress: bool = True) -> int:
@@ -45,9 +45,17 @@ def run_findings(scale: str, out: Path, doc: Path, progress: bool = True) -> int
         run_step(step, out, progress)
     fits = run_profiles(out)
     for step in plan(scale):
-        # The moesd report draws the fitted model's curves beside the measured speedup vs batch.
-        model_fits = tuple(sorted(fits.glob("*.json"))) if step.suite == "moesd" else ()
-        report_step(step, out, fits=model_fits)
+        # The moesd report draws the fitted model's curves beside the measured speedup vs batch,
+        # and the MoE's activated experts beside N(n).
+        if step.suite == "moesd":
+            report_step(
+                step,
+                out,
+                tuple(sorted(fits.glob("*.json"))),
+                tuple(sorted((out / "profiles").glob("*.json"))),
+            )
+        else:
+            report_step(step, out)
     write_document(out, doc)
     print(f"\nfindings: {doc} from {out} ({(time.perf_counter() - started) / 60:.1f} min this call)")
     return 0

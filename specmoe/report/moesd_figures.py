@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.ticker import FuncFormatter
 
+from specmoe.bench.suite import parse_oracle
 from specmoe.report.figures import (
     CI_NOTE,
     NO_SPEEDUP_STYLE,
@@ -28,7 +29,7 @@ from specmoe.report.figures import (
 )
 from specmoe.report.results import Results, SdResult, StepTimes
 from specmoe.report.slices import Slice, best_slice, group_by, label
-from specmoe.theory import expected_active_experts, sd_speedup
+from specmoe.theory import expected_active_experts, per_token_alpha, sd_speedup
 
 
 def _batch_slice(results: Results) -> Slice[SdResult] | None:
@@ -72,11 +73,15 @@ def _model_curves(ax, items: Sequence[SdResult], fits) -> bool:
         target = by_name.get((config["target"], config["dtype"]))
         draft_name = config["draft"]
         free = draft_name.startswith("ngram")
-        draft = None if free else by_name.get((draft_name, config["dtype"]))
+        dialed = parse_oracle(draft_name)
+        # An oracle pays its cost model's forwards and accepts with its dialed per-token probability.
+        cost_model = config.get("oracle_cost") if dialed is not None else draft_name
+        draft = None if free else by_name.get((cost_model, config["dtype"]))
         if target is None or (draft is None and not free):
             continue
         gamma = config["gamma"]
-        alpha = min(sum(r.acceptance_rate for r in group) / len(group), 0.999)
+        rate = sum(r.acceptance_rate for r in group) / len(group)
+        alpha = min(dialed if dialed is not None else per_token_alpha(rate, gamma), 0.999)
         batches = sorted(r.config["batch_size"] for r in group)
         grid = np.unique(np.geomspace(batches[0], batches[-1], 32).round()).astype(int)
         speedups = [

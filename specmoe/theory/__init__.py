@@ -7,6 +7,7 @@ from specmoe.theory.moe import expected_active_experts, full_activation_threshol
 from specmoe.theory.speedup import (
     expected_tokens_per_round,
     mean_emitted_per_round,
+    per_token_alpha,
     sd_speedup,
     speedup_bound_no_timing,
     speedup_bound_timed,
@@ -20,6 +21,7 @@ __all__ = [
     "full_activation_threshold",
     "mean_emitted_per_round",
     "mean_expert_load",
+    "per_token_alpha",
     "sd_speedup",
     "speedup_bound_no_timing",
     "speedup_bound_timed",

@@ -79,6 +79,27 @@ def expected_tokens_per_round(alpha: ArrayLike, gamma: int) -> ArrayLike:
     return _out(powers.sum(axis=-1), alpha)
 
 
+def per_token_alpha(acceptance_rate: float, gamma: int) -> float:
+    """The per-position α whose i.i.d. acceptance gives this acceptance rate (accepted / drafted).
+
+        rate(α) = E[accepted] / γ = (α + α² + … + α^γ) / γ
+
+    A round stops at its first rejection, so the measured rate sits below α (α = 0.9, γ = 4 gives
+    0.77); the speedup formula wants α itself. rate(α) rises monotonically from 0 to 1, so
+    bisection finds it.
+    """
+    g = _gamma(gamma)
+    rate = float(_alpha(acceptance_rate))
+    low, high = 0.0, 1.0
+    for _ in range(60):  # 2^-60: far below any measured rate's precision
+        mid = (low + high) / 2
+        if float(expected_tokens_per_round(mid, g)) - 1 < rate * g:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
 def target_efficiency(t_target_1: ArrayLike, t_target_gamma: ArrayLike) -> ArrayLike:
     """MoESD's target efficiency: how cheaply the target processes γ tokens per sequence.
 
