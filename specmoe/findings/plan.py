@@ -23,7 +23,7 @@ class Step:
 
 @dataclass(frozen=True)
 class Profile:
-    """A `specmoe profile` of one bench-zoo model, fitted after (targets) for the predictions."""
+    """A `specmoe profile` of one bench-zoo model, fitted after for the predictions."""
 
     model: str
     batches: tuple[int, ...]
@@ -46,7 +46,6 @@ PROFILES = (
     Profile("dense-s", _PROFILE_BATCHES, (1, 2, 3, 5)),
     Profile("draft-xs", _PROFILE_BATCHES, (1, 2)),
 )
-DRAFT_PROFILE = "draft-xs"
 
 _CPU = (
     Step(

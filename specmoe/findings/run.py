@@ -11,7 +11,7 @@ from specmoe.bench.cli import prepare_zoo
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import export
 from specmoe.bench.suite import builtin_suite_path, load_suite
-from specmoe.findings.plan import DRAFT_PROFILE, PROFILES, Step, plan
+from specmoe.findings.plan import PROFILES, Step, plan
 
 
 def run_step(step: Step, out: Path, progress: bool = True) -> Path:
@@ -107,9 +107,6 @@ def run_profiles(out: Path) -> Path:
             write_json(profile_path, profile)
             add_wall_time(out, "profiles", time.perf_counter() - started)
         fit_path = fits / f"{spec.name}.json"
-        if spec.model == DRAFT_PROFILE:
-            fit_path.parent.mkdir(parents=True, exist_ok=True)
-            fit_path.write_text(profile_path.read_text())  # drafts are read as measured profiles
-        elif not fit_path.is_file():
+        if not fit_path.is_file():
             write_json(fit_path, fit_profile(json.loads(profile_path.read_text()), where=str(profile_path)))
     return fits

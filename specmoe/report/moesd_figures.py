@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 from matplotlib.ticker import FuncFormatter
@@ -21,7 +22,6 @@ from specmoe.report.figures import (
     Outcome,
     fixed_phrase,
     integer_ticks,
-    model_drafts,
     new_figure,
     plot_intervals,
     plot_speedup_per_pair,
@@ -33,7 +33,9 @@ from specmoe.theory import expected_active_experts, per_token_alpha, sd_speedup
 
 
 def _batch_slice(results: Results) -> Slice[SdResult] | None:
-    return best_slice(model_drafts(results), x="batch_size", series=PAIR, min_x=2)
+    # Oracle drafts included: MoESD's batch sweeps fix acceptance with them, so the trend in batch
+    # size is the target's efficiency, not how well a draft happens to agree.
+    return best_slice(results.sd, x="batch_size", series=PAIR, min_x=2)
 
 
 def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
@@ -64,13 +66,17 @@ def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
 
 def _model_curves(ax, items: Sequence[SdResult], fits) -> bool:
     """Dotted model curves for pairs whose target (and model draft) have fits; True if any drawn."""
-    from specmoe.perf.predict import draft_step_s
+    from specmoe.perf.predict import draft_step_s, with_top_k
 
     by_name = {(name, dtype): times for name, dtype, times in fits}
     drawn = False
     for index, group in enumerate(group_by(items, PAIR)):
         config = group[0].config
         target = by_name.get((config["target"], config["dtype"]))
+        top_k = config.get("moe_top_k")
+        if target is not None and top_k and target.shape.num_experts and top_k != target.shape.top_k:
+            # The sparsity what-if: the fitted constants with only K changed (docs/perf-model.md).
+            target = replace(target, shape=with_top_k(target.shape, top_k, "report"))
         draft_name = config["draft"]
         free = draft_name.startswith("ngram")
         dialed = parse_oracle(draft_name)
