@@ -179,7 +179,7 @@ def test_render_refuses_a_value_nobody_computed():
 
 def test_the_template_writes_no_measured_number_by_hand():
     # Numbers with a unit in the template are the studies' own claims, not measurements.
-    allowed = {"1.18–1.30", "4"}
+    allowed = {"1.18–1.30", "4", "95"}  # and the confidence level of every interval
     text = re.sub(r"\{\{[a-z0-9_.]+\}\}", "", template())
     found = set(re.findall(r"(\d+(?:\.\d+)?(?:–\d+(?:\.\d+)?)?)\s?[×%]", text))
     assert found <= allowed, found - allowed
@@ -188,3 +188,13 @@ def test_the_template_writes_no_measured_number_by_hand():
 def test_shipped_document_matches_the_shipped_results():
     assert (SHIPPED / "study.csv").is_file(), "run `specmoe findings` to produce the shipped results"
     assert DOC.read_text(encoding="utf-8") == render(template(), values(SHIPPED))
+
+
+def test_duel_needs_half_the_pairs_and_more_wins_than_losses():
+    from specmoe.findings.claims import duel
+
+    assert duel(3, 1, 6) == HOLDS
+    assert duel(1, 3, 6) == FAILS
+    assert duel(2, 1, 6) == UNSURE  # under half the pairs decided its way
+    assert duel(3, 3, 6) == UNSURE
+    assert duel(0, 0, 0) == UNSURE

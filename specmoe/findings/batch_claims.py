@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable, Sequence
 
 from specmoe.findings.cells import Cell, select
-from specmoe.findings.claims import FAILS, HOLDS, UNSURE, Verdict, x
+from specmoe.findings.claims import FAILS, HOLDS, UNSURE, Verdict, duel, x
 
 ORACLE = "oracle:0.9"
 ALPHA = 0.9  # the oracle's per-token acceptance probability, the performance model's α
@@ -48,15 +48,7 @@ def claim_e(moesd: Sequence[Cell], predict: Predict) -> Verdict:
             moe_wins += moe[batch].beats(dense[batch])
             dense_wins += dense[batch].beats(moe[batch])
     shape = HOLDS if gammas and len(moe_u) == len(gammas) else FAILS if gammas and not moe_u else UNSURE
-    gain = (
-        UNSURE
-        if not medium
-        else HOLDS
-        if moe_wins * 2 > medium
-        else FAILS
-        if dense_wins * 2 > medium
-        else UNSURE
-    )
+    gain = duel(moe_wins, dense_wins, medium)
     # The claim is a conjunction: it fails when either part fails.
     verdict = FAILS if FAILS in (shape, gain) else HOLDS if shape == gain == HOLDS else UNSURE
     return Verdict(

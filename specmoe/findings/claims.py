@@ -23,6 +23,16 @@ MODEL_DRAFTS = ("draft-xs", "draft-s", "draft-moe")
 PROMPTS = ("factual", "code", "reasoning", "chinese")
 
 
+def duel(wins: int, losses: int, n: int) -> str:
+    """HOLDS when the claimed side wins at least half of n matched pairs and more than it loses;
+    FAILS when the other side does; else UNSURE (ties and overlapping intervals decide nothing)."""
+    if n and wins * 2 >= n and wins > losses:
+        return HOLDS
+    if n and losses * 2 >= n and losses > wins:
+        return FAILS
+    return UNSURE
+
+
 @dataclass(frozen=True)
 class Verdict:
     verdict: str
@@ -72,7 +82,7 @@ def claim_a(study: Sequence[Cell]) -> Verdict:
         verdict = FAILS
     else:
         verdict = UNSURE
-    ngram = select(study, group="B", target="moe", draft="ngram")
+    ngram = [c for c in select(study, group="B", target="moe") if c.draft.startswith("ngram")]
     values = {
         "verdict": verdict,
         "n": str(len(low)),
@@ -108,14 +118,7 @@ def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]]) -> Verdict
     pairs = [(moe[k], dense[k]) for k in sorted(moe) if k in dense]
     moe_wins = sum(m.beats(d) for m, d in pairs)
     dense_wins = sum(d.beats(m) for m, d in pairs)
-    if not pairs:
-        verdict = UNSURE
-    elif moe_wins * 2 > len(pairs):
-        verdict = HOLDS
-    elif dense_wins * 2 > len(pairs):
-        verdict = FAILS
-    else:
-        verdict = UNSURE
+    verdict = duel(moe_wins, dense_wins, len(pairs))
     lines = ["| target | total params | active params | γ=4 | γ=8 | γ=16 |", "|---|---|---|---|---|---|"]
     for target in ("moe", "dense-l", "dense-s"):
         total, active = sizes.get(target, (0, 0))
@@ -158,14 +161,7 @@ def claim_c(study: Sequence[Cell], family: Sequence[Cell]) -> Verdict:
     """The smaller draft beats the larger one when acceptance is low."""
     n, xs_wins, s_wins = _draft_duel(study, low_only=True)
     fn, fxs_wins, fs_wins = _draft_duel(family, low_only=False)
-    if not n:
-        verdict = UNSURE
-    elif xs_wins * 2 > n:
-        verdict = HOLDS
-    elif s_wins * 2 > n:
-        verdict = FAILS
-    else:
-        verdict = UNSURE
+    verdict = duel(xs_wins, s_wins, n)
 
     def accept(items: Sequence[Cell], draft: str) -> str:
         found = select(items, target="moe", draft=draft)
