@@ -18,6 +18,7 @@ from specmoe.errors import SpecmoeError
 from specmoe.findings.batch_claims import claim_e, claim_f
 from specmoe.findings.cells import Cell, cells
 from specmoe.findings.claims import LOW_ACCEPTANCE, claim_a, claim_b, claim_c, claim_d, extreme, x
+from specmoe.findings.notes import notes_values
 from specmoe.findings.predictions import fitted_predictor, unfitted_table
 from specmoe.findings.results import read_export
 from specmoe.zoo.params import count_params
@@ -118,6 +119,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     for name, rows in (("study", study_rows), ("moesd", moesd_rows), ("family", family_rows)):
         found.update(_run_values(name, rows))
     found.update(study_audit_values(study_csv))
+    found.update(notes_values(out, moesd, predict))
     found["elsewhere.table"] = unfitted_table(examples)
     wall = json.loads((out / "wall_time.json").read_text()) if (out / "wall_time.json").is_file() else {}
     found["wall.minutes"] = f"{sum(wall.values()) / 60:.0f}"

@@ -1,0 +1,85 @@
+"""What the first measurement pass taught, computed from its shipped export beside this pass's.
+
+The first pass (docs/results/cpu/findings/first-pass/) ran before two harness fixes: a model's first
+configuration now warms up until two runs agree, and batches larger than a prompt set get distinct
+prompts. Shipping it lets the document show the size of both effects instead of asserting them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from statistics import median
+
+from specmoe.bench.store import RunRow
+from specmoe.findings.batch_claims import Predict, batch_series
+from specmoe.findings.cells import Cell, cells
+from specmoe.findings.results import read_export
+
+
+def repeat_ratios(rows: Sequence[RunRow], target: str) -> list[float]:
+    """Second repeat's tokens/s over the first's, per baseline configuration of `target`."""
+    by_config: dict[str, dict[int, float]] = defaultdict(dict)
+    for row in rows:
+        if row.arm == "baseline" and row.config.get("target") == target:
+            by_config[row.config_key][row.repeat] = row.tokens_per_s
+    return sorted(r[1] / r[0] for r in by_config.values() if 0 in r and 1 in r)
+
+
+def _ratio_text(ratios: list[float]) -> str:
+    if not ratios:
+        return "–"
+    return f"{median(ratios):.2f} (at most {max(ratios):.2f})"
+
+
+def _baseline_ms(rows: Sequence[RunRow], target: str, batch: int) -> str:
+    found = [
+        r.times["verify_s"] / r.counts["target_forwards"]
+        for r in rows
+        if r.arm == "baseline"
+        and r.config.get("group") == "batch"
+        and r.config.get("target") == target
+        and r.config.get("batch_size") == batch
+    ]
+    return f"{1e3 * median(found):.0f} ms" if found else "–"
+
+
+def _speedup_at(items: Sequence[Cell], target: str, gamma: int, batch: int) -> str:
+    found = [c for c in batch_series(items, target, gamma) if c.batch == batch]
+    return found[0].interval() if found else "–"
+
+
+def model_gap(moesd: Sequence[Cell], predict: Predict) -> tuple[str, str]:
+    """(median, largest) |predicted / measured − 1| of end-to-end speedup over the batch sweep."""
+    gaps = []
+    for cell in moesd:
+        if cell.group != "batch":
+            continue
+        predicted = predict(cell.target, cell.batch, cell.gamma, None)
+        if predicted is not None:
+            gaps.append(abs(predicted / cell.speedup - 1))
+    if not gaps:
+        return "–", "–"
+    return f"{100 * median(gaps):.0f}%", f"{100 * max(gaps):.0f}%"
+
+
+def notes_values(out: Path, moesd: Sequence[Cell], predict: Predict) -> dict[str, str]:
+    first = out / "first-pass"
+    first_study = read_export(first / "study.csv") if (first / "study.csv").is_file() else []
+    study = read_export(out / "study.csv") if (out / "study.csv").is_file() else []
+    first_moesd = read_export(first / "moesd.csv") if (first / "moesd.csv").is_file() else []
+    this_moesd = read_export(out / "moesd.csv") if (out / "moesd.csv").is_file() else []
+    gap_median, gap_max = model_gap(moesd, predict)
+    first_cells = cells(first_moesd)
+    return {
+        "notes.first_ratio": _ratio_text(repeat_ratios(first_study, "moe")),
+        "notes.ratio": _ratio_text(repeat_ratios(study, "moe")),
+        "notes.first_fails": str(sum(r.audit_verdict != "pass" for r in first_study)),
+        "notes.first_b64_ms": _baseline_ms(first_moesd, "moe", 64),
+        "notes.b64_ms": _baseline_ms(this_moesd, "moe", 64),
+        "notes.first_b64": _speedup_at(first_cells, "moe", 4, 64),
+        "notes.b64": _speedup_at(moesd, "moe", 4, 64),
+        "notes.gap_median": gap_median,
+        "notes.gap_max": gap_max,
+    }
