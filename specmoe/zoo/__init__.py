@@ -7,7 +7,8 @@ sized as a scaled-down Qwen3.5-35B-A3B family.
 Weights are random but routing-aware (see `specmoe.zoo.init` and docs/zoo.md).
 
 Modules: presets (shapes), params (counting), tokenizer, init, build (writing), manifest (reading,
-listing, name resolution), routing (distinct-expert statistics).
+listing, name resolution), routing (distinct-expert statistics); train (the `trained` preset's
+weights, see its docstring for its own modules) and agreement (greedy acceptance per prompt kind).
 """
 
 from specmoe.zoo.build import build_zoo, zoo_model

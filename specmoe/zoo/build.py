@@ -16,6 +16,7 @@ import os
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tokenizers
 import torch
@@ -40,6 +41,9 @@ from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import ModelShape, ZooPreset, get_preset
 from specmoe.zoo.tokenizer import EOS_TOKEN_ID, corpus_files, save_tokenizer, train_tokenizer
 
+if TYPE_CHECKING:
+    from specmoe.zoo.train import TrainedFamily
+
 WEIGHTS_NAME = "model.safetensors"
 
 
@@ -50,35 +54,55 @@ def build_zoo(
     num_experts: int | None = None,
     top_k: int | None = None,
     *,
+    train_steps: int | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Write every model of `preset` under out_dir and return out_dir.
 
     The same (preset, seed, overrides) give byte-identical model.safetensors files on the same
-    torch version. `progress`, if given, receives one line per model as it is written.
+    torch version (for a trained preset: and the same Python, whose standard library it reads, on
+    the same machine). `train_steps` shortens a trained preset's training (for tests). `progress`,
+    if given, receives one line per model as it is trained or written.
     """
     out_dir = Path(out_dir)
-    zoo = get_preset(preset, num_experts, top_k)
-    build_args = {
-        "format": MANIFEST_FORMAT,
-        "preset": preset,
-        "seed": seed,
-        "overrides": {"num_experts": num_experts, "top_k": top_k},
-    }
+    zoo = get_preset(preset, num_experts, top_k, train_steps)
+    overrides: dict[str, int | None] = {"num_experts": num_experts, "top_k": top_k}
+    if train_steps is not None:  # only when given, so zoos built before the option still match
+        overrides["train_steps"] = train_steps
+    build_args = {"format": MANIFEST_FORMAT, "preset": preset, "seed": seed, "overrides": overrides}
     if _already_built(out_dir, build_args, zoo):
         return out_dir
     _claim(out_dir, build_args)
     tokenizer = train_tokenizer(corpus_files())
+    family = None
+    if zoo.training is not None:
+        from specmoe.zoo.train import train_family  # torch training code, only for trained presets
+
+        family = train_family(zoo, seed, tokenizer, progress)
     models = {}
     for shape in zoo.models:
         if progress is not None:
             count = count_params(shape, zoo.vocab_size)
             size = f"{format_count(count.total)} parameters, {format_bytes(count.bf16_bytes)}"
             progress(f"writing {shape.name} ({size})")
-        models[shape.name] = _write_model(shape, zoo, seed, tokenizer, out_dir)
-    _write_json_atomic(out_dir / MANIFEST_NAME, _manifest(build_args, zoo, models, out_dir))
+        models[shape.name] = _write_model(shape, zoo, _weights(shape, zoo, seed, family), tokenizer, out_dir)
+        if family is not None:
+            models[shape.name].update(family.models[shape.name].manifest())
+    manifest = _manifest(build_args, zoo, models, out_dir)
+    if family is not None:
+        manifest["training"] = family.manifest()
+    _write_json_atomic(out_dir / MANIFEST_NAME, manifest)
     (out_dir / IN_PROGRESS_NAME).unlink()
     return out_dir
+
+
+def _weights(
+    shape: ModelShape, zoo: ZooPreset, seed: int, family: "TrainedFamily | None"
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """(in-memory parameter name, tensor) pairs: the routing-aware random init, or what training made."""
+    if family is None:
+        return init_weights(_param_shapes(hf_config(shape, zoo)), shape, seed)
+    return iter(family.models[shape.name].weights.items())
 
 
 def _manifest(build_args: dict, zoo: ZooPreset, models: dict[str, dict], out_dir: Path) -> dict:
@@ -156,8 +180,14 @@ def _param_shapes(config: PretrainedConfig) -> dict[str, tuple[int, ...]]:
 def zoo_model(
     shape: ModelShape, zoo: ZooPreset, seed: int = 0, dtype: torch.dtype = torch.float32
 ) -> PreTrainedModel:
-    """One zoo model built in memory, equal to loading its built checkpoint with `dtype` (weights
-    are rounded to bf16 first, as on disk). For tests and experiments; nothing is written."""
+    """One random-weight zoo model built in memory, equal to loading its built checkpoint with
+    `dtype` (weights are rounded to bf16 first, as on disk). For tests and experiments; nothing is
+    written. A trained preset's weights exist only after training: build it and load the files."""
+    if zoo.training is not None:
+        raise SpecmoeError(
+            f"preset '{zoo.name}' is trained; build it with `specmoe zoo build --preset {zoo.name}` "
+            "and load the files"
+        )
     config = hf_config(shape, zoo)
     model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     weights = {
@@ -167,15 +197,18 @@ def zoo_model(
     return model.eval()
 
 
-def _bf16_checkpoint(
-    shape: ModelShape, config: PretrainedConfig, seed: int
-) -> Iterator[tuple[str, torch.Tensor]]:
-    for param_name, tensor in init_weights(_param_shapes(config), shape, seed):
+def _bf16_checkpoint(weights: Iterator[tuple[str, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+    """Checkpoint (key, bf16 tensor) pairs from (in-memory parameter name, tensor) pairs."""
+    for param_name, tensor in weights:
         yield from checkpoint_tensors(param_name, tensor.to(torch.bfloat16))
 
 
 def _write_model(
-    shape: ModelShape, zoo: ZooPreset, seed: int, tokenizer: tokenizers.Tokenizer, out_dir: Path
+    shape: ModelShape,
+    zoo: ZooPreset,
+    weights: Iterator[tuple[str, torch.Tensor]],
+    tokenizer: tokenizers.Tokenizer,
+    out_dir: Path,
 ) -> dict:
     final, staging = out_dir / shape.name, out_dir / f"{shape.name}.partial"
     for stale in (staging, final):  # leftovers of an interrupted build with the same arguments
@@ -188,7 +221,7 @@ def _write_model(
         staging
     )
     save_tokenizer(tokenizer, staging)
-    tensors = dict(_bf16_checkpoint(shape, config, seed))
+    tensors = dict(_bf16_checkpoint(weights))
     count = count_params(shape, zoo.vocab_size)
     written = sum(t.numel() for t in tensors.values())
     if written != count.total:

@@ -6,6 +6,9 @@ active size (2B active), which the family itself lacks. What is kept is the *rat
 `RATIO_TARGETS`, measured in parameters (see `specmoe.zoo.params` for the counting convention);
 absolute sizes are chosen so `tiny` builds in seconds for tests and the `bench` MoE is over 1 GB in
 bf16, big enough for its expert weights to dominate memory traffic on real hardware.
+
+`trained` has tiny's shapes, trained on text instead of left random (`TrainingPlan`, and
+`specmoe.zoo.train`): its drafts agree with its targets the way a real family's do.
 """
 
 from dataclasses import dataclass, replace
@@ -62,14 +65,55 @@ class ModelShape:
 
 
 @dataclass(frozen=True)
+class TrainingPlan:
+    """How a trained preset's weights are made from its routing-aware init (`specmoe.zoo.train`).
+
+    Every model sees the same `steps` batches of `batch_size` windows of `seq_len` tokens, in one
+    fixed order. Targets (and the teacher) learn the text; drafts learn from the teacher: their loss
+    is `distill_weight` x KL(teacher || draft) + (1 - distill_weight) x cross-entropy on the
+    window, and `teacher_windows` of their windows are text the teacher wrote.
+    The learning rate warms up linearly for `warmup_steps`, then follows a cosine down to
+    `final_lr_fraction` of its peak.
+    """
+
+    steps: int
+    batch_size: int = 6
+    seq_len: int = 160  # tokens per window: the longest built-in prompt (97) plus 64 new tokens
+    lr: float = 1e-2
+    warmup_steps: int = 20
+    final_lr_fraction: float = 0.1
+    weight_decay: float = 0.1  # on matrices only, not on norms
+    grad_clip: float = 1.0
+    router_aux_weight: float = 0.01  # MoE load-balancing loss, keeps routing spread over experts
+    teacher: str = "moe"
+    drafts: tuple[str, ...] = ("draft-s", "draft-xs", "draft-moe")
+    distill_weight: float = 0.8
+    # Of each draft batch, this many windows are the teacher's own greedy continuation (after
+    # `teacher_prefix` tokens of the text window they replace): drafts learn how the target goes on
+    # when it writes, which is what speculative decoding asks them to guess.
+    teacher_windows: int = 2
+    teacher_prefix: int = 32
+    init_logit_std: float = 0.3  # a near-uniform start: the zoo's random-model std of 3 costs steps
+    package_repeats: int = 4  # epochs of the package's own corpus in the mixture
+    generated_tokens: int = 25_000  # per prompt kind, of text the package generates (`zoo.synthetic`)
+    stdlib_docs_tokens: int = 20_000  # tokens of the standard library's reference text
+    stdlib_code_tokens: int = 30_000  # tokens of standard-library Python sources
+    held_out_every: int = 10  # every n-th window of each source is held out, never trained on
+
+
+@dataclass(frozen=True)
 class ZooPreset:
-    """A family of models sharing one tokenizer (vocab_size), context length and RoPE base."""
+    """A family of models sharing one tokenizer (vocab_size), context length and RoPE base.
+
+    `training` is None for random-weight presets; a trained preset says how its weights are made.
+    """
 
     name: str
     models: tuple[ModelShape, ...]
     vocab_size: int = 2048
     max_position_embeddings: int = 4096
     rope_theta: float = 1_000_000.0  # Qwen3's base; far beyond what a 4096 context needs to stay unique
+    training: TrainingPlan | None = None
 
     def model(self, name: str) -> ModelShape:
         for shape in self.models:
@@ -132,19 +176,27 @@ BENCH = ZooPreset(
     ),
 )
 
-PRESETS: dict[str, ZooPreset] = {preset.name: preset for preset in (TINY, BENCH)}
+# tiny's shapes, so every ratio tiny keeps holds here too; the budget (steps x batch x seq_len
+# tokens per model) is set so the whole family trains in under five minutes on one CPU core.
+TRAINED = ZooPreset(name="trained", models=TINY.models, training=TrainingPlan(steps=300))
+
+PRESETS: dict[str, ZooPreset] = {preset.name: preset for preset in (TINY, BENCH, TRAINED)}
 
 
-def get_preset(name: str, num_experts: int | None = None, top_k: int | None = None) -> ZooPreset:
-    """The named preset, with the MoE model's expert count and/or top-k replaced.
+def get_preset(
+    name: str, num_experts: int | None = None, top_k: int | None = None, train_steps: int | None = None
+) -> ZooPreset:
+    """The named preset, with the MoE model's expert count and/or top-k replaced, and for a trained
+    preset its number of training steps.
 
     Overrides keep each expert's shape, so total parameters scale with num_experts and active
     parameters with top_k; the preset's ratios no longer hold after an override, by design (this
-    is how sparsity is swept).
+    is how sparsity is swept). `train_steps` shortens a trained preset's training: the same code
+    and batch order, a schedule compressed to fewer steps, a weaker family built in seconds (tests).
     """
     if name not in PRESETS:
         raise SpecmoeError(f"unknown zoo preset '{name}'; available: {', '.join(PRESETS)}")
-    preset = PRESETS[name]
+    preset = _with_train_steps(PRESETS[name], train_steps)
     if num_experts is None and top_k is None:
         return preset
     moe = preset.model(MOE)
@@ -156,3 +208,16 @@ def get_preset(name: str, num_experts: int | None = None, top_k: int | None = No
         )
     models = tuple(replace(m, num_experts=experts, top_k=k) if m.name == MOE else m for m in preset.models)
     return replace(preset, models=models)
+
+
+def _with_train_steps(preset: ZooPreset, train_steps: int | None) -> ZooPreset:
+    if train_steps is None:
+        return preset
+    if preset.training is None:
+        trained = ", ".join(name for name, p in PRESETS.items() if p.training is not None)
+        raise SpecmoeError(
+            f"--train-steps applies to trained presets ({trained}); preset '{preset.name}' has random weights"
+        )
+    if train_steps < 1:
+        raise SpecmoeError(f"--train-steps must be >= 1, got {train_steps}")
+    return replace(preset, training=replace(preset.training, steps=train_steps))

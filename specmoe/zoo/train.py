@@ -1,0 +1,109 @@
+"""Train a zoo family on text, deterministically, on one CPU thread.
+
+Why train at all: with random weights a draft agrees with its target by chance only (acceptance
+near 0). A trained family agrees on easy tokens and not on hard ones, so acceptance depends on the
+prompt kind and the draft's size, as with real models.
+
+How (the numbers are the preset's `TrainingPlan`):
+1. Each model starts from the zoo's routing-aware init (`specmoe.zoo.init`) with a near-uniform
+   output layer, and sees the same batches in the same order (`train_data.batch_order`).
+2. The targets (`moe`, `dense-s`, `dense-l`) learn the text: next-token cross-entropy, plus a small
+   load-balancing loss for the MoE so its routing stays spread over the experts.
+3. The drafts learn from the teacher (`moe`, rounded to bf16 as it is saved and benchmarked) by
+   distillation: mostly KL(teacher || draft) on every position, some cross-entropy, on the text and
+   on the teacher's own greedy continuations of it (what a draft must guess when the target
+   writes). They train side by side, so each batch costs one teacher forward for all of them.
+
+Reproducibility: one intra-op thread, deterministic algorithms, no dropout, and the only random
+draws (the init, the batch order) from explicit generators seeded by the zoo seed; the same seed,
+text and library versions on the same machine give bit-identical weights. The thread count and the
+deterministic flag are restored on exit.
+
+Modules: train_data (the text), train_loop (one model's optimisation, targets), distill (drafts),
+train_experts (the MoE's training forward), synthetic (generated text).
+"""
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import torch
+from tokenizers import Tokenizer
+
+from specmoe.zoo.distill import train_drafts
+from specmoe.zoo.presets import TrainingPlan, ZooPreset
+from specmoe.zoo.train_data import TrainingData, batch_order, training_data
+from specmoe.zoo.train_loop import Clock, TrainedModel, train_target
+
+
+@dataclass(frozen=True)
+class TrainedFamily:
+    models: dict[str, TrainedModel]
+    plan: TrainingPlan
+    data: TrainingData = field(repr=False)
+    teacher_s: float  # wall seconds of the teacher forwards that distillation needs
+    teacher_cpu_s: float
+    total_s: float  # the whole training, data preparation and held-out evaluation included
+    total_cpu_s: float
+
+    def manifest(self) -> dict:
+        """The manifest's "training" entry (per-model numbers go in each model's entry)."""
+        return {
+            "plan": asdict(self.plan),
+            "data": self.data.manifest(),
+            "threads": 1,
+            "teacher_forward_s": round(self.teacher_s, 2),
+            "teacher_forward_cpu_s": round(self.teacher_cpu_s, 2),
+            "total_s": round(self.total_s, 2),
+            "total_cpu_s": round(self.total_cpu_s, 2),
+        }
+
+
+@contextmanager
+def reproducible() -> Iterator[None]:
+    """One intra-op thread and deterministic kernels while training; the caller's settings after."""
+    threads, deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(deterministic)
+
+
+def train_family(
+    zoo: ZooPreset,
+    seed: int,
+    tokenizer: Tokenizer,
+    progress: Callable[[str], None] | None = None,
+) -> TrainedFamily:
+    """Every model of a trained preset, targets first (the teacher among them), then the drafts."""
+    plan = zoo.training
+    if plan is None:
+        raise ValueError(f"preset '{zoo.name}' has no training plan")
+    total = Clock()
+    trained: dict[str, TrainedModel] = {}
+    with reproducible(), total.timing():
+        data = training_data(plan, tokenizer)
+        order = batch_order(data.train.shape[0], plan.steps, plan.batch_size, seed)
+        for shape in zoo.models:
+            if shape.name not in plan.drafts:
+                trained[shape.name] = train_target(shape, zoo, seed, data, order)
+                _report(progress, trained[shape.name])
+        drafts = [shape for shape in zoo.models if shape.name in plan.drafts]
+        distilled, teacher_clock = train_drafts(drafts, trained[plan.teacher], zoo, seed, data, order)
+        for model in distilled.values():
+            _report(progress, model)
+        trained.update(distilled)
+    ordered = {name: trained[name] for name in zoo.model_names}
+    return TrainedFamily(ordered, plan, data, teacher_clock.wall, teacher_clock.cpu, total.wall, total.cpu)
+
+
+def _report(progress: Callable[[str], None] | None, model: TrainedModel) -> None:
+    if progress is not None:
+        source = f"distilled from {model.teacher}" if model.teacher else "trained"
+        progress(
+            f"{source} {model.name}: {model.train_s:.0f} s, {model.tokens:,} tokens, "
+            f"held-out loss {model.held_out_loss:.3f}"
+        )
