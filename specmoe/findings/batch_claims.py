@@ -103,6 +103,16 @@ def _batch_table(moesd: Sequence[Cell], gammas: Sequence[int], predict: Predict)
     return "\n".join(lines)
 
 
+# Batch sizes the fitted model is asked about beyond the sweep (extrapolated past the profiled 64).
+MODEL_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+
+
+def _span(batches: Sequence[int]) -> str:
+    if not batches:
+        return "nowhere up to B=256"
+    return f"B={batches[0]}–{batches[-1]}" if len(batches) > 1 else f"B={batches[0]}"
+
+
 def paying_batches(series: Sequence[Cell]) -> list[int]:
     """Batch sizes where SD pays: the speedup's whole interval above 1."""
     return [c.batch for c in series if c.low > 1.0]
@@ -132,6 +142,10 @@ def claim_f(moesd: Sequence[Cell], predict: Predict) -> Verdict:
         paid = ", ".join(map(str, widths[k])) or "nowhere"
         lines.append(f"| {k} | " + " | ".join(row) + f" | {paid} |")
     counts = [len(widths[k]) for k in top_ks]
+    modelled = []
+    for k in top_ks:
+        paying = [b for b in MODEL_BATCHES if (predict("moe", b, 4, k) or 0.0) > 1.0]
+        modelled.append(f"top-k {k}: {_span(paying)}")
     if len(counts) < 2 or not any(counts):
         verdict = UNSURE
     elif all(a >= b for a, b in itertools.pairwise(counts)) and counts[0] > counts[-1]:
@@ -146,6 +160,7 @@ def claim_f(moesd: Sequence[Cell], predict: Predict) -> Verdict:
             "verdict": verdict,
             "top_ks": ", ".join(map(str, top_ks)),
             "widths": ", ".join(f"top-k {k}: {len(widths[k])}" for k in top_ks),
+            "model_ranges": "; ".join(modelled),
             "table": "\n".join(lines),
         },
     )
