@@ -44,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_profile(commands)
     _add_model(commands)
     _add_advise(commands)
+    _add_findings(commands)
     return parser
 
 
@@ -101,15 +102,30 @@ def _add_generate(commands) -> None:
 def _add_zoo(commands) -> None:
     zoo = commands.add_parser("zoo", help="build or list the offline model zoo").add_subparsers(title="zoo")
     build = zoo.add_parser("build", help="build the zoo's models (deterministic, offline)")
-    build.add_argument("--preset", default="tiny", help="tiny or bench")
+    build.add_argument(
+        "--preset",
+        default="tiny",
+        help="tiny, bench (random weights) or trained (about 4 minutes on one core)",
+    )
     build.add_argument("--out", type=Path, default=Path("zoo"))
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--num-experts", type=int, default=None)
     build.add_argument("--top-k", type=int, default=None)
+    build.add_argument(
+        "--train-steps",
+        type=int,
+        default=None,
+        help="trained presets: fewer training steps (a quick, weaker family)",
+    )
     build.set_defaults(run=_run_zoo_build)
     listing = zoo.add_parser("list", help="show each model's total and active parameters and bytes")
     listing.add_argument("--zoo", type=Path, default=Path("zoo"))
     listing.set_defaults(run=_run_zoo_list)
+    export = zoo.add_parser("export-gguf", help="write zoo models as GGUF files for llama.cpp")
+    export.add_argument("--zoo", type=Path, default=Path("zoo"))
+    export.add_argument("--type", default="f16", help="f32, f16, bf16 or q8_0")
+    export.add_argument("--model", action="append", help="a zoo model to export; repeat (default: all)")
+    export.set_defaults(run=_run_zoo_export_gguf)
 
 
 def _add_bench(commands) -> None:
@@ -183,9 +199,28 @@ def _add_audit(commands) -> None:
 
 
 def _add_demo(commands) -> None:
-    p = commands.add_parser("demo", help="build the tiny zoo, run the quick suite, print summary and audit")
+    p = commands.add_parser(
+        "demo", help="train the zoo (first run), run the quick suite, print summary and audit"
+    )
     p.add_argument("--out", type=Path, default=Path("specmoe-demo"))
     p.set_defaults(run=_run_demo)
+
+
+def _add_findings(commands) -> None:
+    p = commands.add_parser(
+        "findings", help="measure the studies' claims on this machine and write the findings document"
+    )
+    p.add_argument(
+        "--scale", default="cpu", help="cpu (about an hour on one core) or full (the suites as shipped)"
+    )
+    p.add_argument("--out", type=Path, default=Path("docs/results/cpu/findings"), help="results folder")
+    p.add_argument("--doc", type=Path, default=Path("docs/findings.md"), help="the document to write")
+    p.add_argument(
+        "--render-only",
+        action="store_true",
+        help="rewrite the document from the results folder, measure nothing",
+    )
+    p.set_defaults(run=_run_findings)
 
 
 def _add_hw(commands) -> None:
@@ -323,6 +358,16 @@ def _run_audit(args) -> int:
     return 0
 
 
+def _run_findings(args) -> int:
+    from specmoe.findings.document import write_document
+    from specmoe.findings.run import run_findings
+
+    if args.render_only:
+        print(f"wrote {write_document(args.out, args.doc)}")
+        return 0
+    return run_findings(args.scale, args.out, args.doc)
+
+
 def _run_demo(args) -> int:
     from specmoe.bench.cli import run_demo
 
@@ -387,7 +432,15 @@ def _format_report(report: dict) -> str:
 def _run_zoo_build(args) -> int:
     from specmoe.zoo import build_zoo
 
-    out = build_zoo(args.preset, args.out, seed=args.seed, num_experts=args.num_experts, top_k=args.top_k)
+    out = build_zoo(
+        args.preset,
+        args.out,
+        seed=args.seed,
+        num_experts=args.num_experts,
+        top_k=args.top_k,
+        train_steps=args.train_steps,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
     print(f"zoo ready in {out}")
     return 0
 
@@ -396,6 +449,14 @@ def _run_zoo_list(args) -> int:
     from specmoe.zoo import format_zoo_table, zoo_rows
 
     print(format_zoo_table(zoo_rows(args.zoo)))
+    return 0
+
+
+def _run_zoo_export_gguf(args) -> int:
+    from specmoe.zoo.gguf import export_zoo
+
+    for path in export_zoo(args.zoo, args.type, args.model):
+        print(path)
     return 0
 
 

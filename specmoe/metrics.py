@@ -6,6 +6,7 @@ Counts are summed over sequences: a *sequence-round* is one sequence taking part
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specmoe.engine.records import DecodeResult
@@ -157,3 +158,52 @@ def target_efficiency_measured(
 ) -> float:
     """T(B, 1) / T(B, G + 1): the target's mean 1-token step over its mean verify pass, both measured."""
     return (baseline_verify_s / baseline_forwards) / (sd_verify_s / sd_forwards)
+
+
+# --- runs against a server (specmoe.serving) -------------------------------------------------------
+# A server run sends N requests at concurrency c and times each streamed response on the client's
+# `time.perf_counter`. The first token of a request comes out of its prefill, so it marks the end of
+# the request's prompt phase; tokens after it are decode.
+
+
+def time_to_first_token(sent_s: float, first_s: float | None) -> float | None:
+    """Seconds from sending a request to its first token chunk (queueing, prefill and the first
+    token; see specmoe.serving.sse); None when the response held no token."""
+    return None if first_s is None else first_s - sent_s
+
+
+def time_per_output_token(first_s: float | None, last_s: float | None, output_tokens: int) -> float | None:
+    """Seconds per token after the first: (last − first) ÷ (output_tokens − 1); None below 2 tokens."""
+    if first_s is None or last_s is None or output_tokens < 2:
+        return None
+    return (last_s - first_s) / (output_tokens - 1)
+
+
+def request_tokens_per_s(output_tokens: int, sent_s: float, last_s: float | None) -> float | None:
+    """End-to-end tokens/s of one request: output tokens ÷ seconds from sending to its last token."""
+    if last_s is None or last_s <= sent_s:
+        return None
+    return output_tokens / (last_s - sent_s)
+
+
+def served_run_times(
+    start_s: float, first_s: Sequence[float | None], last_s: Sequence[float | None]
+) -> tuple[float, float]:
+    """(prefill_s, decode_s) of a server run: from its start to the first token any request
+    received, then from that token to the last token of any request. wall_s is their sum."""
+    firsts = [t for t in first_s if t is not None]
+    lasts = [t for t in last_s if t is not None]
+    if not firsts:
+        return (max(lasts, default=start_s) - start_s, 0.0)
+    return min(firsts) - start_s, max(lasts) - min(firsts)
+
+
+def served_decode_tokens_per_s(output_tokens: Sequence[int], decode_s: float) -> float:
+    """Decode tokens/s of a server run: tokens after each request's first ÷ decode_s.
+
+    Each request's first token is left out because it is produced by the request's prefill, inside
+    its time to first token. At concurrency 1 this is 1 ÷ time per output token; both arms of a
+    server comparison use it, so their ratio is the speedup as for local runs.
+    """
+    decoded = sum(max(n - 1, 0) for n in output_tokens)
+    return decoded / decode_s if decode_s > 0 else float("nan")

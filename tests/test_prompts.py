@@ -115,9 +115,9 @@ def test_synthetic_prompt_rejects_bad_length(tokenizer, length):
         synthetic_prompt(tokenizer, length)
 
 
-def test_batch_prompts_cycles():
+def test_batch_prompts_cycles_with_distinct_repeats():
     assert batch_prompts(["a", "b", "c"], 2) == ["a", "b"]
-    assert batch_prompts(["a", "b"], 5) == ["a", "b", "a", "b", "a"]
+    assert batch_prompts(["a", "b"], 5) == ["a", "b", "[2] a", "[2] b", "[3] a"]
     assert batch_prompts(["a"], 1) == ["a"]
     with pytest.raises(SpecmoeError):
         batch_prompts([], 1)

@@ -58,3 +58,61 @@ def audit_run(counts: dict, times: dict, gamma: int, tokens_per_s: float, baseli
     if problems:
         return RunAudit("fail", "; ".join(problems))
     return RunAudit("pass", "counts consistent" + (", speedup within bounds" if gamma and baseline else ""))
+
+
+def audit_served_run(
+    counts: dict, gamma: int, tokens_per_s: float, baseline_tokens_per_s: float | None, cut_off: int = 0
+) -> RunAudit:
+    """Audit a run measured against a server, as far as the server's counters allow.
+
+    Server counters leave out each request's first token (made by its prefill) and decode steps that
+    drafted nothing, and they count every request the server handled, so emitted = accepted +
+    rounds cannot hold; a count the server does not report is None. What cannot be checked is named
+    as unverifiable in the reason, never failed. What can: a baseline server drafts nothing;
+    accepted <= drafted <= gamma x rounds; speedup <= 1 + accepted/rounds (see
+    `speedup_bound_no_timing`: a verify step costs at least a plain step). `cut_off` counts the
+    responses that ended without a finish reason: the server stopped them midway, so the run did
+    not measure the work it names.
+    """
+    rounds, drafted, accepted = counts["rounds"], counts["drafted"], counts["accepted"]
+    problems: list[str] = []
+    if cut_off:
+        problems.append(
+            f"responses ended without a finish reason ({cut_off}), cut off by the server (llama-cpp-python's "
+            "server does so under concurrency unless started with --interrupt_requests False)"
+        )
+    checked: list[str] = []
+    unverifiable = ["emitted = accepted + rounds (server counters)"]
+    if not gamma:
+        if drafted:
+            problems.append(
+                f"the baseline server drafted {drafted} tokens, so it runs speculative decoding; "
+                "point the baseline model at a server without it"
+            )
+        elif drafted == 0:
+            checked.append("no drafts")
+    elif drafted is None or accepted is None:
+        unverifiable.append("acceptance (the server reports no draft counts)")
+    else:
+        if accepted > drafted:
+            problems.append(f"accepted {accepted} > drafted {drafted}")
+        if rounds is None:
+            unverifiable.append("speedup bound (the server reports no rounds)")
+        elif drafted > gamma * rounds:
+            problems.append(
+                f"drafted {drafted} > gamma {gamma} x rounds {rounds}; set gamma to the server's draft length"
+            )
+        elif rounds and baseline_tokens_per_s:
+            speedup = tokens_per_s / baseline_tokens_per_s
+            bound = 1 + accepted / rounds
+            if speedup > bound * (1 + TIMING_TOLERANCE):
+                problems.append(f"speedup {speedup:.3f} exceeds 1 + accepted/rounds = {bound:.3f}")
+            checked.append("speedup within 1 + accepted/rounds")
+        if not problems:
+            checked.insert(0, "accepted <= drafted <= gamma x rounds" if rounds else "accepted <= drafted")
+        if drafted == 0:
+            unverifiable.append("acceptance (the server drafted nothing: is speculative decoding on?)")
+    if problems:
+        return RunAudit("fail", "; ".join(problems))
+    done = f"checked {', '.join(checked)}; " if checked else ""
+    return RunAudit("pass", f"{done}unverifiable: {', '.join(unverifiable)}")

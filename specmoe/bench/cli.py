@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from specmoe.bench.executors import Executor
 from specmoe.bench.overrides import SuiteOverrides
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import export
@@ -18,14 +20,14 @@ def default_zoo_dir(preset: str, seed: int) -> Path:
     return cache / "specmoe" / "zoo" / f"{preset}-seed{seed}"
 
 
-def prepare_zoo(suite, zoo: Path | None) -> Path | None:
+def prepare_zoo(suite, zoo: Path | None, progress: Callable[[str], None] | None = None) -> Path | None:
     """Build the suite's zoo if it names zoo models; a complete build is reused."""
     if not any(m.zoo for m in suite.models.values()):
         return zoo
     from specmoe.zoo import build_zoo
 
     zoo = zoo or default_zoo_dir(suite.zoo_preset, suite.zoo_seed)
-    build_zoo(suite.zoo_preset, zoo, seed=suite.zoo_seed)
+    build_zoo(suite.zoo_preset, zoo, seed=suite.zoo_seed, progress=progress)
     return zoo
 
 
@@ -35,18 +37,30 @@ def run_bench(
     zoo: Path | None,
     progress: bool = True,
     overrides: SuiteOverrides | None = None,
+    executor: Executor | None = None,
 ) -> int:
     suite = load_suite(resolve_suite_path(suite_arg), overrides)
-    rows = run_suite(suite, db, prepare_zoo(suite, zoo), progress=progress)
+    rows = run_suite(suite, db, prepare_zoo(suite, zoo), progress=progress, executor=executor)
     print(format_summary(rows))
     return 0
 
 
 def run_demo(out: Path) -> int:
+    """The quick suite on the trained zoo: summary and audit printed, results and report under out.
+
+    The trained family is built on first use into the per-user cache (`default_zoo_dir`), about
+    four minutes of training on one CPU core, and reused by every later demo.
+    """
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     suite = load_suite(builtin_suite_path("quick"))
-    zoo = prepare_zoo(suite, out / "zoo")
+    zoo = default_zoo_dir(suite.zoo_preset, suite.zoo_seed)
+    if not (zoo / "zoo.json").is_file():
+        print(
+            f"building the {suite.zoo_preset} zoo into {zoo} (first run only; minutes of training)",
+            flush=True,
+        )
+    prepare_zoo(suite, zoo, progress=lambda line: print(f"  {line}", flush=True))
     db = out / "results.db"
     rows = run_suite(suite, db, zoo)
     print(format_summary(rows))

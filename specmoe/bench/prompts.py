@@ -96,9 +96,15 @@ def _source_text() -> str:
 
 
 def batch_prompts(prompts: list[str], batch_size: int) -> list[str]:
-    """The first `batch_size` prompts, cycling through the set when it is smaller than the batch."""
+    """The first `batch_size` prompts, cycling through the set when it is smaller than the batch.
+
+    Each repeat is made distinct with a numbered prefix ("[2] ..."): identical prompts decode to
+    identical sequences, and an MoE routing the same tokens B times activates the experts of one
+    sequence, not of B, which would understate the batch's expert traffic.
+    """
     if not prompts:
         raise SpecmoeError("cannot build a batch from an empty prompt set; add prompts to the set")
     if batch_size < 1:
         raise SpecmoeError(f"batch_size must be >= 1, got {batch_size}")
-    return [prompts[i % len(prompts)] for i in range(batch_size)]
+    n = len(prompts)
+    return [prompts[i] if i < n else f"[{i // n + 1}] {prompts[i % n]}" for i in range(batch_size)]

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specmoe.backends import load_backend
 from specmoe.backends.base import Backend
 from specmoe.bench.audit import audit_run
 from specmoe.bench.env import environment
 from specmoe.bench.prompts import batch_prompts, load_prompt_set, synthetic_prompt
-from specmoe.bench.store import RunRow, Store
+from specmoe.bench.store import FailedAttempt, RunRow, Store
 from specmoe.bench.suite import RunSpec, Suite, expand, parse_ngram
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
@@ -28,7 +29,11 @@ from specmoe.engine.ngram import NgramDrafter
 from specmoe.engine.oracle import OracleDrafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
+from specmoe.errors import SpecmoeError
 from specmoe.metrics import decode_tokens_per_s, invariant_violations, summary, totals
+
+if TYPE_CHECKING:
+    from specmoe.bench.executors import Executor
 
 ORACLE_PREFIX = "oracle:"
 
@@ -46,6 +51,10 @@ class ModelPool:
         spec = self.suite.models[name]
         if spec.path is not None:
             return Path(spec.path)
+        if spec.gguf is not None:  # a llamacpp zoo model: its GGUF export, made on first use
+            from specmoe.zoo.gguf import zoo_gguf
+
+            return zoo_gguf(self.zoo_dir, spec.zoo, spec.gguf)
         from specmoe.zoo import resolve_model
 
         return resolve_model(spec.zoo, self.zoo_dir)
@@ -75,13 +84,38 @@ def prompt_ids(spec: RunSpec, tokenizer) -> list[list[int]]:
     return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
 
 
+SETTLE_TOLERANCE = 0.03  # relative difference of the last two warm-up decode times
+SETTLE_MAX_RUNS = 8
+
+
+def settled(times: list[float], tolerance: float = SETTLE_TOLERANCE, cap: int = SETTLE_MAX_RUNS) -> bool:
+    """Warm-up may stop: the last two decode times agree within `tolerance`, or `cap` runs are done."""
+    if len(times) >= cap:
+        return True
+    return len(times) >= 2 and abs(times[-1] - times[-2]) <= tolerance * min(times[-2:])
+
+
 class Runner:
     """Measures RunSpecs. Warm-up runs once per distinct configuration before its first timed run."""
 
     def __init__(self, pool: ModelPool) -> None:
         self.pool = pool
         self._warm: set[str] = set()
+        self._settled: set[tuple] = set()
         self._continuations: dict[tuple, list[list[int]]] = {}
+        self._served = None  # a ServedRunner, made on the first run against a server
+
+    def row(self, spec: RunSpec, baseline: RunRow | None) -> RunRow:
+        """Measure one run and make its row; `baseline` is the stored row of an SD arm's baseline."""
+        if spec.concurrency is not None:
+            if self._served is None:
+                from specmoe.serving.run import ServedRunner
+
+                self._served = ServedRunner()
+            return self._served.row(spec, baseline)
+        result = self.measure(spec)
+        lossless = self.lossless_note(spec, result)
+        return make_row(spec, result, baseline, datetime.now(UTC).isoformat(timespec="seconds"), lossless)
 
     def measure(self, spec: RunSpec) -> DecodeResult:
         target = self.pool.model(spec.target, spec.dtype, spec.device, spec.moe_top_k)
@@ -95,8 +129,16 @@ class Runner:
         )
         make_drafter = self._drafter_factory(spec, target, prompts, config)
         if spec.config_key not in self._warm:
-            for _ in range(spec.warmup):
-                decode(target, prompts, config, make_drafter())
+            model_key = (spec.target, spec.dtype, spec.device, spec.moe_top_k)
+            times: list[float] = []
+            # A model's first runs in a process are slower for a while (measured: the first timed
+            # bfloat16 MoE baseline after one warm-up ran up to 30% slower than the next), so its
+            # first configuration warms up until two runs agree; later ones use the suite's count.
+            while len(times) < spec.warmup or (
+                spec.warmup and model_key not in self._settled and not settled(times)
+            ):
+                times.append(decode(target, prompts, config, make_drafter()).decode_s)
+            self._settled.add(model_key)
             self._warm.add(spec.config_key)
         return decode(target, prompts, config, make_drafter())
 
@@ -200,38 +242,52 @@ def make_row(
     )
 
 
-def run_suite(suite: Suite, db: Path, zoo_dir: Path | None, progress: bool = True) -> list[RunRow]:
-    """Run every arm of the suite not yet in the store; return all of the suite's rows."""
+def run_suite(
+    suite: Suite, db: Path, zoo_dir: Path | None, progress: bool = True, executor: Executor | None = None
+) -> list[RunRow]:
+    """Run every arm of the suite not yet in the store; return all of the suite's rows.
+
+    The executor measures the runs (in this process by default, or as Ray tasks); this process is the
+    only writer of the store, adding each row, and each failed attempt, as it arrives. Runs that
+    failed every attempt are named in one error after the others are stored.
+    """
+    from specmoe.bench.executors import LocalExecutor, Work
+
     specs = expand(suite)
-    runner = Runner(ModelPool(suite, zoo_dir))
     with Store(db) as store:
         done = store.finished_ids()
-        todo = [s for s in specs if s.run_id not in done]
+        todo = tuple(s for s in specs if s.run_id not in done)
         baselines = {(r.config_key, r.repeat): r for r in store.rows() if r.arm == "baseline"}
-        started = time.perf_counter()
-        for index, spec in enumerate(todo):
-            if progress:
-                _progress(index, len(todo), len(specs) - len(todo), spec, started)
-            result = runner.measure(spec)
-            baseline = baselines.get((spec.baseline_key, spec.repeat)) if spec.arm == "sd" else None
-            lossless = runner.lossless_note(spec, result)
-            row = make_row(spec, result, baseline, datetime.now(UTC).isoformat(timespec="seconds"), lossless)
-            store.add(row)
-            if spec.arm == "baseline":
-                baselines[(spec.config_key, spec.repeat)] = row
-        if progress and todo:
-            print(f"\r{len(todo)} runs in {time.perf_counter() - started:.0f} s" + " " * 40, file=sys.stderr)
+        work = Work(suite, zoo_dir, todo, baselines, len(specs) - len(todo), progress)
+        lost: list[FailedAttempt] = []
+        for outcome in (executor or LocalExecutor()).run(work):
+            if isinstance(outcome, FailedAttempt):
+                store.add_failure(outcome, datetime.now(UTC).isoformat(timespec="seconds"))
+                lost += [outcome] if outcome.final else []
+            else:
+                store.add(outcome)
+        if lost:
+            raise SpecmoeError(
+                f"{len(lost)} of {len(todo)} runs failed every attempt (first: {lost[0].run_id}: "
+                f"{lost[0].error}); the rest are stored in {db}; run the suite again to retry them"
+            )
         ids = {s.run_id for s in specs}
         return [r for r in store.rows() if r.run_id in ids]
 
 
-def _progress(index: int, total: int, skipped: int, spec: RunSpec, started: float) -> None:
+def print_done(count: int, started: float) -> None:
+    print(f"\r{count} runs in {time.perf_counter() - started:.0f} s" + " " * 40, file=sys.stderr)
+
+
+def print_progress(index: int, total: int, skipped: int, spec: RunSpec, started: float) -> None:
+    """The one-line status on stderr before run `index` (0-based) of `total` starts."""
     elapsed = time.perf_counter() - started
     eta = f"{elapsed / index * (total - index):.0f} s" if index else "?"
     what = spec.target + (f" + {spec.draft} g={spec.gamma}" if spec.draft else "")
     kept = f", {skipped} already done" if skipped else ""
+    size = f"c={spec.concurrency}" if spec.concurrency is not None else f"B={spec.batch_size}"
     print(
-        f"\r[{index + 1}/{total}{kept}] {spec.group} {what} B={spec.batch_size} ETA {eta}    ",
+        f"\r[{index + 1}/{total}{kept}] {spec.group} {what} {size} ETA {eta}    ",
         end="",
         file=sys.stderr,
         flush=True,

@@ -51,6 +51,16 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 CREATE INDEX IF NOT EXISTS runs_suite ON runs (suite);
 CREATE INDEX IF NOT EXISTS runs_config_key ON runs (config_key);
+-- Attempts that produced no row (the task raised, or the process running it died). Added within
+-- version 1: opening an older file creates the table, and older readers never look at it.
+CREATE TABLE IF NOT EXISTS failed_attempts (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    attempt INTEGER NOT NULL,
+    final INTEGER NOT NULL,
+    error TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
 """
 _COLUMNS = (
     "run_id, config_key, baseline_key, suite, group_name, arm, repeat, config, env, counts, times, "
@@ -72,8 +82,8 @@ class RunRow:
     repeat: int
     config: dict[str, Any]
     env: dict[str, Any]
-    counts: dict[str, int]  # exactly COUNT_KEYS
-    times: dict[str, float]  # exactly TIME_KEYS
+    counts: dict[str, int | None]  # exactly COUNT_KEYS; None: a server run's count the server hides
+    times: dict[str, float | None]  # exactly TIME_KEYS; None as for counts
     tokens_per_s: float
     acceptance_rate: float | None  # None for the baseline arm
     rounds_trace: list[dict[str, Any]]
@@ -102,6 +112,16 @@ def _check_keys(field: str, value: dict[str, Any], expected: tuple[str, ...]) ->
 def _dumps(value: Any) -> str:
     # Canonical JSON: re-storing the same run gives the same bytes; NaN is refused, not smuggled in.
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass(frozen=True)
+class FailedAttempt:
+    """An attempt at a run that produced no row: its task raised, or the process running it died."""
+
+    run_id: str
+    attempt: int  # 1-based
+    error: str  # one line
+    final: bool  # no attempt left: the run stays missing until the suite runs again
 
 
 class DuplicateRunError(SpecmoeError):
@@ -199,6 +219,20 @@ class Store:
                     f"{self.path}: run {row.run_id} is already stored; skip runs in store.finished_ids()"
                 ) from None
             raise
+
+    def add_failure(self, failure: FailedAttempt, created_at: str) -> None:
+        """Record an attempt that produced no row, in its own transaction."""
+        with self._transaction():
+            self._conn.execute(
+                "INSERT INTO failed_attempts (run_id, attempt, final, error, created_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (failure.run_id, failure.attempt, int(failure.final), failure.error, created_at),
+            )
+
+    def failures(self) -> list[FailedAttempt]:
+        """Every recorded failed attempt, in the order they happened."""
+        query = "SELECT run_id, attempt, final, error FROM failed_attempts ORDER BY seq"
+        return [FailedAttempt(r, a, e, bool(f)) for r, a, f, e in self._conn.execute(query)]
 
     def rows(self, suite: str | None = None) -> list[RunRow]:
         """Stored runs in insertion order, optionally only those of one suite."""

@@ -24,11 +24,12 @@ from typing import Any, NoReturn
 from specmoe.bench.overrides import SuiteOverrides, apply_overrides
 from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, is_builtin
 from specmoe.errors import SpecmoeError
+from specmoe.serving.engines import ENGINES
+from specmoe.serving.spec import DEFAULT_TIMEOUT_S, ENDPOINTS, ServerSpec, normalize_url
 
 SCHEMA_VERSION = 1
 ARMS = ("baseline", "sd")
 DTYPES = ("float32", "float64", "bfloat16", "float16")
-ZOO_PRESETS = ("tiny", "bench")
 ORACLE_PREFIX = "oracle:"
 NGRAM = "ngram"  # prompt-lookup drafting; "ngram" alone means NGRAM_DEFAULT
 NGRAM_DEFAULT = (1, 3)  # (min_n, max_n), as specmoe.engine.ngram's defaults
@@ -43,16 +44,20 @@ _AXES = (
     "prompt_set",
     "prompt_length",
     "batch_size",
+    "concurrency",
     "moe_top_k",
     "temperature",
     "max_new_tokens",
     "dtype",
     "device",
 )
-_SETTINGS = ("repeats", "warmup", "oracle_cost")
+_SETTINGS = ("repeats", "warmup", "oracle_cost", "requests", "cpus", "gpus")
 _TOP_KEYS = ("schema", "name", "description", "zoo", "defaults", "models", "groups")
 _ZOO_KEYS = ("preset", "seed")
-_MODEL_KEYS = ("zoo", "path", "backend")
+_SERVER_KEYS = ("url", "model", "engine", "endpoint", "api_key_env", "timeout_s")
+_MODEL_KEYS = ("zoo", "path", "backend", "gguf", *_SERVER_KEYS)
+LLAMACPP_BACKEND = "llamacpp"
+SERVING_BACKEND = "openai"  # a model behind an OpenAI-compatible server (specmoe.serving)
 _DEFAULTS_KEYS = (*_AXES, *_SETTINGS)
 _GROUP_KEYS = ("name", "description", *_AXES, *_SETTINGS)
 # What a key is when neither [defaults] nor the group sets it.
@@ -60,6 +65,7 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "draft": [],
     "prompt_set": "factual",
     "batch_size": 1,
+    "concurrency": None,  # served targets only; 1 when unset
     "moe_top_k": None,
     "temperature": 0.0,
     "max_new_tokens": 64,
@@ -68,14 +74,19 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "repeats": 1,
     "warmup": 0,
     "oracle_cost": "draft-xs",
+    "requests": None,  # requests per served run; the concurrency when unset
+    "cpus": 1.0,  # resources a run asks of a Ray cluster (--executor ray)
+    "gpus": None,  # None: 1 for cuda devices, else 0
 }
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _DEVICE_RE = re.compile(r"cpu|mps|cuda(:\d+)?")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A model as a suite declares it: a zoo model (built from the suite's preset and seed) or a path."""
+    """A model as a suite declares it: a zoo model (built from the suite's preset and seed), a path,
+    or a server (`server`, with backend "openai")."""
 
     name: str  # the suite-local name groups refer to
     zoo: str | None  # zoo model name, e.g. "moe"
@@ -83,17 +94,23 @@ class ModelSpec:
     backend: str = "hf"
     zoo_preset: str | None = None  # set for zoo models only
     zoo_seed: int | None = None
+    server: ServerSpec | None = None  # set for served models only
+    gguf: str | None = None  # GGUF weight type of a zoo model run by llamacpp (its zoo export)
 
     @property
     def identity(self) -> dict[str, Any]:
         """What the model *is*, independent of its suite-local name: part of every run's key."""
+        if self.server is not None:
+            return {**self.server.identity, "backend": self.backend}
         if self.zoo is not None:
-            return {
+            identity = {
                 "zoo": self.zoo,
                 "preset": self.zoo_preset,
                 "seed": self.zoo_seed,
                 "backend": self.backend,
             }
+            # Only GGUF zoo models carry the key, so every other model's run keys stay as they were.
+            return identity if self.gguf is None else {**identity, "gguf": self.gguf}
         return {"path": self.path, "backend": self.backend}
 
 
@@ -117,6 +134,14 @@ class Group:
     repeats: int
     warmup: int
     oracle_cost: str
+    concurrency: tuple[int | None, ...] = (None,)  # (None,) for local targets
+    requests: int | None = None  # requests per served run; None: the concurrency
+    cpus: float = 1.0  # per run, for the Ray executor
+    gpus: float | None = None  # per run; None: 1 on cuda devices, else 0
+
+    @property
+    def served(self) -> bool:
+        return self.concurrency != (None,)
 
 
 @dataclass(frozen=True)
@@ -164,6 +189,8 @@ class RunSpec:
     target_model: ModelSpec = field(repr=False)
     draft_model: ModelSpec | None = field(default=None, repr=False)
     oracle_cost: str | None = None  # model name whose forwards an oracle draft pays for; else None
+    concurrency: int | None = None  # served targets: requests in flight; None for local targets
+    requests: int | None = None  # served targets: requests per run; None: the concurrency
 
     @property
     def oracle_acceptance(self) -> float | None:
@@ -187,7 +214,7 @@ class RunSpec:
                 if oracle is None
                 else {"oracle": oracle, "cost": self.draft_model.identity}
             )
-        return {
+        fields = {
             "arm": self.arm,
             "target": self.target_model.identity,
             "draft": draft,
@@ -202,6 +229,11 @@ class RunSpec:
             "device": self.device,
             "warmup": self.warmup,
         }
+        if self.concurrency is not None:
+            # Server runs only: leaving the keys out otherwise keeps every local run's key unchanged.
+            fields["concurrency"] = self.concurrency
+            fields["requests"] = self.requests
+        return fields
 
     @property
     def config_key(self) -> str:
@@ -360,9 +392,11 @@ def _parse_zoo(ctx: _Ctx, raw: Any) -> tuple[str | None, int]:
     if "preset" not in zoo:
         return None, seed
     preset = _string(ctx, "zoo.preset", zoo["preset"])
-    if preset not in ZOO_PRESETS:
-        hint = _suggest(preset, ZOO_PRESETS)
-        ctx.fail("zoo.preset", f"unknown zoo preset '{preset}'{hint}; available: {', '.join(ZOO_PRESETS)}")
+    from specmoe.zoo.presets import PRESETS  # every preset the zoo builds, known here by name
+
+    if preset not in PRESETS:
+        hint = _suggest(preset, tuple(PRESETS))
+        ctx.fail("zoo.preset", f"unknown zoo preset '{preset}'{hint}; available: {', '.join(PRESETS)}")
     return preset, seed
 
 
@@ -385,12 +419,19 @@ def _parse_model(
     ctx: _Ctx, where: str, name: str, entry: dict[str, Any], preset: str | None, seed: int, base_dir: Path
 ) -> ModelSpec:
     _check_keys(ctx, where, entry, _MODEL_KEYS)
-    if ("zoo" in entry) == ("path" in entry):
-        ctx.fail(where, 'give exactly one of zoo = "<zoo model>" or path = "<HF dir or .gguf>"')
+    if sum(k in entry for k in ("zoo", "path", "url")) != 1:
+        ctx.fail(
+            where, 'give exactly one of zoo = "<zoo model>", path = "<HF dir or .gguf>" or url = "<server>"'
+        )
+    if "url" in entry:
+        return _parse_served_model(ctx, where, name, entry)
+    for key in _SERVER_KEYS:
+        if key in entry:
+            ctx.fail(f"{where}.{key}", f"{key} applies to served models (url = ...) only; remove it")
     if "zoo" in entry:
         zoo = _string(ctx, f"{where}.zoo", entry["zoo"])
         if preset is None:
-            ctx.fail(f"{where}.zoo", 'zoo models need a [zoo] table with preset = "tiny" or "bench"')
+            ctx.fail(f"{where}.zoo", 'zoo models need a [zoo] table with preset = "tiny", "bench" or "trained"')
         names = _zoo_model_names(preset)
         if zoo not in names:
             hint = _suggest(zoo, names)
@@ -398,15 +439,34 @@ def _parse_model(
                 f"{where}.zoo", f"preset '{preset}' has no model '{zoo}'{hint}; available: {', '.join(names)}"
             )
         backend = _backend(ctx, where, entry, "hf")
-        return ModelSpec(name, zoo, None, backend, preset, seed)
+        return ModelSpec(name, zoo, None, backend, preset, seed, gguf=_gguf_type(ctx, where, entry, backend))
+    if "gguf" in entry:
+        ctx.fail(f"{where}.gguf", "gguf = picks a zoo model's export; a path names its .gguf file itself")
     text = _string(ctx, f"{where}.path", entry["path"])
     resolved = (base_dir / Path(text).expanduser()).resolve()
     backend = _backend(ctx, where, entry, "llamacpp" if text.endswith(".gguf") else "hf")
     return ModelSpec(name, None, str(resolved), backend)
 
 
+def _gguf_type(ctx: _Ctx, where: str, entry: dict[str, Any], backend: str) -> str | None:
+    """The GGUF export a llamacpp zoo model runs (f16 unless gguf = says otherwise); None for others."""
+    from specmoe.zoo.gguf import DEFAULT_GGUF_TYPE, GGUF_TYPES
+
+    if backend != LLAMACPP_BACKEND:
+        if "gguf" in entry:
+            ctx.fail(f"{where}.gguf", f'gguf = needs backend = "{LLAMACPP_BACKEND}"; add it or remove gguf')
+        return None
+    return _choice(ctx, f"{where}.gguf", entry.get("gguf", DEFAULT_GGUF_TYPE), GGUF_TYPES)
+
+
 def _backend(ctx: _Ctx, where: str, entry: dict[str, Any], default: str) -> str:
     backend = _string(ctx, f"{where}.backend", entry.get("backend", default))
+    if backend == SERVING_BACKEND:
+        ctx.fail(
+            f"{where}.backend",
+            f'backend "{SERVING_BACKEND}" talks to a server: give url = "http://host:port" and '
+            'model = "<served name>" instead of zoo = or path =',
+        )
     if backend != "hf":
         # Imported only here: the registry pulls in torch, which validating a zoo suite never needs.
         from specmoe.backends import available_backends
@@ -415,9 +475,43 @@ def _backend(ctx: _Ctx, where: str, entry: dict[str, Any], default: str) -> str:
             implied = "" if "backend" in entry else " (the default for .gguf paths)"
             ctx.fail(
                 f"{where}.backend",
-                f"unknown backend '{backend}'{implied}; available: {', '.join(available_backends())}",
+                f"unknown backend '{backend}'{implied}; "
+                f"available: {', '.join([*available_backends(), SERVING_BACKEND])}",
             )
     return backend
+
+
+def _parse_served_model(ctx: _Ctx, where: str, name: str, entry: dict[str, Any]) -> ModelSpec:
+    backend = _string(ctx, f"{where}.backend", entry.get("backend", SERVING_BACKEND))
+    if backend != SERVING_BACKEND:
+        ctx.fail(f"{where}.backend", f'a model with url = is served: backend must be "{SERVING_BACKEND}"')
+    if "gguf" in entry:
+        ctx.fail(f"{where}.gguf", "gguf = picks the export of a zoo model; a server loads its own weights")
+    url = normalize_url(_string(ctx, f"{where}.url", entry["url"]))
+    if url is None:
+        ctx.fail(f"{where}.url", f"not a server URL: {entry['url']!r}; write http://host:port")
+    if "model" not in entry:
+        ctx.fail(f"{where}.model", 'a served model needs model = "<its name on the server>" (GET /v1/models)')
+    key_env = entry.get("api_key_env")
+    if key_env is not None and not _ENV_NAME_RE.fullmatch(_string(ctx, f"{where}.api_key_env", key_env)):
+        # Never echo the value: it may be a key pasted by mistake.
+        ctx.fail(
+            f"{where}.api_key_env",
+            "not an environment variable name; give the name of the variable that holds the key "
+            "(e.g. OPENAI_API_KEY), never the key itself",
+        )
+    timeout = entry.get("timeout_s", DEFAULT_TIMEOUT_S)
+    if _float(ctx, f"{where}.timeout_s", timeout) <= 0:
+        ctx.fail(f"{where}.timeout_s", f"timeout_s must be > 0, got {timeout}")
+    server = ServerSpec(
+        url=url,
+        model=_string(ctx, f"{where}.model", entry["model"]),
+        engine=_choice(ctx, f"{where}.engine", entry.get("engine", "generic"), tuple(ENGINES)),
+        endpoint=_choice(ctx, f"{where}.endpoint", entry.get("endpoint", "completions"), ENDPOINTS),
+        api_key_env=key_env,
+        timeout_s=float(timeout),
+    )
+    return ModelSpec(name, None, None, SERVING_BACKEND, server=server)
 
 
 def _zoo_model_names(preset: str) -> tuple[str, ...]:
@@ -472,6 +566,12 @@ def _parse_group(
         )
     moe_top_k = _axis(ctx, key("moe_top_k"), merged["moe_top_k"], lambda k, v: _int(ctx, k, v, minimum=1))
     _check_top_k(ctx, key("moe_top_k"), moe_top_k, target, models)
+    served = _check_serving(ctx, key, raw, target, draft, prompt_length, moe_top_k, models)
+
+    def positive(k: str, v: Any) -> int:
+        return _int(ctx, k, v, minimum=1)
+
+    requests = merged["requests"]
     return Group(
         name=name,
         description=_string(ctx, f"{where}.description", raw.get("description", "")),
@@ -480,9 +580,7 @@ def _parse_group(
         gamma=gamma,
         prompt_set=prompt_set,
         prompt_length=prompt_length,
-        batch_size=_axis(
-            ctx, key("batch_size"), merged["batch_size"], lambda k, v: _int(ctx, k, v, minimum=1)
-        ),
+        batch_size=(1,) if served else _axis(ctx, key("batch_size"), merged["batch_size"], positive),
         moe_top_k=moe_top_k,
         temperature=_axis(ctx, key("temperature"), merged["temperature"], lambda k, v: _float(ctx, k, v)),
         max_new_tokens=_axis(
@@ -493,7 +591,72 @@ def _parse_group(
         repeats=_int(ctx, key("repeats"), merged["repeats"], minimum=1),
         warmup=_int(ctx, key("warmup"), merged["warmup"], minimum=0),
         oracle_cost=oracle_cost,
+        concurrency=(
+            _axis(ctx, key("concurrency"), _or(merged["concurrency"], 1), positive) if served else (None,)
+        ),
+        requests=positive(key("requests"), requests) if served and requests is not None else None,
+        cpus=_resource(ctx, key("cpus"), merged["cpus"], minimum=0.001),
+        gpus=None if merged["gpus"] is None else _resource(ctx, key("gpus"), merged["gpus"], minimum=0.0),
     )
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _resource(ctx: _Ctx, key: str, value: Any, minimum: float) -> float:
+    amount = _float(ctx, key, value)
+    if amount < minimum:
+        ctx.fail(key, f"{_leaf(key)} must be > 0, got {value}")
+    return amount
+
+
+def _check_serving(
+    ctx: _Ctx,
+    key,
+    raw: dict[str, Any],
+    target: tuple[str, ...],
+    draft: tuple[str, ...],
+    prompt_length: tuple[int | None, ...],
+    moe_top_k: tuple[int | None, ...],
+    models: dict[str, ModelSpec],
+) -> bool:
+    """Whether a group measures servers. Its targets are all servers or all local models; a served
+    target's drafts are its SD arms: other servers of the same model, with speculative decoding on."""
+    served = [models[t].server is not None for t in target]
+    if any(served) and not all(served):
+        ctx.fail(key("target"), "a group's targets must be all servers (url =) or all local; split the group")
+    if not served[0]:
+        for name in draft:
+            if name in models and models[name].server is not None:
+                ctx.fail(key("draft"), f"'{name}' is a server: only a served target's SD arm can be")
+        for k in ("concurrency", "requests"):
+            if k in raw:
+                ctx.fail(key(k), f"{k} applies to served targets (url =) only; local targets use batch_size")
+        return False
+    for name in draft:
+        server = models[name].server if name in models else None
+        if server is None:
+            ctx.fail(
+                key("draft"),
+                f"'{name}' is not a server; the SD arm of a served target is a second server of the same "
+                "model with speculative decoding on (url =)",
+            )
+        for t in target:
+            served_model = models[t].server.model  # type: ignore[union-attr]
+            if server.model != served_model:
+                ctx.fail(
+                    key("draft"),
+                    f"server '{name}' serves '{server.model}' but target '{t}' serves '{served_model}'; "
+                    "both arms must serve the same model",
+                )
+    if prompt_length != (None,):
+        ctx.fail(key("prompt_length"), "servers take text prompts: use prompt_set, not prompt_length")
+    if raw.get("batch_size", 1) not in (1, [1]):
+        ctx.fail(key("batch_size"), "servers batch requests themselves: set concurrency = [...] instead")
+    if moe_top_k != (None,):
+        ctx.fail(key("moe_top_k"), "moe_top_k cannot change a served model; remove it from this group")
+    return True
 
 
 def _prompts(
@@ -708,6 +871,7 @@ def _grid(suite: Suite, group: Group):
         group.prompt_set,
         group.prompt_length,
         group.batch_size,
+        group.concurrency,
         group.moe_top_k,
         group.temperature,
         group.max_new_tokens,
@@ -721,6 +885,7 @@ def _grid(suite: Suite, group: Group):
         prompt_set,
         length,
         batch,
+        concurrency,
         top_k,
         temperature,
         new_tokens,
@@ -751,6 +916,8 @@ def _grid(suite: Suite, group: Group):
             oracle_cost=group.oracle_cost if parse_oracle(draft) is not None else None,
             target_model=target_model,
             draft_model=draft_model,
+            concurrency=concurrency,
+            requests=group.requests,
         )
 
 

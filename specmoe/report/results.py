@@ -14,7 +14,7 @@ from typing import Any
 
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import parse_oracle
-from specmoe.bench.summary import Comparison, compare
+from specmoe.bench.summary import Comparison, compare, known_sum
 from specmoe.metrics import mean_accepted_length
 from specmoe.report.intervals import Interval, mean_interval
 from specmoe.report.sizes import ModelSize, is_moe_target, target_size
@@ -100,8 +100,8 @@ def _baseline_result(rows: list[RunRow]) -> BaselineResult:
 def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdResult:
     sd_rows = by_key[_config_key(comparison, by_key)]
     base_rows = by_key[sd_rows[0].baseline_key]
-    accepted = sum(r.counts["accepted"] for r in sd_rows)
-    rounds = sum(r.counts["rounds"] for r in sd_rows)
+    accepted = known_sum(r.counts["accepted"] for r in sd_rows)
+    rounds = known_sum(r.counts["rounds"] for r in sd_rows)
     config = comparison.config
     return SdResult(
         config=config,
@@ -111,7 +111,7 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
         sd_tokens_per_s=mean_interval([r.tokens_per_s for r in sd_rows]),
         speedup=Interval(comparison.speedup, comparison.speedup_low, comparison.speedup_high),
         acceptance_rate=comparison.acceptance_rate,
-        mean_accepted_length=mean_accepted_length(accepted, rounds),
+        mean_accepted_length=None if accepted is None else mean_accepted_length(accepted, rounds or 0),
         target_efficiency=comparison.target_efficiency,
         audit_failures=comparison.audit_failures,
         size=target_size(config),
@@ -143,9 +143,9 @@ def accepted_histogram(rows: list[RunRow], gamma: int) -> tuple[int, ...]:
 
 
 def step_times(base_rows: list[RunRow], sd_rows: list[RunRow], gamma: int) -> StepTimes | None:
-    base_forwards = sum(r.counts["target_forwards"] for r in base_rows)
-    sd_forwards = sum(r.counts["target_forwards"] for r in sd_rows)
-    if not base_forwards or not sd_forwards or gamma < 1:
+    base_forwards = known_sum(r.counts["target_forwards"] for r in base_rows)
+    sd_forwards = known_sum(r.counts["target_forwards"] for r in sd_rows)
+    if not base_forwards or not sd_forwards or gamma < 1:  # unknown (None) for server runs
         return None
     target_step = sum(r.times["decode_s"] for r in base_rows) / base_forwards
     verify = sum(r.times["verify_s"] for r in sd_rows) / sd_forwards

@@ -1,0 +1,251 @@
+"""Where a suite's runs are measured: in this process (`local`) or as tasks on a Ray cluster (`ray`).
+
+Either way the driver, the process that called `run_suite`, is the only writer of the store: an
+executor yields each finished row, and each failed attempt, and the driver stores it as it arrives,
+so the store's guarantees (one transaction per run, resume, no duplicates) hold for both. An SD arm
+is measured after its baseline, whose row its audit compares against.
+
+Ray is an optional dependency (`pip install -e '.[ray]'`), imported only when the ray executor runs.
+Retries are the driver's, not Ray's (tasks run with `max_retries=0`): the driver sees every failed
+attempt, records it, and submits the run again, so a task that raised or a worker that died is
+retried and recorded, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+from specmoe.bench.runner import ModelPool, Runner, print_done, print_progress
+from specmoe.bench.store import FailedAttempt, RunRow
+from specmoe.bench.suite import RunSpec, Suite
+from specmoe.errors import SpecmoeError
+
+EXECUTORS = ("local", "ray")
+DEFAULT_MAX_RETRIES = 2
+
+
+@dataclass(frozen=True)
+class Work:
+    """What `run_suite` hands an executor."""
+
+    suite: Suite
+    zoo_dir: Path | None
+    specs: tuple[RunSpec, ...]  # runs not yet stored, every baseline before the SD arms
+    baselines: Mapping[tuple[str, int], RunRow]  # stored baseline rows by (config_key, repeat)
+    skipped: int  # runs of the suite already stored
+    progress: bool  # print a status line on stderr
+
+
+class Executor(Protocol):
+    def run(self, work: Work) -> Iterator[RunRow | FailedAttempt]:
+        """Measure every spec of `work`; yield each row, or failed attempt, as it happens."""
+        ...
+
+
+def baseline_key(spec: RunSpec) -> tuple[str, int]:
+    """The (config_key, repeat) under which a spec's baseline row is found."""
+    return spec.baseline_key, spec.repeat
+
+
+class LocalExecutor:
+    """One run after another in this process, in the order of the suite (the default)."""
+
+    def run(self, work: Work) -> Iterator[RunRow]:
+        runner = Runner(ModelPool(work.suite, work.zoo_dir))
+        baselines = dict(work.baselines)
+        started = time.perf_counter()
+        for index, spec in enumerate(work.specs):
+            if work.progress:
+                print_progress(index, len(work.specs), work.skipped, spec, started)
+            row = runner.row(spec, baselines.get(baseline_key(spec)) if spec.arm == "sd" else None)
+            if spec.arm == "baseline":
+                baselines[baseline_key(spec)] = row
+            yield row
+        if work.progress and work.specs:
+            print_done(len(work.specs), started)
+
+
+@dataclass(frozen=True)
+class RayExecutor:
+    """Each run is a Ray task asking for the CPUs and GPUs its group sets (`cpus`, `gpus`).
+
+    address: a running cluster ("auto", "ray://head:10001", "head:6379"); None starts a local Ray
+    instance for the duration of the suite, with `num_cpus` logical CPUs (all when None). When Ray
+    is already initialised in this process, that instance is used and left running.
+    fault_dir: fault injection for tests; the first task to start kills its own worker process
+    (`os._exit`, as when a node is lost) after leaving a marker file here, so later tasks, its retry
+    included, run normally.
+    """
+
+    address: str | None = None
+    max_retries: int = DEFAULT_MAX_RETRIES
+    num_cpus: int | None = None
+    fault_dir: Path | None = None
+
+    def run(self, work: Work) -> Iterator[RunRow | FailedAttempt]:
+        ray = import_ray()
+        started_here = not ray.is_initialized()
+        if started_here:
+            _init(ray, self.address, self.num_cpus)
+        try:
+            yield from _Driver(ray, work, self).drive()
+        finally:
+            if started_here:
+                ray.shutdown()
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise SpecmoeError("--executor ray needs Ray: pip install -c constraints.txt -e '.[ray]'") from None
+    return ray
+
+
+def _init(ray, address: str | None, num_cpus: int | None) -> None:
+    options: dict[str, Any] = {"include_dashboard": False, "logging_level": "WARNING"}
+    if address is None:
+        options["num_cpus"] = num_cpus
+    try:
+        ray.init(address=address, **options)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        where = f"the Ray cluster at {address}" if address else "a local Ray instance"
+        raise SpecmoeError(
+            f"cannot start or reach {where} ({_first_line(err)}); start one with `ray start --head` "
+            "and pass its address, or leave out --address for a local instance"
+        ) from None
+
+
+class _Driver:
+    """Submits runs as their baselines become known, collects results as they finish, and resubmits
+    failed attempts until `max_retries` retries are spent.
+
+    Runs against servers go one at a time: two at once would load the servers together (timings
+    measure the overlap) and mix the servers' counters, which count every request.
+    """
+
+    def __init__(self, ray, work: Work, executor: RayExecutor) -> None:
+        self.ray = ray
+        self.work = work
+        self.executor = executor
+        self.task = ray.remote(_task)
+        self.groups = {g.name: g for g in work.suite.groups}
+        self.baselines = dict(work.baselines)
+        self.waiting: dict[tuple[str, int], list[RunSpec]] = {}  # SD arms by the baseline they need
+        self.pending: dict[Any, tuple[RunSpec, int]] = {}  # task ref -> (spec, attempt)
+        self.served_queue: list[tuple[RunSpec, int]] = []  # server runs waiting for their turn
+        self.serving = False  # a server run is in flight
+
+    def drive(self) -> Iterator[RunRow | FailedAttempt]:
+        for spec in self.work.specs:
+            if spec.arm == "sd" and baseline_key(spec) not in self.baselines:
+                self.waiting.setdefault(baseline_key(spec), []).append(spec)
+            else:
+                self._submit(spec, 1)
+        started, finished = time.perf_counter(), 0
+        while self.pending:
+            ready, _ = self.ray.wait(list(self.pending), num_returns=1)
+            spec, attempt = self.pending.pop(ready[0])
+            if spec.concurrency is not None:
+                self.serving = False
+                if self.served_queue:
+                    self._submit(*self.served_queue.pop(0))
+            try:
+                row = self.ray.get(ready[0])
+            except self.ray.exceptions.RayError as err:
+                yield from self._failed(spec, attempt, _task_error(err))
+                continue
+            finished += 1
+            if self.work.progress:
+                print_progress(finished - 1, len(self.work.specs), self.work.skipped, spec, started)
+            yield row
+            if spec.arm == "baseline":
+                self.baselines[(spec.config_key, spec.repeat)] = row
+                for dependent in self.waiting.pop((spec.config_key, spec.repeat), []):
+                    self._submit(dependent, 1)
+        if self.work.progress and self.work.specs:
+            print_done(finished, started)
+
+    def _failed(self, spec: RunSpec, attempt: int, error: str) -> Iterator[FailedAttempt]:
+        final = attempt > self.executor.max_retries
+        yield FailedAttempt(spec.run_id, attempt, error, final)
+        if not final:
+            self._submit(spec, attempt + 1)
+            return
+        for dependent in self.waiting.pop((spec.config_key, spec.repeat), []):
+            yield FailedAttempt(dependent.run_id, 0, f"its baseline run {spec.run_id} failed", True)
+
+    def _submit(self, spec: RunSpec, attempt: int) -> None:
+        if spec.concurrency is not None:
+            if self.serving:
+                self.served_queue.append((spec, attempt))
+                return
+            self.serving = True
+        cpus, gpus = resources(self.work.suite, spec, self.groups)
+        baseline = self.baselines.get(baseline_key(spec)) if spec.arm == "sd" else None
+        ref = self.task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0).remote(
+            self.work.suite, self.work.zoo_dir, spec, baseline, attempt, self.executor.fault_dir
+        )
+        self.pending[ref] = (spec, attempt)
+
+
+def resources(suite: Suite, spec: RunSpec, groups: Mapping[str, Any] | None = None) -> tuple[float, float]:
+    """(CPUs, GPUs) one run asks of the cluster: its group's `cpus` and `gpus`; GPUs default to 1 on
+    cuda devices and 0 elsewhere."""
+    group = (groups if groups is not None else {g.name: g for g in suite.groups}).get(spec.group)
+    cpus = group.cpus if group is not None else 1.0
+    if group is not None and group.gpus is not None:
+        return cpus, group.gpus
+    return cpus, 1.0 if spec.concurrency is None and spec.device.startswith("cuda") else 0.0
+
+
+# --- inside a Ray worker ------------------------------------------------------------------------
+
+_RUNNERS: dict[tuple[str, str, str], Runner] = {}  # per worker process: models load once
+
+
+def _task(
+    suite: Suite,
+    zoo_dir: Path | None,
+    spec: RunSpec,
+    baseline: RunRow | None,
+    attempt: int,
+    fault_dir: Path | None,
+) -> RunRow:
+    if fault_dir is not None:
+        _die_once(fault_dir, spec.run_id)
+    key = (str(suite.path), suite.name, str(zoo_dir))
+    if key not in _RUNNERS:
+        _RUNNERS[key] = Runner(ModelPool(suite, zoo_dir))
+    row = _RUNNERS[key].row(spec, baseline)
+    return replace(row, env={**row.env, "executor": "ray", "attempts": attempt, "node": platform.node()})
+
+
+def _die_once(fault_dir: Path, run_id: str) -> None:
+    try:
+        with (fault_dir / "killed").open("x") as marker:  # exclusive: one task wins
+            marker.write(run_id)
+    except FileExistsError:
+        return
+    os._exit(1)
+
+
+def _task_error(err: Exception) -> str:
+    """One line for a failed attempt: the task's own error, or what happened to its worker."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, SpecmoeError):
+        return _first_line(cause)
+    if cause is not None:
+        return f"{type(cause).__name__}: {_first_line(cause)}"
+    return f"{type(err).__name__}: the process running the task died or was lost"
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__

@@ -1,0 +1,222 @@
+"""HTTP to an OpenAI-compatible server: timeouts, retries with backoff, and one-line errors.
+
+Only the standard library: one connection per request (no pooling), so concurrent requests from
+threads never share a socket. Connection errors before the server answers (refused, reset, name
+resolution) are retried with exponential backoff; an HTTP error status is not retried, since the
+server did answer. API keys come from the environment variable a model names and are sent as a
+Bearer header; no message or stored value ever contains one.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from specmoe.errors import SpecmoeError
+from specmoe.serving.spec import ServerSpec
+from specmoe.serving.sse import MalformedResponse, StreamedError, event_data, parse_chunk
+
+RETRIES = 3  # extra attempts after a connection error
+BACKOFF_S = 0.5  # wait before the first retry; doubled for each next one
+_ERROR_BODY_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class StreamTimes:
+    """When one streamed response's parts arrived, in seconds of `time.perf_counter`."""
+
+    sent: float  # the request went out (last attempt, after any retries)
+    first: float | None  # first token chunk (specmoe.serving.sse)
+    last: float | None  # last token chunk
+    done: float  # the stream ended
+    token_chunks: int
+    usage_tokens: int | None  # usage.completion_tokens, when the server sent usage
+    finish_reason: str | None
+    final: dict[str, Any]  # top-level fields of every chunk but `choices`, later ones winning
+    # (where llama-server puts `timings`)
+    retries: int
+
+
+def api_key(server: ServerSpec) -> str | None:
+    if server.api_key_env is None:
+        return None
+    key = os.environ.get(server.api_key_env)
+    if not key:
+        raise SpecmoeError(
+            f"{server.url}: environment variable {server.api_key_env} (api_key_env) is not set; "
+            "export the API key in it"
+        )
+    return key
+
+
+def served_models(server: ServerSpec) -> list[str] | None:
+    """Model ids from GET /v1/models; None when the server has no such route."""
+    status, body = _get(server, "/v1/models")
+    if status == 404:
+        return None
+    _raise_for_status(server, "/v1/models", status, body)
+    try:
+        data = json.loads(body)["data"]
+        return [str(entry["id"]) for entry in data]
+    except (ValueError, KeyError, TypeError):
+        raise SpecmoeError(
+            f"{server.url}/v1/models: malformed response (no data[].id list); "
+            "is this an OpenAI-compatible server?"
+        ) from None
+
+
+def check_model(server: ServerSpec) -> None:
+    """Raise a one-line error when the server is unreachable or does not serve `server.model`."""
+    models = served_models(server)
+    if models is not None and server.model not in models:
+        served = ", ".join(models) if models else "none"
+        raise SpecmoeError(
+            f"{server.url} serves no model '{server.model}'; it serves: {served}; "
+            "set the suite model's model = to one of these"
+        )
+
+
+def metrics_text(server: ServerSpec) -> str | None:
+    """The server's Prometheus text from GET /metrics; None when it has no such route."""
+    status, body = _get(server, "/metrics")
+    if status == 404:
+        return None
+    _raise_for_status(server, "/metrics", status, body)
+    return body.decode("utf-8", errors="replace")
+
+
+def stream(
+    server: ServerSpec, body: dict[str, Any], clock: Callable[[], float] = time.perf_counter
+) -> StreamTimes:
+    """POST one streaming request and time its chunks as they arrive."""
+    path = server.path
+    conn, response, sent, retries = _send(server, "POST", path, body, clock)
+    try:
+        if response.status >= 400:
+            _raise_for_status(server, path, response.status, response.read(_ERROR_BODY_BYTES))
+        kind = response.getheader("Content-Type", "")
+        if not kind.startswith("text/event-stream"):
+            raise MalformedResponse(f"asked to stream, the server answered with Content-Type {kind!r}")
+        return _read_stream(server, response, sent, retries, clock)
+    except MalformedResponse as err:
+        raise SpecmoeError(
+            f"{server.url}{path}: malformed response: {err}; is this an OpenAI-compatible server?"
+        ) from None
+    except StreamedError as err:
+        raise SpecmoeError(f"{server.url}{path}: the server reported an error: {err}") from None
+    except TimeoutError:
+        raise SpecmoeError(
+            f"{server.url}{path}: no data for {server.timeout_s:g} s mid-response; "
+            "raise timeout_s of the suite model or check the server"
+        ) from None
+    finally:
+        conn.close()
+
+
+def _read_stream(server, response, sent: float, retries: int, clock) -> StreamTimes:
+    first = last = None
+    token_chunks, usage, finish, final, chunks = 0, None, None, {}, 0
+    for data in event_data(_lines(response)):
+        chunk = parse_chunk(data, server.endpoint)
+        now = clock()
+        if chunk.token:
+            token_chunks += 1
+            first = now if first is None else first
+            last = now
+        usage = chunk.usage_tokens if chunk.usage_tokens is not None else usage
+        finish = chunk.finish_reason or finish
+        final.update((k, v) for k, v in chunk.payload.items() if k != "choices")
+        chunks += 1
+    if not chunks:
+        raise MalformedResponse("the stream ended without a single chunk")
+    return StreamTimes(sent, first, last, clock(), token_chunks, usage, finish, final, retries)
+
+
+def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
+    while line := response.readline():
+        yield line
+
+
+def _get(server: ServerSpec, path: str) -> tuple[int, bytes]:
+    conn, response, _, _ = _send(server, "GET", path, None, time.perf_counter)
+    try:
+        return response.status, response.read()
+    except TimeoutError:
+        raise SpecmoeError(f"{server.url}{path}: no response within {server.timeout_s:g} s") from None
+    finally:
+        conn.close()
+
+
+def _send(server: ServerSpec, method: str, path: str, body: dict[str, Any] | None, clock):
+    """Send one request, retrying connection errors; returns (connection, response, sent, retries)."""
+    parts = urlsplit(server.url)
+    headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
+    key = api_key(server)
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    payload = None if body is None else json.dumps(body).encode()
+    connection = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    for attempt in range(RETRIES + 1):
+        conn = connection(parts.hostname, parts.port, timeout=server.timeout_s)
+        sent = clock()
+        try:
+            conn.request(method, parts.path + path, body=payload, headers=headers)
+            return conn, conn.getresponse(), sent, attempt
+        except TimeoutError:
+            conn.close()
+            raise SpecmoeError(
+                f"{server.url}{path}: no response within {server.timeout_s:g} s; "
+                "raise timeout_s of the suite model or check the server"
+            ) from None
+        except OSError as err:  # refused, reset, unreachable, name resolution (http.client's too)
+            conn.close()
+            if attempt == RETRIES:
+                raise SpecmoeError(
+                    f"cannot reach {server.url} ({_reason(err)}) after {RETRIES + 1} attempts; "
+                    "is the server running?"
+                ) from None
+            time.sleep(BACKOFF_S * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def _reason(err: OSError) -> str:
+    return err.strerror or str(err) or type(err).__name__
+
+
+def _raise_for_status(server: ServerSpec, path: str, status: int, body: bytes) -> None:
+    if status < 400:
+        return
+    message = _error_message(body)
+    if status in (401, 403):
+        fix = (
+            f"check the key in {server.api_key_env}"
+            if server.api_key_env
+            else "set api_key_env to the variable holding the key"
+        )
+        raise SpecmoeError(
+            f"{server.url}{path}: HTTP {status}, the server refused the request ({message}); {fix}"
+        )
+    raise SpecmoeError(f"{server.url}{path}: HTTP {status}: {message}")
+
+
+def _error_message(body: bytes) -> str:
+    """The server's own words: OpenAI's {"error": {"message"}}, FastAPI's {"detail"}, or the text."""
+    text = body[:_ERROR_BODY_BYTES].decode("utf-8", errors="replace").strip()
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return " ".join(text.split())[:200] or "no message"
+    if isinstance(data, dict):
+        error = data.get("error")
+        if isinstance(error, dict) and "message" in error:
+            return " ".join(str(error["message"]).split())[:200]
+        for key in ("error", "detail", "message"):
+            if key in data:
+                return " ".join(str(data[key]).split())[:200]
+    return " ".join(text.split())[:200]

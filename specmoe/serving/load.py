@@ -1,0 +1,156 @@
+"""One run against a server: N prompts at concurrency c, each response streamed and timed.
+
+Concurrency is the serving analog of batch size: c client threads each keep one request in flight,
+so the server batches up to c sequences. Counters are read from `/metrics` just before the first
+request and just after the last response, outside the timed window.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from specmoe.serving import client
+from specmoe.serving.engines import EngineMetrics, engine_metrics
+from specmoe.serving.prometheus import UNKNOWN, Snapshot, SpecCounters, counter_delta, snapshot
+from specmoe.serving.spec import ServerSpec
+from specmoe.serving.sse import dotted
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request of a run; times are seconds from the run's start on `time.perf_counter`."""
+
+    index: int
+    sent_s: float
+    first_token_s: float | None  # first token chunk (specmoe.serving.sse)
+    last_token_s: float | None  # last token chunk
+    done_s: float  # the stream ended
+    output_tokens: int  # usage.completion_tokens when sent, else the token chunks
+    counted_by: str  # "usage" or "chunks"
+    token_chunks: int
+    finish_reason: str | None
+    retries: int  # connection attempts that failed before this one went out
+    response_drafted: int | None  # from the response itself (llama-server's timings), else None
+    response_accepted: int | None
+
+
+@dataclass(frozen=True)
+class ServedRun:
+    requests: tuple[RequestRecord, ...]
+    counters: SpecCounters
+    gauges: dict[str, float] = field(default_factory=dict)  # engine averages read after the run
+    notes: tuple[str, ...] = ()  # what could not be read, in words
+
+
+def request_body(
+    server: ServerSpec, engine: EngineMetrics, prompt: str, max_tokens: int, temperature: float, seed: int
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": server.model,
+        "max_tokens": max_tokens,
+        "temperature": temperature,
+        "stream": True,
+        # The final chunk then carries usage.completion_tokens: an exact count even when one chunk
+        # holds several tokens, as SD servers stream a whole verify step at once.
+        "stream_options": {"include_usage": True},
+    }
+    if server.endpoint == "chat":
+        body["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        body["prompt"] = prompt
+    if temperature > 0:
+        body["seed"] = seed
+    if engine.ignore_eos:
+        body["ignore_eos"] = True  # both arms then decode max_tokens tokens, as local runs do
+    return body
+
+
+def run_requests(
+    server: ServerSpec,
+    prompts: list[str],
+    concurrency: int,
+    max_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+) -> ServedRun:
+    """Send every prompt once, at most `concurrency` at a time, and read the counters around it."""
+    engine = engine_metrics(server.engine)
+    notes: list[str] = []
+    before = _snapshot(server, engine, notes)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        futures = [
+            pool.submit(client.stream, server, request_body(server, engine, p, max_tokens, temperature, seed))
+            for p in prompts
+        ]
+        try:
+            times = [f.result() for f in futures]
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    after = _snapshot(server, engine, notes)
+    records = tuple(_record(i, t, start, engine) for i, t in enumerate(times))
+    counters = _counters(engine, before, after, records, notes)
+    gauges = after.gauges if after is not None else {}
+    return ServedRun(records, counters, gauges, tuple(dict.fromkeys(notes)))
+
+
+def _snapshot(server: ServerSpec, engine: EngineMetrics, notes: list[str]) -> Snapshot | None:
+    if not engine.reads_metrics:
+        return None
+    text = client.metrics_text(server)
+    if text is None:
+        notes.append(f"no /metrics at {server.url}, so no {engine.name} counters")
+        return None
+    return snapshot(text, engine)
+
+
+def _record(index: int, times: client.StreamTimes, start: float, engine: EngineMetrics) -> RequestRecord:
+    counted_by = "usage" if times.usage_tokens is not None else "chunks"
+    return RequestRecord(
+        index=index,
+        sent_s=times.sent - start,
+        first_token_s=None if times.first is None else times.first - start,
+        last_token_s=None if times.last is None else times.last - start,
+        done_s=times.done - start,
+        output_tokens=times.usage_tokens if times.usage_tokens is not None else times.token_chunks,
+        counted_by=counted_by,
+        token_chunks=times.token_chunks,
+        finish_reason=times.finish_reason,
+        retries=times.retries,
+        response_drafted=_response_count(times.final, engine.response_drafted),
+        response_accepted=_response_count(times.final, engine.response_accepted),
+    )
+
+
+def _response_count(payload: dict[str, Any], path: str | None) -> int | None:
+    """An integer field of the response; 0 when its parent object is there without it (llama-server
+    leaves draft fields out of `timings` when nothing was drafted); None when neither is there."""
+    if path is None:
+        return None
+    value = dotted(payload, path)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    parent = path.rpartition(".")[0]
+    return 0 if parent and isinstance(dotted(payload, parent), dict) else None
+
+
+def _counters(
+    engine: EngineMetrics,
+    before: Snapshot | None,
+    after: Snapshot | None,
+    records: tuple[RequestRecord, ...],
+    notes: list[str],
+) -> SpecCounters:
+    if before is not None and after is not None and engine.counters:
+        return counter_delta(before, after, engine)
+    if engine.response_drafted is not None:
+        drafted = [r.response_drafted for r in records]
+        accepted = [r.response_accepted for r in records]
+        if all(d is not None for d in drafted) and all(a is not None for a in accepted):
+            return SpecCounters(None, sum(drafted), sum(accepted), None, "responses")  # type: ignore[arg-type]
+        notes.append(f"responses carry no {engine.response_drafted}, so no draft counts")
+    return UNKNOWN

@@ -1,0 +1,49 @@
+"""A model served over HTTP: where it is, what the server calls it, and how to read its counters."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+ENDPOINTS = ("completions", "chat")  # /v1/completions or /v1/chat/completions
+DEFAULT_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One OpenAI-compatible endpoint serving one model.
+
+    `api_key_env` names the environment variable holding the API key; the key itself is read when a
+    request is sent and is never stored, logged or part of a run's identity.
+    """
+
+    url: str  # base URL without /v1, e.g. "http://10.0.0.5:8000"
+    model: str  # the served model name requests carry (vLLM's --served-model-name)
+    engine: str = "generic"  # a key of specmoe.serving.engines.ENGINES
+    endpoint: str = "completions"  # one of ENDPOINTS
+    api_key_env: str | None = None
+    timeout_s: float = DEFAULT_TIMEOUT_S  # per request: connect, and the wait for each streamed line
+
+    @property
+    def identity(self) -> dict[str, Any]:
+        """What decides the measured work: part of every run's key (timeouts and keys are not)."""
+        return {"url": self.url, "model": self.model, "engine": self.engine, "endpoint": self.endpoint}
+
+    @property
+    def path(self) -> str:
+        return "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
+
+
+def normalize_url(url: str) -> str | None:
+    """The base URL of a server ("http://host:port[/prefix]"), or None when `url` is not one.
+
+    A trailing "/" or "/v1" is dropped, so "http://h:8000/v1/" and "http://h:8000" are one server.
+    """
+    text = url.strip().rstrip("/")
+    if text.endswith("/v1"):
+        text = text[: -len("/v1")]
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        return None
+    return text

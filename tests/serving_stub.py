@@ -1,0 +1,167 @@
+"""A small OpenAI-compatible server on loopback for tests: streams words, counts like vLLM.
+
+Each step of a response emits `1 + accepted` words in one chunk (an SD server's verify step) and
+sleeps `step_s`; `/metrics` exposes vLLM's spec-decode counters in Prometheus text. Modes break it
+on purpose: a malformed stream, an error inside the stream, or a JSON answer to a streaming request.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class StubConfig:
+    model: str = "stub-model"
+    step_s: float = 0.002  # seconds per decode step
+    accepted: int = 0  # draft tokens accepted per step; with gamma > 0 the server "speculates"
+    gamma: int = 0
+    usage: bool = True  # honour stream_options.include_usage
+    llama_timings: bool = False  # llama-server's `timings` with draft counts in the last chunk
+    mode: str = "ok"  # "ok", "malformed", "stream_error", "no_stream", "cut"
+    api_key: str | None = None  # require "Authorization: Bearer <key>"
+    requests: list[dict] = field(default_factory=list)  # bodies received
+    headers: list[dict] = field(default_factory=list)
+    counters: dict[str, int] = field(default_factory=lambda: {"drafts": 0, "draft_tokens": 0, "accepted": 0})
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    in_flight: int = 0  # responses being streamed now
+    max_in_flight: int = 0
+
+
+class StubServer:
+    def __init__(self, config: StubConfig | None = None, port: int = 0) -> None:
+        self.config = config or StubConfig()
+        handler = type("Handler", (_Handler,), {"config": self.config})
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> StubServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def vllm_metrics(counters: dict[str, int], model: str) -> str:
+    labels = f'engine="0",model_name="{model}"'
+    lines = []
+    for name, key in (
+        ("vllm:spec_decode_num_drafts", "drafts"),
+        ("vllm:spec_decode_num_draft_tokens", "draft_tokens"),
+        ("vllm:spec_decode_num_accepted_tokens", "accepted"),
+    ):
+        lines += [f"# HELP {name}_total {name}", f"# TYPE {name}_total counter"]
+        lines.append(f"{name}_total{{{labels}}} {float(counters[key])}")
+    return "\n".join(lines) + "\n"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    config: StubConfig
+
+    def log_message(self, *args) -> None:  # quiet
+        pass
+
+    def do_GET(self) -> None:
+        if self.path == "/v1/models":
+            self._json(200, {"object": "list", "data": [{"id": self.config.model, "object": "model"}]})
+        elif self.path == "/metrics" and self.config.gamma:
+            body = vllm_metrics(self.config.counters, self.config.model).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.end_headers()
+            self.wfile.write(body)
+        else:
+            self._json(404, {"detail": "Not Found"})
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.config.requests.append(body)
+        self.config.headers.append(dict(self.headers))
+        if self.config.api_key and self.headers.get("Authorization") != f"Bearer {self.config.api_key}":
+            self._json(401, {"error": {"message": "Invalid API key", "type": "auth", "code": 401}})
+            return
+        if body.get("model") != self.config.model:
+            message = f"The model `{body.get('model')}` does not exist."
+            self._json(404, {"object": "error", "message": message, "type": "NotFoundError", "code": 404})
+            return
+        if self.config.mode == "no_stream":
+            self._json(200, {"choices": [{"text": "whole answer", "index": 0}]})
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        with self.config.lock:
+            self.config.in_flight += 1
+            self.config.max_in_flight = max(self.config.max_in_flight, self.config.in_flight)
+        try:
+            self._stream(body)
+        finally:
+            with self.config.lock:
+                self.config.in_flight -= 1
+
+    def _stream(self, body: dict) -> None:
+        c = self.config
+        chat = self.path.endswith("/chat/completions")
+        if c.mode == "malformed":
+            self._event("this is not json")
+            return
+        if chat:
+            self._event({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})
+        remaining, emitted, drafted, accepted = body["max_tokens"], 0, 0, 0
+        while remaining > 0:
+            time.sleep(c.step_s)
+            words = min(1 + c.accepted, remaining) if c.gamma and emitted else 1
+            text = "".join(f" w{emitted + i}" for i in range(words))
+            delta = {"delta": {"content": text}} if chat else {"text": text}
+            self._event({"choices": [{"index": 0, **delta, "finish_reason": None}]})
+            if c.gamma and emitted > 0:  # the first token comes from prefill, as in a real server
+                drafted += c.gamma
+                accepted += words - 1
+                with c.lock:
+                    c.counters["drafts"] += 1
+                    c.counters["draft_tokens"] += c.gamma
+                    c.counters["accepted"] += words - 1
+            emitted += words
+            remaining -= words
+            if c.mode == "stream_error" and emitted >= 2:
+                self._event({"error": {"message": "out of KV cache", "code": 500}})
+                return
+            if c.mode == "cut" and emitted >= 2:  # ends the stream as if another request took over
+                self._event("[DONE]")
+                return
+        last: dict = {
+            "choices": [{"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}]
+        }
+        if c.llama_timings:
+            last["timings"] = {
+                "predicted_n": emitted,
+                **({"draft_n": drafted, "draft_n_accepted": accepted} if drafted else {}),
+            }
+        self._event(last)
+        if c.usage and body.get("stream_options", {}).get("include_usage"):
+            self._event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": emitted}})
+        self._event("[DONE]")
+
+    def _event(self, data) -> None:
+        text = data if isinstance(data, str) else json.dumps(data)
+        self.wfile.write(f"data: {text}\n\n".encode())
+        self.wfile.flush()
+
+    def _json(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)

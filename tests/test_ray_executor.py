@@ -1,0 +1,147 @@
+"""The Ray executor on a local Ray instance (2 CPUs): the same rows as the local executor, and a
+worker killed mid-task costs a retry, never a row."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import ray
+
+from specmoe.bench.executors import RayExecutor, _init, resources
+from specmoe.bench.runner import run_suite
+from specmoe.bench.store import Store
+from specmoe.bench.suite import expand, load_suite
+from specmoe.errors import SpecmoeError
+
+SUITE = """
+schema = 1
+name = "tiny-ray"
+[zoo]
+preset = "tiny"
+[defaults]
+max_new_tokens = 8
+dtype = "float32"
+[models.moe]
+zoo = "moe"
+[models.draft-xs]
+zoo = "draft-xs"
+[[groups]]
+name = "sd"
+target = ["moe"]
+draft = ["draft-xs", "oracle:1.0"]
+oracle_cost = "draft-xs"
+gamma = [2]
+"""
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    # One instance for the module: starting Ray takes seconds. Workers inherit this process's
+    # environment (one OpenMP thread, offline hub) from conftest.
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="WARNING")
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture()
+def suite(tmp_path):
+    path = tmp_path / "tiny-ray.toml"
+    path.write_text(SUITE)
+    return load_suite(path)
+
+
+def test_ray_yields_the_same_rows_as_the_local_executor(local_ray, suite, tiny_zoo, tmp_path):
+    local = run_suite(suite, tmp_path / "local.db", tiny_zoo, progress=False)
+    remote = run_suite(suite, tmp_path / "ray.db", tiny_zoo, progress=False, executor=RayExecutor())
+    assert sorted(r.run_id for r in remote) == sorted(r.run_id for r in local)
+    assert len(remote) == len(expand(suite)) == 3
+    by_id = {r.run_id: r for r in local}
+    for row in remote:
+        twin = by_id[row.run_id]
+        # Greedy decoding of the same model on the same CPU: the same tokens, so the same counts.
+        assert row.counts == twin.counts and row.config == twin.config
+        assert row.audit_verdict == twin.audit_verdict == "pass"
+        assert (row.env["executor"], row.env["attempts"]) == ("ray", 1)
+        assert "executor" not in twin.env
+    with Store(tmp_path / "ray.db") as store:
+        assert store.failures() == []
+
+
+def test_a_worker_killed_mid_task_is_retried_not_lost(local_ray, suite, tiny_zoo, tmp_path):
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    rows = run_suite(
+        suite, tmp_path / "r.db", tiny_zoo, progress=False, executor=RayExecutor(fault_dir=faults)
+    )
+    assert sorted(r.run_id for r in rows) == sorted(s.run_id for s in expand(suite))
+    # The first task to start is the baseline (its SD arms wait for its row); its worker died.
+    killed = (faults / "killed").read_text()
+    assert killed == next(s.run_id for s in expand(suite) if s.arm == "baseline")
+    assert {r.run_id: r.env["attempts"] for r in rows} == {r.run_id: 1 + (r.run_id == killed) for r in rows}
+    with Store(tmp_path / "r.db") as store:
+        assert len(store) == 3  # each run once
+        (failure,) = store.failures()
+    assert (failure.run_id, failure.attempt, failure.final) == (killed, 1, False)
+    assert failure.error == "WorkerCrashedError: the process running the task died or was lost"
+
+
+def test_a_run_out_of_retries_is_recorded_and_reported(local_ray, suite, tiny_zoo, tmp_path):
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    executor = RayExecutor(max_retries=0, fault_dir=faults)
+    with pytest.raises(SpecmoeError) as err:
+        run_suite(suite, tmp_path / "r.db", tiny_zoo, progress=False, executor=executor)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("3 of 3 runs failed every attempt (first: ")
+    assert message.endswith("run the suite again to retry them")
+    with Store(tmp_path / "r.db") as store:
+        assert len(store) == 0
+        failures = store.failures()
+    # The baseline's worker died with no retry left; its SD arms never ran, and say why.
+    assert all(f.final for f in failures) and len(failures) == 3
+    baseline = next(s for s in expand(suite) if s.arm == "baseline")
+    assert [f.attempt for f in failures if f.run_id == baseline.run_id] == [1]
+    assert {f.error for f in failures if f.attempt == 0} == {f"its baseline run {baseline.run_id} failed"}
+
+
+def test_resources_come_from_the_suite(tmp_path):
+    text = SUITE + "cpus = 2\n" + '[[groups]]\nname = "gpu"\ntarget = "moe"\ndevice = "cuda"\n'
+    path = tmp_path / "s.toml"
+    path.write_text(text)
+    suite = load_suite(path)
+    by_group = {s.group: resources(suite, s) for s in expand(suite)}
+    assert by_group == {"sd": (2.0, 0.0), "gpu": (1.0, 1.0)}
+
+
+def test_an_unreachable_cluster_is_one_line():
+    def refuse(**options):
+        # What ray.init(address="auto") raises when no cluster runs (a real one would need none to
+        # run on this machine, which this module's own instance rules out).
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to connect to")
+
+    with pytest.raises(SpecmoeError) as err:
+        _init(SimpleNamespace(init=refuse), "auto", None)
+    assert str(err.value) == (
+        "cannot start or reach the Ray cluster at auto (Could not find any running Ray instance. Please "
+        "specify the one to connect to); start one with `ray start --head` and pass its address, or leave "
+        "out --address for a local instance"
+    )
+
+
+def test_runs_against_a_server_never_overlap(local_ray, tmp_path):
+    from serving_stub import StubConfig, StubServer
+
+    with StubServer(StubConfig(step_s=0.01)) as stub:
+        path = tmp_path / "served.toml"
+        path.write_text(
+            f'schema = 1\n[models.plain]\nurl = "{stub.url}"\nmodel = "{stub.config.model}"\n'
+            '[[groups]]\nname = "c"\ntarget = "plain"\nconcurrency = [2, 3]\nrepeats = 2\n'
+            "max_new_tokens = 12\n"
+        )
+        suite = load_suite(path)
+        rows = run_suite(suite, tmp_path / "r.db", None, progress=False, executor=RayExecutor())
+    assert sorted(r.run_id for r in rows) == sorted(s.run_id for s in expand(suite))
+    # Two CPUs could run two tasks at once; the server still only ever saw one run's requests.
+    assert stub.config.max_in_flight == 3
+    assert all(r.env["executor"] == "ray" and r.audit_verdict == "pass" for r in rows)

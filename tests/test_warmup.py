@@ -1,0 +1,63 @@
+"""Warm-up before timed runs: a model's first configuration warms up until two runs agree."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import specmoe.bench.runner as runner_module
+from specmoe.bench.runner import SETTLE_MAX_RUNS, ModelPool, Runner, settled
+from specmoe.bench.suite import expand, load_suite
+
+
+def test_settled_needs_two_agreeing_runs_or_the_cap():
+    assert not settled([])
+    assert not settled([1.0])
+    assert not settled([1.3, 1.0])
+    assert settled([1.3, 1.0, 1.02])
+    assert settled([float(i) for i in range(1, SETTLE_MAX_RUNS + 1)])
+
+
+SUITE = """\
+schema = 1
+name = "w"
+
+[zoo]
+preset = "tiny"
+
+[defaults]
+repeats = 2
+warmup = 1
+max_new_tokens = 4
+
+[models.moe]
+zoo = "moe"
+
+[[groups]]
+name = "g"
+target = ["moe"]
+prompt_set = ["factual", "code"]
+"""
+
+
+def test_first_configuration_of_a_model_warms_up_until_settled(tmp_path, tiny_zoo, monkeypatch):
+    (tmp_path / "w.toml").write_text(SUITE)
+    suite = load_suite(tmp_path / "w.toml")
+    specs = expand(suite)
+    durations = iter([3.0, 2.0, 1.0, 1.0, 5.0, 5.0, 5.0, 5.0, 5.0])  # settles on the 4th warm-up
+    calls = []
+    real_decode = runner_module.decode
+
+    def timed_decode(*args, **kwargs):
+        result = real_decode(*args, **kwargs)
+        calls.append(1)
+        return replace(result, decode_s=next(durations))
+
+    monkeypatch.setattr(runner_module, "decode", timed_decode)
+    runner = Runner(ModelPool(suite, tiny_zoo))
+    first, second = [s for s in specs if s.repeat == 0]
+    runner.measure(first)
+    assert len(calls) == 4 + 1  # four warm-ups (3.0, 2.0, 1.0, 1.0 settles), then the timed run
+    runner.measure(replace(first, repeat=1))
+    assert len(calls) == 6  # the same configuration: no more warm-up
+    runner.measure(second)
+    assert len(calls) == 8  # another configuration of the settled model: the suite's one warm-up
