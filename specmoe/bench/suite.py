@@ -431,7 +431,9 @@ def _parse_model(
     if "zoo" in entry:
         zoo = _string(ctx, f"{where}.zoo", entry["zoo"])
         if preset is None:
-            ctx.fail(f"{where}.zoo", 'zoo models need a [zoo] table with preset = "tiny", "bench" or "trained"')
+            ctx.fail(
+                f"{where}.zoo", 'zoo models need a [zoo] table with preset = "tiny", "bench" or "trained"'
+            )
         names = _zoo_model_names(preset)
         if zoo not in names:
             hint = _suggest(zoo, names)
