@@ -43,12 +43,23 @@ __all__ = [
 ]
 
 
-def load_model(path: str | Path, backend: str = "hf", **options: Any) -> Backend:
-    """Load a model directory through a registered backend (options: dtype, device, ...)."""
-    return load_backend(backend, str(path), **options)
+def load_model(path: str | Path, backend: str | None = None, **options: Any) -> Backend:
+    """Load a model through a registered backend (options: dtype, device, ...); by default
+    llamacpp for a .gguf file and hf for anything else."""
+    return load_backend(backend or backend_for(path), str(path), **options)
+
+
+def backend_for(path: str | Path) -> str:
+    """The backend a model path implies: llama.cpp reads GGUF files, transformers reads directories."""
+    return "llamacpp" if str(path).endswith(".gguf") else "hf"
 
 
 def load_tokenizer(path: str | Path):
+    """The model's tokenizer: tokenizer.json of an HF directory, or the vocabulary inside a GGUF file."""
+    if backend_for(path) == "llamacpp":
+        from specmoe.backends.llamacpp import GGUFTokenizer
+
+        return GGUFTokenizer(path)
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoTokenizer
 
@@ -62,7 +73,9 @@ def load_tokenizer(path: str | Path):
 
 
 def resolve(spec: str, zoo: Path | None) -> Path:
-    """A model directory from a path or, with a zoo directory, a zoo model name."""
+    """A model directory or .gguf file from a path or, with a zoo directory, a zoo model name."""
+    if spec.endswith(".gguf"):
+        return Path(spec).expanduser()  # the backend checks the file, in one line, when it loads it
     from specmoe.zoo import resolve_model
 
     return resolve_model(spec, zoo)

@@ -11,6 +11,7 @@ from specmoe.errors import SpecmoeError
 # name -> "module:loader". Loaders take (path, **options) and return a Backend.
 _REGISTRY: dict[str, str] = {
     "hf": "specmoe.backends.hf:load_hf",
+    "llamacpp": "specmoe.backends.llamacpp:load_llamacpp",
 }
 
 

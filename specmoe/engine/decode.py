@@ -182,6 +182,14 @@ def _validate(target: Backend, prompts, config: DecodeConfig, drafter: Drafter |
                 f"draft and target vocabularies differ: draft has {drafter.vocab_size} tokens, target "
                 f"{target.vocab_size}; pick a draft from the target's model family"
             )
+        # Same size is not same tokens; backends that can fingerprint their vocabulary (llamacpp: a
+        # sha256 of every token's text) are compared too.
+        digests = (getattr(drafter, "vocab_digest", None), getattr(target, "vocab_digest", None))
+        if None not in digests and digests[0] != digests[1]:
+            raise SpecmoeError(
+                f"draft and target vocabularies differ: both have {target.vocab_size} tokens but not the "
+                "same ones; pick a draft from the target's model family"
+            )
         lookahead = config.gamma
         context = min(context, drafter.max_context)
     longest = max(len(p) for p in prompts)

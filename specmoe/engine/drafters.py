@@ -59,6 +59,7 @@ class ModelDrafter:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.vocab_size = backend.vocab_size
+        self.vocab_digest = getattr(backend, "vocab_digest", None)  # checked against the target's
         self.max_context = backend.max_context
         self._committed: list[int] = []  # committed length per live row at the last propose
 

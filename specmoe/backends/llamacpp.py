@@ -1,0 +1,491 @@
+"""llama.cpp backend: GGUF models through llama-cpp-python's low-level API (`specmoe[llamacpp]`).
+
+Shape legend: B live sequences, t new tokens per sequence, V vocabulary.
+
+One llama.cpp context per model. Its KV cache has one stream per batch row (`n_seq_max` sequences,
+`kv_unified = false`), so rows never attend to each other and each keeps its own positions:
+row i of the engine's batch is llama.cpp sequence `_seq[i]`, and its tokens sit at positions
+0..length-1 of that sequence. A verify block is one `llama_decode` of B x t tokens with an output
+at every position, so the logits of every new position come back in one call. Rollback is
+`llama_memory_seq_rm(seq, keep, -1)`: llama.cpp frees those cells and the next block reuses them,
+so unlike the HF backend there are no masked holes and nothing to compact. `retain` drops the
+sequences of finished rows and renumbers nothing: the surviving rows keep their sequence ids.
+
+Logits are copied out of llama.cpp's output buffer into a float32 torch tensor on the CPU (the
+buffer is overwritten by the next decode), so the engine's acceptance code runs unchanged. With
+GPU offload the weights and KV cache live on the GPU; the logits still arrive on the host.
+
+Only decoder-only transformers are accepted: recurrent and hybrid models cannot drop a suffix of
+their state, and encoder-decoder models do not decode this way. Router tracing is unsupported
+(`router_trace()` returns None): llama.cpp exposes no hook on its expert selection.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import weakref
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from specmoe.errors import SpecmoeError
+
+GGUF_MAGIC = b"GGUF"
+INSTALL_HINT = "install the extra: pip install -c constraints.txt -e '.[llamacpp]'"
+# Positions per sequence when the model allows more; the KV cache is allocated up front.
+DEFAULT_CONTEXT = 4096
+_BATCH_TOKENS = 2048  # tokens per llama_decode call (prefill chunks)
+_OUTPUTS_PER_SEQ = 32  # logit rows per sequence and call: covers a verify block of gamma <= 31
+# Blocks this wide are decoded one position at a time. llama.cpp's CPU kernels run a 2-token batch
+# far slower than two 1-token steps on a small model (bench draft-xs, q8_0, 1 thread: 4.2 ms vs
+# 2 x 1.2 ms; the bench MoE: equal), and the model drafter feeds a 2-token block every round.
+_STEPWISE_WIDTH = 2
+_LOG_KEEP = 20  # recent llama.cpp warnings and errors kept to explain a failed load
+CACHE_TYPES = {"f16": 1, "f32": 0}  # KV cache element type -> ggml_type; f16 is llama.cpp's default
+
+_lib = None
+_log_lines: deque[str] = deque(maxlen=_LOG_KEEP)
+_log_callback = None  # keeps the ctypes callback alive for as long as llama.cpp may call it
+
+
+def llama_lib():
+    """The llama_cpp module, initialised once, with llama.cpp's log routed into `_log_lines`."""
+    global _lib, _log_callback
+    if _lib is not None:
+        return _lib
+    try:
+        import llama_cpp
+    except ImportError:
+        raise SpecmoeError(f"the llamacpp backend needs llama-cpp-python; {INSTALL_HINT}") from None
+
+    @llama_cpp.llama_log_callback
+    def keep_problems(level: int, text: bytes, _user_data) -> None:
+        # ggml_log_level: 3 warn, 4 error. Everything else (debug, info, continuations) is dropped:
+        # a decode loop must not print, and a failed load is explained from what was kept.
+        if level in (3, 4):
+            _log_lines.append(text.decode("utf-8", "replace").strip())
+
+    _log_callback = keep_problems
+    llama_cpp.llama_log_set(_log_callback, None)
+    llama_cpp.llama_backend_init()
+    _lib = llama_cpp
+    return _lib
+
+
+def check_gguf_file(path: Path) -> None:
+    """Fail in one line on a path that is not a GGUF file, before llama.cpp sees it."""
+    if not path.is_file():
+        hint = " (a directory: pass the .gguf file inside it)" if path.is_dir() else ""
+        raise SpecmoeError(
+            f"GGUF file '{path}' not found{hint}; export zoo models with `specmoe zoo export-gguf --zoo DIR`"
+        )
+    with path.open("rb") as handle:
+        magic = handle.read(4)
+    if magic != GGUF_MAGIC:
+        raise SpecmoeError(
+            f"'{path}' is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}); "
+            "the llamacpp backend reads .gguf files, the hf backend reads Hugging Face directories"
+        )
+
+
+def gguf_metadata(path: Path, key: str):
+    """One metadata value of a GGUF file (`{arch}` in key is its architecture), or None when the
+    key is absent or the header cannot be read."""
+    try:
+        import gguf
+
+        reader = gguf.GGUFReader(path)
+        arch = reader.get_field("general.architecture")
+        field = reader.get_field(key.format(arch=arch.contents() if arch is not None else ""))
+        return None if field is None else field.contents()
+    except (ImportError, OSError, ValueError, KeyError, IndexError):  # no gguf package, or a damaged
+        return None  # header: the caller reports the load failure itself
+
+
+def gguf_architecture(path: Path) -> str | None:
+    return gguf_metadata(path, "general.architecture")
+
+
+def load_model_pointer(path: Path, vocab_only: bool = False, n_gpu_layers: int = 0, overrides=None):
+    """llama_model_load_from_file, with every way it can fail turned into one line."""
+    lib = llama_lib()
+    check_gguf_file(path)
+    params = lib.llama_model_default_params()
+    params.vocab_only = vocab_only
+    params.n_gpu_layers = n_gpu_layers
+    if overrides is not None:
+        params.kv_overrides = overrides
+    _log_lines.clear()
+    model = lib.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise SpecmoeError(_load_failure(path))
+    try:
+        _check_decoder_only(lib, model, path)
+    except SpecmoeError:
+        lib.llama_model_free(model)
+        raise
+    return model
+
+
+def _load_failure(path: Path) -> str:
+    arch = gguf_architecture(path)
+    errors = [line for line in _log_lines if "error" in line.lower()] or list(_log_lines)
+    reason = errors[-1] if errors else "no reason given"
+    version = getattr(llama_lib(), "__version__", "?")
+    if "unknown model architecture" in reason:
+        return (
+            f"llama.cpp cannot run '{path}': architecture '{arch}' is not supported by this llama.cpp "
+            f"(llama-cpp-python {version}); use a GGUF of a supported architecture, e.g. qwen3 or qwen3moe"
+        )
+    what = f" (architecture '{arch}')" if arch else ""
+    return f"llama.cpp could not load '{path}'{what}: {reason}"
+
+
+def _check_decoder_only(lib, model, path: Path) -> None:
+    kinds = (
+        ("an encoder-decoder", lib.llama_model_has_encoder),
+        ("a recurrent", lib.llama_model_is_recurrent),
+        ("a hybrid recurrent", lib.llama_model_is_hybrid),
+        ("a diffusion", lib.llama_model_is_diffusion),
+    )
+    for kind, test in kinds:
+        if test(model):
+            raise SpecmoeError(
+                f"'{path}' is {kind} model (architecture '{gguf_architecture(path)}'); the llamacpp backend "
+                "needs a decoder-only transformer, whose cache can drop rejected draft tokens"
+            )
+
+
+def top_k_override(lib, path: Path, top_k: int):
+    """A kv_overrides array setting `<arch>.expert_used_count` (sparsity sweeps), NULL-terminated.
+
+    Checked against the file's expert count first: llama.cpp aborts the process on a top-k larger
+    than the number of experts rather than failing the load.
+    """
+    check_gguf_file(path)
+    experts = gguf_metadata(path, "{arch}.expert_count")
+    if not experts:
+        raise SpecmoeError("moe_top_k was given for a model without MoE routers; drop it for dense models")
+    if not 1 <= top_k <= experts:
+        raise SpecmoeError(f"moe_top_k must be between 1 and the model's {experts} experts, got {top_k}")
+    arch = gguf_architecture(path)
+    overrides = (lib.llama_model_kv_override * 2)()
+    overrides[0].key = f"{arch}.expert_used_count".encode()
+    overrides[0].tag = lib.LLAMA_KV_OVERRIDE_TYPE_INT
+    overrides[0].value.val_i64 = top_k
+    overrides[1].key = b""
+    return overrides
+
+
+def load_llamacpp(
+    path: str | Path,
+    dtype: str | None = None,
+    device: str = "cpu",
+    moe_top_k: int | None = None,
+    n_threads: int | None = None,
+    n_gpu_layers: int | None = None,
+    n_ctx: int | None = None,
+    cache_type: str = "f16",
+    flash_attn: bool | None = None,
+    experts_implementation: str | None = None,
+    allow_pickle: bool = False,
+    trust_remote_code: bool = False,
+) -> LlamaCppBackend:
+    """Load a GGUF model. Options shared with the hf backend keep their meaning where llama.cpp has one.
+
+    dtype: None or "float32" (the logits' type); the weights' type is the GGUF file's own.
+    device: "cpu" keeps everything on the host; "cuda"/"mps" offload all layers (n_gpu_layers = -1)
+        when this llama-cpp-python was built with a GPU backend. n_gpu_layers overrides the count.
+    n_threads: threads for single-token and batched decoding; default torch.get_num_threads(), so
+        both backends use the same number of cores.
+    n_ctx: positions per sequence (default min(model's training context, 4096)).
+    cache_type, flash_attn: the KV cache's element type and flash attention (None: llama.cpp's
+        automatic choice). llama.cpp's defaults (f16 cache, flash attention on CPU) round keys and
+        values to f16; cache_type="f32", flash_attn=False with an f32 GGUF reproduces the hf
+        backend's float32 logits to about 1e-6 (docs/llamacpp.md).
+    allow_pickle, trust_remote_code: accepted for the common command line; GGUF has neither.
+    """
+    path = Path(path).expanduser()
+    if dtype not in (None, "float32"):
+        raise SpecmoeError(
+            f"the llamacpp backend computes with the GGUF file's weight type and float32 activations; "
+            f"dtype '{dtype}' cannot be honoured: use dtype float32 (or none), or export another GGUF type"
+        )
+    if experts_implementation is not None:
+        raise SpecmoeError("--experts-implementation selects a transformers kernel; drop it for llamacpp")
+    lib = llama_lib()
+    layers = _gpu_layers(lib, device, n_gpu_layers)
+    overrides = None if moe_top_k is None else top_k_override(lib, path, moe_top_k)
+    model = load_model_pointer(path, n_gpu_layers=layers, overrides=overrides)
+    threads = n_threads if n_threads is not None else torch.get_num_threads()
+    if threads < 1:
+        raise SpecmoeError(f"n_threads must be >= 1, got {threads}")
+    if cache_type not in CACHE_TYPES:
+        raise SpecmoeError(f"unknown cache_type '{cache_type}'; use one of {', '.join(CACHE_TYPES)}")
+    settings = _ContextSettings(threads, n_ctx, CACHE_TYPES[cache_type], flash_attn)
+    handles = _Handles(lib, model)
+    try:
+        return LlamaCppBackend(handles, path, settings, overrides)
+    except SpecmoeError:
+        handles.free()  # idempotent: the half-built backend's finalizer finds nothing left to free
+        raise
+
+
+def _gpu_layers(lib, device: str, n_gpu_layers: int | None) -> int:
+    if device == "cpu":
+        return 0 if n_gpu_layers is None else n_gpu_layers
+    if device not in ("cuda", "mps") and not device.startswith("cuda:"):
+        raise SpecmoeError(f"unknown device '{device}'; use cpu, cuda or mps")
+    if not lib.llama_supports_gpu_offload():
+        raise SpecmoeError(
+            f"--device {device} was asked for but this llama-cpp-python has no GPU backend; rebuild it with "
+            'CMAKE_ARGS="-DGGML_CUDA=on" (or -DGGML_METAL=on) or use --device cpu'
+        )
+    return -1 if n_gpu_layers is None else n_gpu_layers
+
+
+def model_metadata(lib, model, key: str) -> str | None:
+    """A metadata value of a loaded model as text, or None when the key is absent."""
+    buf = ctypes.create_string_buffer(256)
+    if lib.llama_model_meta_val_str(model, key.encode(), buf, len(buf)) < 0:
+        return None
+    return buf.value.decode("utf-8", "replace")
+
+
+def vocabulary(lib, vocab) -> tuple[int, frozenset[int], str]:
+    """(size, end-of-generation ids, sha256 of every token's text in id order) of a llama vocab."""
+    size = lib.llama_vocab_n_tokens(vocab)
+    digest = hashlib.sha256()
+    eog = []
+    for token in range(size):
+        digest.update(lib.llama_vocab_get_text(vocab, token) or b"")
+        digest.update(b"\0")
+        if lib.llama_vocab_is_eog(vocab, token):
+            eog.append(token)
+    return size, frozenset(eog), digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class _ContextSettings:
+    n_threads: int
+    n_ctx: int | None  # positions per sequence; None: min(training context, DEFAULT_CONTEXT)
+    cache_type: int  # ggml_type of keys and values
+    flash_attn: bool | None  # None: llama.cpp decides
+
+
+class LlamaCppBackend:
+    """A llama.cpp model and context holding one batch of sequences (see the module docstring)."""
+
+    def __init__(self, handles: _Handles, path: Path, settings: _ContextSettings, overrides) -> None:
+        self._handles = handles
+        weakref.finalize(self, handles.free)  # the handles, not self: finalize must not keep self alive
+        lib, model = handles.lib, handles.model
+        self._lib = lib
+        self._model = model
+        self._overrides = overrides  # llama.cpp keeps a pointer to it for the model's lifetime
+        self.name = path.stem
+        self.path = path
+        self.device = torch.device("cpu")  # where the logits land, whatever holds the weights
+        self.settings = settings
+        arch = model_metadata(lib, model, "general.architecture")
+        self.is_moe = int(model_metadata(lib, model, f"{arch}.expert_count") or 0) > 0
+        vocab = lib.llama_model_get_vocab(model)
+        self.vocab_size, self.eos_token_ids, self.vocab_digest = vocabulary(lib, vocab)
+        trained = lib.llama_model_n_ctx_train(model)
+        self.max_context = int(settings.n_ctx or min(trained, DEFAULT_CONTEXT))
+        self._capacity = 0  # sequences the current context holds
+        self._seq: list[int] = []  # llama.cpp sequence id of each live row
+        self._lengths: list[int] = []  # cached tokens of each live row
+        self._new_context(1)
+
+    # -- protocol -------------------------------------------------------------------------------
+    def prefill(self, prompts: Sequence[Sequence[int]]) -> None:
+        if len(prompts) > self._capacity:
+            self._new_context(len(prompts))
+        else:
+            self._lib.llama_memory_clear(self._memory(), True)
+        self._seq = list(range(len(prompts)))
+        self._lengths = [0] * len(prompts)
+        entries = [(row, token) for row, prompt in enumerate(prompts) for token in prompt]
+        for start in range(0, len(entries), _BATCH_TOKENS):
+            self._decode(entries[start : start + _BATCH_TOKENS], outputs=False)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        batch, t = tokens.shape  # [B, t]
+        if batch != len(self._seq):
+            raise RuntimeError(f"forward got {batch} rows but {len(self._seq)} sequences are live")
+        rows = tokens.tolist()
+        if 1 < t <= _STEPWISE_WIDTH:
+            return torch.cat([self._logits([[row[j]] for row in rows]) for j in range(t)], 1)
+        return self._logits(rows)
+
+    def _logits(self, rows: list[list[int]]) -> torch.Tensor:
+        """Decode a rectangular block (one list of token ids per live row); logits [B, t, V]."""
+        entries = [(row, token) for row, ids in enumerate(rows) for token in ids]  # row-major, like logits
+        step = self._outputs_max
+        chunks = [self._decode(entries[i : i + step], outputs=True) for i in range(0, len(entries), step)]
+        logits = chunks[0] if len(chunks) == 1 else np.concatenate(chunks)  # [B * t, V]
+        return torch.from_numpy(logits).view(len(rows), len(rows[0]), self.vocab_size)  # [B, t, V]
+
+    def rollback(self, lengths: Sequence[int]) -> None:
+        memory = self._memory()
+        for row, keep in enumerate(lengths):
+            if keep < self._lengths[row]:
+                if not self._lib.llama_memory_seq_rm(memory, self._seq[row], keep, -1):
+                    raise RuntimeError(f"llama.cpp refused to drop positions >= {keep} of row {row}")
+                self._lengths[row] = keep
+
+    def retain(self, rows: Sequence[int]) -> None:
+        kept = set(rows)
+        memory = self._memory()
+        for row, seq in enumerate(self._seq):
+            if row not in kept:
+                self._lib.llama_memory_seq_rm(memory, seq, -1, -1)
+        self._seq = [self._seq[r] for r in rows]
+        self._lengths = [self._lengths[r] for r in rows]
+
+    def cached_lengths(self) -> list[int]:
+        return list(self._lengths)
+
+    def synchronize(self) -> None:
+        self._lib.llama_synchronize(self._handles.ctx)
+
+    def router_trace(self):
+        return None  # llama.cpp exposes no hook on expert selection
+
+    # -- llama.cpp plumbing ---------------------------------------------------------------------
+    def _memory(self):
+        return self._lib.llama_get_memory(self._handles.ctx)
+
+    def _new_context(self, sequences: int) -> None:
+        """A context for `sequences` rows (rounded up to a power of two, so growing is rare)."""
+        lib = self._lib
+        capacity = 1 << (sequences - 1).bit_length()
+        params = lib.llama_context_default_params()
+        params.n_seq_max = capacity
+        params.n_ctx = capacity * self.max_context
+        params.kv_unified = False  # one KV stream per sequence: rows never share cells
+        params.n_batch = _BATCH_TOKENS
+        params.n_outputs_max = min(_BATCH_TOKENS, _OUTPUTS_PER_SEQ * capacity)
+        params.n_outputs_max_per_seq = 0  # no per-sequence cap: a verify block outputs every position
+        params.n_threads = self.settings.n_threads
+        params.n_threads_batch = self.settings.n_threads
+        params.type_k = params.type_v = self.settings.cache_type
+        if self.settings.flash_attn is not None:
+            params.flash_attn_type = int(self.settings.flash_attn)  # LLAMA_FLASH_ATTN_TYPE_DISABLED/ENABLED
+        params.no_perf = True
+        self._handles.free_context()
+        ctx = lib.llama_init_from_model(self._model, params)
+        if not ctx:
+            reason = _log_lines[-1] if _log_lines else "no reason given"
+            raise SpecmoeError(f"llama.cpp could not create a context for '{self.path}': {reason}")
+        self._handles.ctx = ctx
+        self._handles.batch = batch = lib.llama_batch_init(_BATCH_TOKENS, 0, 1)
+        self._outputs_max = params.n_outputs_max
+        self._capacity = capacity
+        # numpy views on the batch's C arrays, so filling a batch is a few vector writes
+        n = _BATCH_TOKENS
+        self._tokens = np.ctypeslib.as_array(batch.token, shape=(n,))
+        self._pos = np.ctypeslib.as_array(batch.pos, shape=(n,))
+        self._outputs = np.ctypeslib.as_array(batch.logits, shape=(n,))
+        np.ctypeslib.as_array(batch.n_seq_id, shape=(n,))[:] = 1
+        self._slot_seq = [-1] * n  # the sequence id currently written in each batch slot
+
+    def _decode(self, entries: list[tuple[int, int]], outputs: bool) -> np.ndarray | None:
+        """One llama_decode of (row, token) entries at each row's next positions; logits if outputs."""
+        n = len(entries)
+        if n == 0:
+            return None
+        lengths = list(self._lengths)  # committed only once llama.cpp has taken the batch
+        batch = self._handles.batch
+        for slot, (row, token) in enumerate(entries):
+            seq = self._seq[row]
+            if self._slot_seq[slot] != seq:  # seq_id is a pointer per slot: write it only on change
+                batch.seq_id[slot][0] = seq
+                self._slot_seq[slot] = seq
+            self._pos[slot] = lengths[row]
+            self._tokens[slot] = token
+            lengths[row] += 1
+        if max(lengths) > self.max_context:
+            raise SpecmoeError(
+                f"a sequence outgrew the llamacpp context of {self.max_context} positions; "
+                "pass n_ctx to the loader or shorten the prompt"
+            )
+        self._outputs[:n] = 1 if outputs else 0
+        batch.n_tokens = n
+        status = self._lib.llama_decode(self._handles.ctx, batch)
+        if status != 0:
+            reason = _log_lines[-1] if _log_lines else "no reason given"
+            raise RuntimeError(f"llama_decode failed with status {status}: {reason}")
+        self._lengths = lengths
+        if not outputs:
+            return None
+        pointer = self._lib.llama_get_logits(self._handles.ctx)
+        return np.ctypeslib.as_array(pointer, shape=(n, self.vocab_size)).copy()  # [n, V]
+
+
+class _Handles:
+    """The llama.cpp objects a backend or tokenizer owns, freed once when their owner is collected."""
+
+    def __init__(self, lib, model) -> None:
+        self.lib, self.model, self.ctx, self.batch = lib, model, None, None
+
+    def free_context(self) -> None:
+        if self.batch is not None:
+            self.lib.llama_batch_free(self.batch)
+        if self.ctx is not None:
+            self.lib.llama_free(self.ctx)
+        self.ctx = self.batch = None
+
+    def free(self) -> None:
+        self.free_context()
+        if self.model is not None:
+            self.lib.llama_model_free(self.model)
+            self.model = None
+
+
+class GGUFTokenizer:
+    """The tokenizer stored in a GGUF file, tokenizing exactly as llama.cpp does.
+
+    Provides the two methods the engine's edges use: encode(text, add_special_tokens=False) and
+    decode(ids).
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        lib = llama_lib()
+        self.path = Path(path).expanduser()
+        model = load_model_pointer(self.path, vocab_only=True)
+        self._lib = lib
+        self._vocab = lib.llama_model_get_vocab(model)
+        handles = _Handles(lib, model)
+        weakref.finalize(self, handles.free)
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        data = text.encode("utf-8")
+        size = len(data) + 8
+        while True:
+            buf = (self._lib.llama_token * size)()
+            n = self._lib.llama_tokenize(self._vocab, data, len(data), buf, size, add_special_tokens, False)
+            if n >= 0:
+                return list(buf[:n])
+            size = -n
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.decode_bytes(ids).decode("utf-8", "replace")
+
+    def decode_bytes(self, ids: Sequence[int]) -> bytes:
+        """The concatenated bytes of the tokens' pieces, as llama.cpp's tools print them."""
+        ids = list(ids)
+        tokens = (self._lib.llama_token * max(len(ids), 1))(*ids)
+        size = 16 * len(ids) + 16
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = self._lib.llama_detokenize(self._vocab, tokens, len(ids), buf, size, False, False)
+            if n >= 0:
+                return buf.raw[:n]
+            size = -n
