@@ -129,16 +129,15 @@ class Runner:
         )
         make_drafter = self._drafter_factory(spec, target, prompts, config)
         if spec.config_key not in self._warm:
-            model_key = (spec.target, spec.dtype, spec.device, spec.moe_top_k)
-            times: list[float] = []
+            times = [decode(target, prompts, config, make_drafter()).decode_s for _ in range(spec.warmup)]
             # A model's first runs in a process are slower for a while (measured: the first timed
             # bfloat16 MoE baseline after one warm-up ran up to 30% slower than the next), so its
             # first configuration warms up until two runs agree; later ones use the suite's count.
-            while len(times) < spec.warmup or (
-                spec.warmup and model_key not in self._settled and not settled(times)
-            ):
-                times.append(decode(target, prompts, config, make_drafter()).decode_s)
-            self._settled.add(model_key)
+            model_key = (spec.target, spec.dtype, spec.device, spec.moe_top_k)
+            if spec.warmup and model_key not in self._settled:
+                while not settled(times):
+                    times.append(decode(target, prompts, config, make_drafter()).decode_s)
+                self._settled.add(model_key)
             self._warm.add(spec.config_key)
         return decode(target, prompts, config, make_drafter())
 
