@@ -119,7 +119,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     for name, rows in (("study", study_rows), ("moesd", moesd_rows), ("family", family_rows)):
         found.update(_run_values(name, rows))
     found.update(study_audit_values(study_csv))
-    found.update(notes_values(out, moesd, predict))
+    found.update(notes_values(out, study_rows, moesd_rows, moesd, predict))
     found["elsewhere.table"] = unfitted_table(examples)
     wall = json.loads((out / "wall_time.json").read_text()) if (out / "wall_time.json").is_file() else {}
     found["wall.minutes"] = f"{sum(wall.values()) / 60:.0f}"

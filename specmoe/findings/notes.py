@@ -64,12 +64,17 @@ def model_gap(moesd: Sequence[Cell], predict: Predict) -> tuple[str, str]:
     return f"{100 * median(gaps):.0f}%", f"{100 * max(gaps):.0f}%"
 
 
-def notes_values(out: Path, moesd: Sequence[Cell], predict: Predict) -> dict[str, str]:
+def notes_values(
+    out: Path,
+    study: Sequence[RunRow],
+    this_moesd: Sequence[RunRow],
+    moesd: Sequence[Cell],
+    predict: Predict,
+) -> dict[str, str]:
+    """`study` and `this_moesd` are this pass's rows, `moesd` its cells; the first pass is read here."""
     first = out / "first-pass"
     first_study = read_export(first / "study.csv") if (first / "study.csv").is_file() else []
-    study = read_export(out / "study.csv") if (out / "study.csv").is_file() else []
     first_moesd = read_export(first / "moesd.csv") if (first / "moesd.csv").is_file() else []
-    this_moesd = read_export(out / "moesd.csv") if (out / "moesd.csv").is_file() else []
     gap_median, gap_max = model_gap(moesd, predict)
     first_cells = cells(first_moesd)
     return {

@@ -4,11 +4,10 @@ profiles, and from first principles (unfitted) for hardware the findings were no
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 from specmoe.findings.batch_claims import ALPHA, Predict
 from specmoe.perf.fit import load_fit
-from specmoe.perf.predict import _predict_unfitted, fit_times, load_draft, predict_rows
+from specmoe.perf.predict import fit_times, load_draft, predict_rows, predict_unfitted
 
 FIT_FILES = {"moe": "moe-float32.json", "dense-s": "dense-s-float32.json"}  # `Profile.name`s
 DRAFT_FIT = "draft-xs-float32.json"  # the oracle drafts pay draft-xs's forward passes
@@ -50,20 +49,14 @@ def unfitted_table(examples: Path, gamma: int = 4, alphas: tuple[float, ...] = (
     lines = [header, "|---" * (len(BATCHES) + 3) + "|"]
     for label, hardware in ELSEWHERE:
         for name, config in (("MoE (Qwen2-57B-A14B shape)", MOE_CONFIG), ("dense 8B", DENSE_CONFIG)):
-            args = SimpleNamespace(
-                config=examples / config,
-                hardware=examples / hardware,
-                draft_config=examples / DRAFT_CONFIG,
-                fit=None,
-                draft=None,
-                top_k=None,
-                dtype=None,
-                context=None,
-                batch=list(BATCHES),
-                gamma=[gamma],
-                alpha=list(alphas),
-            )
-            rows = _predict_unfitted(args)["rows"]
+            rows = predict_unfitted(
+                examples / config,
+                examples / hardware,
+                examples / DRAFT_CONFIG,
+                list(BATCHES),
+                [gamma],
+                list(alphas),
+            )["rows"]
             for alpha in alphas:
                 speedups = [f"{row['speedup'][f'{alpha:g}']:.2f}×" for row in rows]
                 lines.append(f"| {label} | {name} | {alpha:g} | " + " | ".join(speedups) + " |")

@@ -202,9 +202,6 @@ def predict_from_args(args) -> dict:
 
 
 def _predict_unfitted(args) -> dict:
-    from specmoe.perf.firstprinciples import load_config, unfitted_model
-    from specmoe.perf.hardware import load_hardware
-
     if args.config is None or args.hardware is None:
         raise SpecmoeError("a first-principles estimate needs both --config config.json and --hardware FILE")
     if args.fit is not None or args.draft is not None:
@@ -212,20 +209,48 @@ def _predict_unfitted(args) -> dict:
             "a fit or measured draft belongs to the machine it was profiled on; with --config/--hardware "
             "pass the draft as --draft-config"
         )
-    hardware = load_hardware(args.hardware)
-    context = 512 if args.context is None else args.context
+    return predict_unfitted(
+        args.config,
+        args.hardware,
+        args.draft_config,
+        args.batch or DEFAULT_BATCHES,
+        args.gamma,
+        args.alpha,
+        context=args.context,
+        dtype=args.dtype,
+        top_k=args.top_k,
+    )
+
+
+def predict_unfitted(
+    config: Path,
+    hardware_path: Path,
+    draft_config: Path | None,
+    batches,
+    gammas,
+    alphas,
+    context: int | None = None,
+    dtype: str | None = None,
+    top_k: int | None = None,
+) -> dict:
+    """A first-principles (UNFITTED) prediction from a config.json and a hardware file."""
+    from specmoe.perf.firstprinciples import load_config, unfitted_model
+    from specmoe.perf.hardware import load_hardware
+
+    hardware = load_hardware(hardware_path)
+    context = 512 if context is None else context
     if context < 0:
         raise SpecmoeError(f"--context must be >= 0 tokens, got {context}")
     models = []
-    for path in (args.config, args.draft_config):
+    for path in (config, draft_config):
         if path is None:
             models.append(None)
             continue
-        arch = load_config(path, args.dtype)
-        constants, shape = unfitted_model(arch, hardware, str(args.hardware))
-        if path == args.config and args.top_k is not None:
-            shape = with_top_k(shape, args.top_k, str(path))
+        arch = load_config(path, dtype)
+        constants, shape = unfitted_model(arch, hardware, str(hardware_path))
+        if path == config and top_k is not None:
+            shape = with_top_k(shape, top_k, str(path))
         label = f"{config_name(Path(path))} on {hardware.name}"
         models.append(ModelTimes(label, constants, shape, context, False))
     target, draft = models
-    return predict(target, draft, args.batch or DEFAULT_BATCHES, args.gamma, args.alpha)
+    return predict(target, draft, batches, gammas, alphas)
