@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specmoe.engine.records import DecodeResult
+from specmoe.stats import Estimate, ratio_of_means
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,44 @@ def totals(result: DecodeResult) -> Totals:
         emitted=sum(sum(r.emitted) for r in result.rounds),
         truncated=sum(o.truncated for o in result.outputs),
     )
+
+
+@dataclass(frozen=True)
+class SequenceCounts:
+    """One sequence's (one prompt's) counts over a run; they obey the same invariant as Totals."""
+
+    rounds: int  # sequence-rounds this sequence took part in
+    drafted: int
+    accepted: int
+    emitted: int
+    truncated: int
+    accepted_by_position: tuple[int, ...]  # [γ]: rounds whose j-th proposal was accepted, j = 1..γ
+
+
+def per_sequence(result: DecodeResult) -> list[SequenceCounts]:
+    """Counts per sequence of the batch, in prompt order: the per-prompt records of a run."""
+    n = len(result.outputs)
+    rounds, drafted, accepted, emitted = ([0] * n for _ in range(4))
+    by_position = [[0] * result.gamma for _ in range(n)]
+    for record in result.rounds:
+        for row, d, a, e in zip(record.rows, record.drafted, record.accepted, record.emitted, strict=True):
+            rounds[row] += 1
+            drafted[row] += d
+            accepted[row] += a
+            emitted[row] += e
+            for j in range(a):
+                by_position[row][j] += 1
+    return [
+        SequenceCounts(
+            rounds=rounds[i],
+            drafted=drafted[i],
+            accepted=accepted[i],
+            emitted=emitted[i],
+            truncated=result.outputs[i].truncated,
+            accepted_by_position=tuple(by_position[i]),
+        )
+        for i in range(n)
+    ]
 
 
 def acceptance_rate(accepted: int, drafted: int) -> float | None:
@@ -126,31 +165,14 @@ def summary(result: DecodeResult) -> dict[str, float | int | None]:
     }
 
 
-def speedup_interval(
-    sd_tokens_per_s: list[float],
-    baseline_tokens_per_s: list[float],
-    confidence: float = 0.95,
-    resamples: int = 2000,
-    seed: int = 0,
-) -> tuple[float, float, float]:
-    """Speedup = mean SD tokens/s ÷ mean baseline tokens/s, with a paired bootstrap interval.
+def speedup(sd_tokens_per_s: Sequence[float], baseline_tokens_per_s: Sequence[float]) -> Estimate:
+    """Speedup = mean SD tokens/s ÷ mean baseline tokens/s over paired units, with its interval.
 
-    Repeats are paired by index (repeat r of the SD arm with repeat r of its baseline) and resampled
-    together, so drift shared by both arms cancels. With one repeat the interval is the point.
-    Returns (speedup, low, high).
+    A paired unit is one prompt batch in one repeat, measured by both arms back to back; unit i of
+    each list belongs together. The interval is the ratio estimator's t-interval at 95% from
+    MIN_UNITS units on, the range of the per-unit ratios below that (`specmoe.stats`).
     """
-    import numpy as np
-
-    sd = np.asarray(sd_tokens_per_s, dtype=float)
-    base = np.asarray(baseline_tokens_per_s, dtype=float)
-    point = float(sd.mean() / base.mean())
-    if len(sd) < 2:
-        return point, point, point
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, len(sd), size=(resamples, len(sd)))
-    ratios = sd[picks].mean(1) / base[picks].mean(1)
-    tail = (1 - confidence) / 2
-    return point, float(np.quantile(ratios, tail)), float(np.quantile(ratios, 1 - tail))
+    return ratio_of_means(sd_tokens_per_s, baseline_tokens_per_s)
 
 
 def target_efficiency_measured(

@@ -25,6 +25,7 @@ name = "mini"
 preset = "tiny"
 seed = 0
 [defaults]
+prompts = 1
 repeats = 2
 warmup = 0
 max_new_tokens = 12

@@ -52,6 +52,7 @@ name = "t"
 preset = "tiny"
 
 [defaults]
+prompts = 1
 repeats = 2
 warmup = 0
 max_new_tokens = 6

@@ -151,6 +151,7 @@ name = "gguf-mini"
 preset = "tiny"
 seed = 0
 [defaults]
+prompts = 1
 max_new_tokens = 12
 dtype = "float32"
 prompt_set = "code"

@@ -228,6 +228,7 @@ name = "ngram"
 [zoo]
 preset = "tiny"
 [defaults]
+prompts = 1
 repeats = 1
 max_new_tokens = 12
 dtype = "float32"

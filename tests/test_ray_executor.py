@@ -20,6 +20,7 @@ name = "tiny-ray"
 [zoo]
 preset = "tiny"
 [defaults]
+prompts = 1
 max_new_tokens = 8
 dtype = "float32"
 [models.moe]

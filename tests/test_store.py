@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 import os
 import signal
 import sqlite3
@@ -76,7 +77,53 @@ def test_wal_mode_and_schema_version(tmp_path):
         assert store.journal_mode == "wal"
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"  # persistent, not per connection
-    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(1,)]
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
+    conn.close()
+
+
+V1_SCHEMA = """
+CREATE TABLE schema_version (version INTEGER NOT NULL);
+INSERT INTO schema_version VALUES (1);
+CREATE TABLE runs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL UNIQUE, config_key TEXT NOT NULL,
+    baseline_key TEXT NOT NULL, suite TEXT NOT NULL, group_name TEXT NOT NULL,
+    arm TEXT NOT NULL CHECK (arm IN ('baseline', 'sd')), repeat INTEGER NOT NULL, config TEXT NOT NULL,
+    env TEXT NOT NULL, counts TEXT NOT NULL, times TEXT NOT NULL, tokens_per_s REAL NOT NULL,
+    acceptance_rate REAL, rounds_trace TEXT NOT NULL, audit_verdict TEXT NOT NULL,
+    audit_reason TEXT NOT NULL, created_at TEXT NOT NULL
+);
+"""
+
+
+def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_runs(tmp_path):
+    path = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(path)
+    conn.executescript(V1_SCHEMA)
+    row = make_row(0)
+    conn.execute(
+        "INSERT INTO runs (run_id, config_key, baseline_key, suite, group_name, arm, repeat, config, "
+        "env, counts, times, tokens_per_s, acceptance_rate, rounds_trace, audit_verdict, audit_reason, "
+        "created_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (row.run_id, row.config_key, row.baseline_key, row.suite, row.group, row.arm, row.repeat,
+         json.dumps(row.config), json.dumps(row.env), json.dumps(row.counts), json.dumps(row.times),
+         row.tokens_per_s, row.acceptance_rate, "[]", row.audit_verdict, row.audit_reason, row.created_at),
+    )  # fmt: skip
+    conn.commit()
+    conn.close()
+    with Store(path) as store:
+        (old,) = store.rows()
+        assert (old.run_id, old.counts, old.noisy, old.prompts, old.measure) == (
+            row.run_id,
+            row.counts,
+            False,
+            [],
+            {},
+        )
+        store.add(make_row(1))  # a resumed suite adds to it
+        assert store.finished_ids() == {row.run_id, make_row(1).run_id}
+    conn = sqlite3.connect(path)
+    assert conn.execute("SELECT version FROM schema_version").fetchall() == [(2,)]
     conn.close()
 
 
@@ -192,7 +239,7 @@ def test_csv_export_columns(tmp_path):
         "counts.truncated",
         "times.prefill_s", "times.decode_s", "times.draft_s", "times.verify_s", "times.overhead_s",
         "times.wall_s",
-        "tokens_per_s", "acceptance_rate", "audit_verdict", "audit_reason", "created_at",
+        "tokens_per_s", "acceptance_rate", "noisy", "audit_verdict", "audit_reason", "created_at",
     ]  # fmt: skip
     assert "rounds_trace" not in columns
     assert [r["run_id"] for r in records] == ["run-00000", "run-00001", "run-00002"]

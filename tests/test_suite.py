@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from specmoe.bench.plan import plan
+from specmoe.bench.prompts import load_prompt_set
 from specmoe.bench.suite import (
     SUITES_DIR,
     ModelSpec,
@@ -31,6 +33,7 @@ name = "t"
 preset = "tiny"
 
 [defaults]
+prompts = 1
 repeats = 2
 max_new_tokens = 16
 
@@ -66,23 +69,25 @@ def load_text(tmp_path: Path, text: str):
 # --- shipped suites ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "size"), [("study", 312), ("moesd", 336), ("quick", 24)])
+@pytest.mark.parametrize(("name", "size"), [("study", 1818), ("moesd", 2760), ("quick", 240)])
 def test_shipped_suite_sizes(name, size):
     specs = expand(load_suite(builtin_suite_path(name)))
     assert len(specs) == size
     assert len({s.run_id for s in specs}) == size
 
 
-def test_study_reproduces_the_study_design():
+def test_study_reproduces_the_study_design_over_every_prompt():
     specs = expand(load_suite(builtin_suite_path("study")))
     counts = Counter((s.group, s.arm) for s in specs)
+    prompts = sum(len(load_prompt_set(kind)) for kind in ("factual", "code", "reasoning", "chinese"))
+    assert prompts == 39  # every prompt of every kind is a paired unit, in each of 2 repeats
     assert counts == {
-        ("A", "baseline"): 12,  # moe x 4 prompt kinds x 3 repeats
-        ("B", "sd"): 144,  # 4 drafts x 3 gammas x 4 kinds x 3
-        ("C", "baseline"): 48,  # 4 dense models x 4 kinds x 3
-        ("D", "sd"): 72,  # 2 dense targets x 3 gammas x 4 kinds x 3
-        ("F", "baseline"): 18,  # 6 prompt lengths x 3
-        ("F", "sd"): 18,
+        ("A", "baseline"): prompts * 2,  # moe x every prompt x 2 repeats
+        ("B", "sd"): 12 * prompts * 2,  # 4 drafts x 3 gammas x every prompt x 2
+        ("C", "baseline"): 4 * prompts * 2,  # 4 dense models
+        ("D", "sd"): 6 * prompts * 2,  # 2 dense targets x 3 gammas
+        ("F", "baseline"): 6 * 2,  # 6 prompt lengths x 2, one synthetic batch each
+        ("F", "sd"): 6 * 2,
     }
     assert {s.max_new_tokens for s in specs} == {256}
     assert {s.temperature for s in specs} == {0.0}
@@ -104,14 +109,22 @@ def test_moesd_uses_oracle_drafts_and_sweeps_batch_and_sparsity():
     assert {s.moe_top_k for s in specs if s.target == "dense-s"} == {None}
 
 
-def test_every_sd_arm_has_its_baseline_earlier_in_the_list():
+def test_every_sd_arm_is_measured_in_one_block_with_its_baseline():
     for name in ("study", "moesd", "quick"):
-        specs = expand(load_suite(builtin_suite_path(name)))
-        arms = [s.arm for s in specs]
-        assert arms == sorted(arms)  # "baseline" < "sd": all baselines come first
-        baselines = {(s.config_key, s.repeat) for s in specs if s.arm == "baseline"}
-        for spec in specs:
-            assert (spec.baseline_key, spec.repeat) in baselines
+        for block in plan(load_suite(builtin_suite_path(name))):
+            (baseline,) = [s for s in block.specs if s.arm == "baseline"]
+            assert all(s.baseline().run_id == baseline.run_id for s in block.specs)
+            assert len({(s.prompt_batch, s.repeat) for s in block.specs}) == 1
+
+
+def test_blocks_run_repeat_by_repeat_and_arms_in_varying_seeded_order():
+    blocks = plan(load_suite(builtin_suite_path("quick")))
+    repeats = [b.specs[0].repeat for b in blocks]
+    assert repeats == sorted(repeats)  # every repeat 0 before any repeat 1
+    positions = Counter(next(i for i, s in enumerate(b.specs) if s.arm == "baseline") for b in blocks)
+    assert len(positions) > 1  # the baseline is not always first
+    again = plan(load_suite(builtin_suite_path("quick")))
+    assert [b.run_ids for b in blocks] == [b.run_ids for b in again]
 
 
 def test_expand_is_deterministic():
@@ -394,7 +407,7 @@ def test_bad_suite_is_one_line_naming_file_and_key(tmp_path, text, key, fragment
 
 @pytest.mark.parametrize(
     ("text", "line"),
-    [(BASE + "oops = = 1\n" + GROUP, "line 19"), (BASE + GROUP + "gamma = [2,\n", "line 25")],
+    [(BASE + "oops = = 1\n" + GROUP, "line 20"), (BASE + GROUP + "gamma = [2,\n", "line 26")],
 )
 def test_toml_syntax_error_names_the_line(tmp_path, text, line):
     path = write(tmp_path, text)

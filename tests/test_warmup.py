@@ -25,6 +25,7 @@ name = "w"
 preset = "tiny"
 
 [defaults]
+prompts = 1
 repeats = 2
 warmup = 1
 max_new_tokens = 4

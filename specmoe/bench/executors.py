@@ -2,8 +2,9 @@
 
 Either way the driver, the process that called `run_suite`, is the only writer of the store: an
 executor yields each finished row, and each failed attempt, and the driver stores it as it arrives,
-so the store's guarantees (one transaction per run, resume, no duplicates) hold for both. An SD arm
-is measured after its baseline, whose row its audit compares against.
+so the store's guarantees (one transaction per run, resume, no duplicates) hold for both. Both
+measure a block (`specmoe.bench.plan`: a baseline and its SD arms on one prompt batch) back to back
+in one process.
 
 Ray is an optional dependency (`pip install -e '.[ray]'`), imported only when the ray executor runs.
 Retries are the driver's, not Ray's (tasks run with `max_retries=0`): the driver sees every failed
@@ -21,6 +22,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from specmoe.bench.noise import choose_threads
+from specmoe.bench.plan import Block
 from specmoe.bench.runner import ModelPool, Runner, print_done, print_progress
 from specmoe.bench.store import FailedAttempt, RunRow
 from specmoe.bench.suite import RunSpec, Suite
@@ -36,10 +39,15 @@ class Work:
 
     suite: Suite
     zoo_dir: Path | None
-    specs: tuple[RunSpec, ...]  # runs not yet stored, every baseline before the SD arms
+    blocks: tuple[Block, ...]  # runs not yet stored, in measurement order (specmoe.bench.plan)
     baselines: Mapping[tuple[str, int], RunRow]  # stored baseline rows by (config_key, repeat)
     skipped: int  # runs of the suite already stored
     progress: bool  # print a status line on stderr
+    threads: int | None = None  # forward threads for local runs; None: the noise guard chooses
+
+    @property
+    def specs(self) -> tuple[RunSpec, ...]:
+        return tuple(spec for block in self.blocks for spec in block.specs)
 
 
 class Executor(Protocol):
@@ -54,21 +62,25 @@ def baseline_key(spec: RunSpec) -> tuple[str, int]:
 
 
 class LocalExecutor:
-    """One run after another in this process, in the order of the suite (the default)."""
+    """One block after another in this process, in the suite's measurement order (the default)."""
 
     def run(self, work: Work) -> Iterator[RunRow]:
+        if not work.blocks:
+            return
+        choose_threads(work.threads)
         runner = Runner(ModelPool(work.suite, work.zoo_dir))
         baselines = dict(work.baselines)
-        started = time.perf_counter()
-        for index, spec in enumerate(work.specs):
+        started, total, done = time.perf_counter(), len(work.specs), 0
+        for block in work.blocks:
             if work.progress:
-                print_progress(index, len(work.specs), work.skipped, spec, started)
-            row = runner.row(spec, baselines.get(baseline_key(spec)) if spec.arm == "sd" else None)
-            if spec.arm == "baseline":
-                baselines[baseline_key(spec)] = row
-            yield row
-        if work.progress and work.specs:
-            print_done(len(work.specs), started)
+                print_progress(done, total, work.skipped, block.specs[0], started)
+            for row in runner.block(block, baselines.get(baseline_key(block.specs[0]))):
+                if row.arm == "baseline":
+                    baselines[(row.config_key, row.repeat)] = row
+                done += 1
+                yield row
+        if work.progress:
+            print_done(total, started)
 
 
 @dataclass(frozen=True)
@@ -123,10 +135,10 @@ def _init(ray, address: str | None, num_cpus: int | None) -> None:
 
 
 class _Driver:
-    """Submits runs as their baselines become known, collects results as they finish, and resubmits
-    failed attempts until `max_retries` retries are spent.
+    """Submits each block as one task (its arms run back to back in one worker, as locally), collects
+    the rows as blocks finish, and resubmits a failed block until `max_retries` retries are spent.
 
-    Runs against servers go one at a time: two at once would load the servers together (timings
+    Blocks against servers go one at a time: two at once would load the servers together (timings
     measure the overlap) and mix the servers' counters, which count every request.
     """
 
@@ -136,63 +148,53 @@ class _Driver:
         self.executor = executor
         self.task = ray.remote(_task)
         self.groups = {g.name: g for g in work.suite.groups}
-        self.baselines = dict(work.baselines)
-        self.waiting: dict[tuple[str, int], list[RunSpec]] = {}  # SD arms by the baseline they need
-        self.pending: dict[Any, tuple[RunSpec, int]] = {}  # task ref -> (spec, attempt)
-        self.served_queue: list[tuple[RunSpec, int]] = []  # server runs waiting for their turn
-        self.serving = False  # a server run is in flight
+        self.pending: dict[Any, tuple[Block, int]] = {}  # task ref -> (block, attempt)
+        self.served_queue: list[tuple[Block, int]] = []  # server blocks waiting for their turn
+        self.serving = False  # a server block is in flight
 
     def drive(self) -> Iterator[RunRow | FailedAttempt]:
-        for spec in self.work.specs:
-            if spec.arm == "sd" and baseline_key(spec) not in self.baselines:
-                self.waiting.setdefault(baseline_key(spec), []).append(spec)
-            else:
-                self._submit(spec, 1)
-        started, finished = time.perf_counter(), 0
+        for block in self.work.blocks:
+            self._submit(block, 1)
+        started, finished, total = time.perf_counter(), 0, len(self.work.specs)
         while self.pending:
             ready, _ = self.ray.wait(list(self.pending), num_returns=1)
-            spec, attempt = self.pending.pop(ready[0])
-            if spec.concurrency is not None:
+            block, attempt = self.pending.pop(ready[0])
+            if block.specs[0].concurrency is not None:
                 self.serving = False
                 if self.served_queue:
                     self._submit(*self.served_queue.pop(0))
             try:
-                row = self.ray.get(ready[0])
+                rows = self.ray.get(ready[0])
             except self.ray.exceptions.RayError as err:
-                yield from self._failed(spec, attempt, _task_error(err))
+                yield from self._failed(block, attempt, _task_error(err))
                 continue
-            finished += 1
             if self.work.progress:
-                print_progress(finished - 1, len(self.work.specs), self.work.skipped, spec, started)
-            yield row
-            if spec.arm == "baseline":
-                self.baselines[(spec.config_key, spec.repeat)] = row
-                for dependent in self.waiting.pop((spec.config_key, spec.repeat), []):
-                    self._submit(dependent, 1)
-        if self.work.progress and self.work.specs:
+                print_progress(finished, total, self.work.skipped, block.specs[0], started)
+            finished += len(rows)
+            yield from rows
+        if self.work.progress and total:
             print_done(finished, started)
 
-    def _failed(self, spec: RunSpec, attempt: int, error: str) -> Iterator[FailedAttempt]:
+    def _failed(self, block: Block, attempt: int, error: str) -> Iterator[FailedAttempt]:
         final = attempt > self.executor.max_retries
-        yield FailedAttempt(spec.run_id, attempt, error, final)
+        for spec in block.specs:
+            yield FailedAttempt(spec.run_id, attempt, error, final)
         if not final:
-            self._submit(spec, attempt + 1)
-            return
-        for dependent in self.waiting.pop((spec.config_key, spec.repeat), []):
-            yield FailedAttempt(dependent.run_id, 0, f"its baseline run {spec.run_id} failed", True)
+            self._submit(block, attempt + 1)
 
-    def _submit(self, spec: RunSpec, attempt: int) -> None:
-        if spec.concurrency is not None:
+    def _submit(self, block: Block, attempt: int) -> None:
+        first = block.specs[0]
+        if first.concurrency is not None:
             if self.serving:
-                self.served_queue.append((spec, attempt))
+                self.served_queue.append((block, attempt))
                 return
             self.serving = True
-        cpus, gpus = resources(self.work.suite, spec, self.groups)
-        baseline = self.baselines.get(baseline_key(spec)) if spec.arm == "sd" else None
+        cpus, gpus = resources(self.work.suite, first, self.groups)
+        baseline = self.work.baselines.get(baseline_key(first))
         ref = self.task.options(num_cpus=cpus, num_gpus=gpus, max_retries=0).remote(
-            self.work.suite, self.work.zoo_dir, spec, baseline, attempt, self.executor.fault_dir
+            self.work.suite, self.work.zoo_dir, block, baseline, attempt, self.executor.fault_dir
         )
-        self.pending[ref] = (spec, attempt)
+        self.pending[ref] = (block, attempt)
 
 
 def resources(suite: Suite, spec: RunSpec, groups: Mapping[str, Any] | None = None) -> tuple[float, float]:
@@ -213,18 +215,19 @@ _RUNNERS: dict[tuple[str, str, str], Runner] = {}  # per worker process: models 
 def _task(
     suite: Suite,
     zoo_dir: Path | None,
-    spec: RunSpec,
+    block: Block,
     baseline: RunRow | None,
     attempt: int,
     fault_dir: Path | None,
-) -> RunRow:
+) -> list[RunRow]:
     if fault_dir is not None:
-        _die_once(fault_dir, spec.run_id)
+        _die_once(fault_dir, block.specs[0].run_id)
     key = (str(suite.path), suite.name, str(zoo_dir))
     if key not in _RUNNERS:
         _RUNNERS[key] = Runner(ModelPool(suite, zoo_dir))
-    row = _RUNNERS[key].row(spec, baseline)
-    return replace(row, env={**row.env, "executor": "ray", "attempts": attempt, "node": platform.node()})
+    rows = _RUNNERS[key].block(block, baseline)
+    ray_env = {"executor": "ray", "attempts": attempt, "node": platform.node()}
+    return [replace(row, env={**row.env, **ray_env}) for row in rows]
 
 
 def _die_once(fault_dir: Path, run_id: str) -> None:

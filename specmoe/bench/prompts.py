@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,7 +37,16 @@ def builtin_path(name: str) -> Path:
     return PROMPT_SETS_DIR / f"{name}.jsonl"
 
 
-def load_prompt_set(name_or_path: str | Path) -> list[str]:
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt of a set, with what the per-prompt records and breakdowns need."""
+
+    id: str  # Spec-Bench's question_id, else "<set>:<0-based line index>"
+    category: str  # Spec-Bench's category, else the set's name (a built-in's name or the file's stem)
+    text: str
+
+
+def load_prompts(name_or_path: str | Path) -> list[Prompt]:
     """The prompts of a built-in set (by name) or of a JSONL file, in file order.
 
     A file may use plain `{"prompt": ...}` lines or Spec-Bench's question format
@@ -49,28 +60,104 @@ def load_prompt_set(name_or_path: str | Path) -> list[str]:
             f"unknown prompt set '{name}': not a built-in ({', '.join(BUILTIN_PROMPT_SETS)}) "
             "and no such file; give a built-in name or the path of a .jsonl file"
         )
+    set_name = name if is_builtin(name) else path.stem
     prompts = []
     for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if line.strip():
-            prompts.append(_parse_line(line, path, lineno))
+            prompts.append(_parse_line(line, path, lineno, set_name, len(prompts)))
     if not prompts:
         raise SpecmoeError(f"{path}: no prompts in the file; {_FORMAT_HINT}")
     return prompts
 
 
-def _parse_line(line: str, path: Path, lineno: int) -> str:
+def load_prompt_set(name_or_path: str | Path) -> list[str]:
+    """The prompt texts of a set, in file order (see `load_prompts`)."""
+    return [prompt.text for prompt in load_prompts(name_or_path)]
+
+
+def _parse_line(line: str, path: Path, lineno: int, set_name: str, index: int) -> Prompt:
     try:
         record: Any = json.loads(line)
     except json.JSONDecodeError as err:
         raise SpecmoeError(f"{path}:{lineno}: invalid JSON ({err.msg}); {_FORMAT_HINT}") from None
     if isinstance(record, dict):
+        text = None
         turns = record.get("turns")
         if isinstance(turns, list) and turns and isinstance(turns[0], str):
-            return turns[0]
-        prompt = record.get("prompt")
-        if "turns" not in record and isinstance(prompt, str):
-            return prompt
+            text = turns[0]
+        elif "turns" not in record and isinstance(record.get("prompt"), str):
+            text = record["prompt"]
+        if text is not None:
+            qid = record.get("question_id")
+            category = record.get("category")
+            return Prompt(
+                id=str(qid) if qid is not None else f"{set_name}:{index}",
+                category=str(category) if category is not None else set_name,
+                text=text,
+            )
     raise SpecmoeError(f"{path}:{lineno}: no prompt string in this line; {_FORMAT_HINT}")
+
+
+def select_prompts(prompts: list[Prompt], count: int | None) -> list[Prompt]:
+    """`count` prompts of the set, stratified by category; all of them when count is None or covers
+    the set. Deterministic: the same set and count always give the same prompts, in file order.
+
+    Categories share the count round-robin (in order of first appearance) until each has its quota
+    or is used up, so 26 prompts of Spec-Bench's 13 categories take 2 from each however unequal the
+    categories' sizes; within a category the picks are evenly spaced through its prompts.
+    """
+    if count is None or count >= len(prompts):
+        return list(prompts)
+    by_category: dict[str, list[int]] = {}
+    for index, prompt in enumerate(prompts):
+        by_category.setdefault(prompt.category, []).append(index)
+    members = list(by_category.values())
+    quotas = [0] * len(members)
+    while sum(quotas) < count:
+        for c, indices in enumerate(members):
+            if quotas[c] < len(indices) and sum(quotas) < count:
+                quotas[c] += 1
+    picked = [
+        indices[math.floor((j + 0.5) * len(indices) / quota)]
+        for indices, quota in zip(members, quotas, strict=True)
+        for j in range(quota)
+    ]
+    return [prompts[i] for i in sorted(picked)]
+
+
+def selection_size(set_size: int, count: int | None) -> int:
+    """Prompts a grid point decodes: `count`, or the whole set when None. A count above the set's
+    size reads the set cyclically, later passes with numbered copies (`prompt_batch`), so a batch
+    sweep can measure as many distinct batches at B = 64 as at B = 1."""
+    return set_size if count is None else count
+
+
+def batch_count(selected: int, batch_size: int) -> int:
+    """Batches that measure `selected` prompts B at a time: ⌈selected / B⌉ (one when B exceeds them)."""
+    return max(1, math.ceil(selected / batch_size))
+
+
+def prompt_batch(selection: list[Prompt], batch_size: int, index: int) -> list[Prompt]:
+    """Batch `index` of the selection: prompts index·B … index·B + B − 1, reading cyclically.
+
+    Every batch holds exactly B prompts, so a batch size is measured at that size: the last batch is
+    filled from the start of the selection, and a batch larger than the selection cycles through it.
+    A prompt's second and later appearances get a numbered prefix ("[2] ...") and id suffix ("/2"):
+    identical prompts decode to identical sequences, and an MoE routing the same tokens B times
+    activates the experts of one sequence, not of B, which would understate the batch's expert traffic.
+    """
+    if not selection:
+        raise SpecmoeError("cannot build a batch from an empty prompt set; add prompts to the set")
+    if batch_size < 1:
+        raise SpecmoeError(f"batch_size must be >= 1, got {batch_size}")
+    n = len(selection)
+    batch = []
+    for position in range(index * batch_size, (index + 1) * batch_size):
+        prompt, copy = selection[position % n], position // n + 1
+        if copy > 1:
+            prompt = Prompt(f"{prompt.id}/{copy}", prompt.category, f"[{copy}] {prompt.text}")
+        batch.append(prompt)
+    return batch
 
 
 def synthetic_prompt(tokenizer: Tokenizer, length: int, seed: int = 0) -> list[int]:
@@ -96,15 +183,6 @@ def _source_text() -> str:
 
 
 def batch_prompts(prompts: list[str], batch_size: int) -> list[str]:
-    """The first `batch_size` prompts, cycling through the set when it is smaller than the batch.
-
-    Each repeat is made distinct with a numbered prefix ("[2] ..."): identical prompts decode to
-    identical sequences, and an MoE routing the same tokens B times activates the experts of one
-    sequence, not of B, which would understate the batch's expert traffic.
-    """
-    if not prompts:
-        raise SpecmoeError("cannot build a batch from an empty prompt set; add prompts to the set")
-    if batch_size < 1:
-        raise SpecmoeError(f"batch_size must be >= 1, got {batch_size}")
-    n = len(prompts)
-    return [prompts[i] if i < n else f"[{i // n + 1}] {prompts[i % n]}" for i in range(batch_size)]
+    """The first `batch_size` prompt texts, cycling with numbered prefixes (see `prompt_batch`)."""
+    selection = [Prompt(str(i), "", text) for i, text in enumerate(prompts)]
+    return [p.text for p in prompt_batch(selection, batch_size, 0)]

@@ -10,18 +10,22 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import torch
 
 from specmoe.backends import load_backend
 from specmoe.backends.base import Backend
 from specmoe.bench.audit import audit_run
 from specmoe.bench.env import environment
-from specmoe.bench.prompts import batch_prompts, load_prompt_set, synthetic_prompt
+from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, step_spread
+from specmoe.bench.plan import Block, blocks, plan
+from specmoe.bench.prompts import Prompt, load_prompts, prompt_batch, select_prompts, synthetic_prompt
 from specmoe.bench.store import FailedAttempt, RunRow, Store
-from specmoe.bench.suite import RunSpec, Suite, expand, parse_ngram
+from specmoe.bench.suite import RunSpec, Suite, parse_ngram
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
 from specmoe.engine.drafters import ModelDrafter
@@ -30,7 +34,7 @@ from specmoe.engine.oracle import OracleDrafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
-from specmoe.metrics import decode_tokens_per_s, invariant_violations, summary, totals
+from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, summary, totals
 
 if TYPE_CHECKING:
     from specmoe.bench.executors import Executor
@@ -76,12 +80,26 @@ class ModelPool:
         return self._tokenizers[name]
 
 
-def prompt_ids(spec: RunSpec, tokenizer) -> list[list[int]]:
-    """Token ids of the run's batch: the first batch_size prompts of its set, or synthetic prompts."""
+def batch_prompts_of(spec: RunSpec) -> list[Prompt]:
+    """The prompts run `spec` decodes: batch `prompt_batch` of its set's selection of `prompts`.
+
+    Synthetic prompts (prompt_length) are numbered by seed: batch k holds seeds k·B … k·B + B − 1.
+    """
     if spec.prompt_length is not None:
-        return [synthetic_prompt(tokenizer, spec.prompt_length, seed=row) for row in range(spec.batch_size)]
-    texts = batch_prompts(load_prompt_set(spec.prompt_set), spec.batch_size)
-    return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
+        seeds = range(spec.prompt_batch * spec.batch_size, (spec.prompt_batch + 1) * spec.batch_size)
+        kind = f"len{spec.prompt_length}"
+        return [Prompt(f"{kind}:{seed}", kind, "") for seed in seeds]
+    selection = select_prompts(load_prompts(spec.prompt_set), spec.prompts)
+    return prompt_batch(selection, spec.batch_size, spec.prompt_batch)
+
+
+def prompt_ids(spec: RunSpec, tokenizer) -> list[list[int]]:
+    """Token ids of the run's batch (`batch_prompts_of`)."""
+    prompts = batch_prompts_of(spec)
+    if spec.prompt_length is not None:
+        first = spec.prompt_batch * spec.batch_size
+        return [synthetic_prompt(tokenizer, spec.prompt_length, seed=first + i) for i in range(len(prompts))]
+    return [tokenizer.encode(p.text, add_special_tokens=False) for p in prompts]
 
 
 SETTLE_TOLERANCE = 0.03  # relative difference of the last two warm-up decode times
@@ -95,8 +113,17 @@ def settled(times: list[float], tolerance: float = SETTLE_TOLERANCE, cap: int = 
     return len(times) >= 2 and abs(times[-1] - times[-2]) <= tolerance * min(times[-2:])
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One timed decode with how it was measured (the row's `measure`) and whether it is noisy."""
+
+    result: DecodeResult
+    measure: dict
+    noisy: bool
+
+
 class Runner:
-    """Measures RunSpecs. Warm-up runs once per distinct configuration before its first timed run."""
+    """Measures blocks of RunSpecs. Each configuration warms up before its first timed run."""
 
     def __init__(self, pool: ModelPool) -> None:
         self.pool = pool
@@ -104,22 +131,58 @@ class Runner:
         self._settled: set[tuple] = set()
         self._continuations: dict[tuple, list[list[int]]] = {}
         self._served = None  # a ServedRunner, made on the first run against a server
+        self._machine_busy = False  # the last timed run stayed disturbed after its retries
+
+    def block(self, block: Block, stored_baseline: RunRow | None = None) -> list[RunRow]:
+        """Measure a block's arms back to back, in its order, and make their rows (baseline first).
+
+        `stored_baseline` is the block's baseline row when it was stored by an earlier run of the
+        suite (and so is not among the block's specs). Every arm warms up before the first timed
+        run, so no warm-up falls between two timed arms of the pair.
+        """
+        if block.specs[0].concurrency is not None:
+            return self._served_block(block, stored_baseline)
+        for spec in block.specs:
+            self.warm_up(spec)
+        measured = {
+            spec.run_id: self.timed(spec, block.baseline_id, position)
+            for position, spec in enumerate(block.specs)
+        }
+        created_at = datetime.now(UTC).isoformat(timespec="seconds")
+        baseline = stored_baseline
+        rows = []
+        for spec in sorted(block.specs, key=lambda s: s.arm != "baseline"):
+            m = measured[spec.run_id]
+            if spec.arm == "baseline" and spec.temperature == 0.0:
+                self._remember_plain(spec, m.result)
+            row = make_row(spec, m, baseline, created_at, self.lossless_note(spec, m.result))
+            baseline = row if spec.arm == "baseline" else baseline
+            rows.append(row)
+        return rows
 
     def row(self, spec: RunSpec, baseline: RunRow | None) -> RunRow:
-        """Measure one run and make its row; `baseline` is the stored row of an SD arm's baseline."""
-        if spec.concurrency is not None:
-            if self._served is None:
-                from specmoe.serving.run import ServedRunner
+        """Measure one run alone and make its row; `baseline` is the stored row of an SD arm's baseline."""
+        return next(r for r in self.block(Block((spec,)), baseline) if r.run_id == spec.run_id)
 
-                self._served = ServedRunner()
-            return self._served.row(spec, baseline)
-        result = self.measure(spec)
-        lossless = self.lossless_note(spec, result)
-        return make_row(spec, result, baseline, datetime.now(UTC).isoformat(timespec="seconds"), lossless)
+    def _served_block(self, block: Block, stored_baseline: RunRow | None) -> list[RunRow]:
+        # A served SD arm's row is made against its baseline row, so servers run baseline first.
+        if self._served is None:
+            from specmoe.serving.run import ServedRunner
 
-    def measure(self, spec: RunSpec) -> DecodeResult:
+            self._served = ServedRunner()
+        rows, baseline = [], stored_baseline
+        for spec in sorted(block.specs, key=lambda s: s.arm != "baseline"):
+            row = self._served.row(spec, baseline if spec.arm == "sd" else None)
+            baseline = row if spec.arm == "baseline" else baseline
+            rows.append(row)
+        return rows
+
+    def _target_and_prompts(self, spec: RunSpec) -> tuple[Backend, list[list[int]]]:
         target = self.pool.model(spec.target, spec.dtype, spec.device, spec.moe_top_k)
-        prompts = prompt_ids(spec, self.pool.tokenizer(spec.target))
+        return target, prompt_ids(spec, self.pool.tokenizer(spec.target))
+
+    def _inputs(self, spec: RunSpec):
+        target, prompts = self._target_and_prompts(spec)
         config = DecodeConfig(
             max_new_tokens=spec.max_new_tokens,
             gamma=max(spec.gamma, 1),
@@ -127,19 +190,67 @@ class Runner:
             seed=spec.repeat,
             ignore_eos=True,
         )
-        make_drafter = self._drafter_factory(spec, target, prompts, config)
-        if spec.config_key not in self._warm:
-            times = [decode(target, prompts, config, make_drafter()).decode_s for _ in range(spec.warmup)]
-            # A model's first runs in a process are slower for a while (measured: the first timed
-            # bfloat16 MoE baseline after one warm-up ran up to 30% slower than the next), so its
-            # first configuration warms up until two runs agree; later ones use the suite's count.
-            model_key = (spec.target, spec.dtype, spec.device, spec.moe_top_k)
-            if spec.warmup and model_key not in self._settled:
-                while not settled(times):
-                    times.append(decode(target, prompts, config, make_drafter()).decode_s)
-                self._settled.add(model_key)
-            self._warm.add(spec.config_key)
+        return target, prompts, config, self._drafter_factory(spec, target, prompts, config)
+
+    def warm_up(self, spec: RunSpec) -> None:
+        """Untimed runs before a configuration's first timed run: the suite's `warmup` count, and for a
+        model's first configuration until two runs agree (measured: the first timed bfloat16 MoE
+        baseline after one warm-up ran up to 30% slower than the next)."""
+        if spec.cell_key in self._warm:
+            return
+        target, prompts, config, make_drafter = self._inputs(spec)
+        times = [decode(target, prompts, config, make_drafter()).decode_s for _ in range(spec.warmup)]
+        model_key = (spec.target, spec.dtype, spec.device, spec.moe_top_k)
+        if spec.warmup and model_key not in self._settled:
+            while not settled(times):
+                times.append(decode(target, prompts, config, make_drafter()).decode_s)
+            self._settled.add(model_key)
+        self._warm.add(spec.cell_key)
+
+    def measure(self, spec: RunSpec) -> DecodeResult:
+        """One timed decode of the run, after its warm-up (no noise guard)."""
+        self.warm_up(spec)
+        target, prompts, config, make_drafter = self._inputs(spec)
         return decode(target, prompts, config, make_drafter())
+
+    def timed(self, spec: RunSpec, block_id: str, position: int) -> Measured:
+        """The run's timed decode under the noise guard: measured again while the machine disturbs it
+        (at most noise.RETRIES times, none once the machine has stayed busy), then flagged."""
+        target, prompts, config, make_drafter = self._inputs(spec)
+        meter = LoadMeter()
+        attempts = 0
+        while True:
+            attempts += 1
+            drafter = make_drafter()
+            started = _now_ms()
+            meter.start()
+            result = decode(target, prompts, config, drafter)
+            load = meter.stop()
+            spread = step_spread([r.verify_s for r in result.rounds])
+            reason = disturbance(load, spread)
+            if not reason or attempts > RETRIES or self._machine_busy:
+                break
+        self._machine_busy = bool(reason)
+        measure = {
+            "started_at": started,
+            "finished_at": _now_ms(),
+            "block": block_id,
+            "position": position,
+            "threads": torch.get_num_threads(),
+            "other_cpu": round(load.other_cpu, 3),
+            "steal": round(load.steal, 4),
+            "load_avg": round(load.load_avg, 2),
+            "step_spread": None if spread is None else round(spread, 4),
+            "attempts": attempts,
+            "noise": reason,
+        }
+        return Measured(result, measure, bool(reason))
+
+    def _remember_plain(self, spec: RunSpec, result: DecodeResult) -> None:
+        """A greedy baseline's output is plain greedy decoding of its prompts: the SD arms' reference."""
+        _, prompts = self._target_and_prompts(spec)
+        key = self._plain_key(spec, prompts, spec.max_new_tokens)
+        self._continuations.setdefault(key, [list(o.token_ids) for o in result.outputs])
 
     def lossless_note(self, spec: RunSpec, result: DecodeResult) -> tuple[bool, str]:
         """For a greedy SD arm: does its output equal plain greedy decoding of the same prompts?
@@ -150,10 +261,15 @@ class Runner:
         """
         if spec.arm != "sd" or spec.temperature != 0.0:
             return True, ""
-        target = self.pool.model(spec.target, spec.dtype, spec.device, spec.moe_top_k)
-        prompts = prompt_ids(spec, self.pool.tokenizer(spec.target))
-        config = DecodeConfig(max_new_tokens=spec.max_new_tokens, gamma=max(spec.gamma, 1), ignore_eos=True)
-        plain = [c[: spec.max_new_tokens] for c in self._continuation(spec, target, prompts, config)]
+        target, prompts = self._target_and_prompts(spec)
+        key = self._plain_key(spec, prompts, spec.max_new_tokens)
+        if key in self._continuations:
+            plain = self._continuations[key]
+        else:
+            config = DecodeConfig(
+                max_new_tokens=spec.max_new_tokens, gamma=max(spec.gamma, 1), ignore_eos=True
+            )
+            plain = [c[: spec.max_new_tokens] for c in self._continuation(spec, target, prompts, config)]
         found = find_divergences(target, prompts, [o.token_ids for o in result.outputs], plain)
         if not found:
             return True, "output identical to plain greedy decoding"
@@ -179,29 +295,41 @@ class Runner:
         draft = self.pool.model(spec.draft, spec.dtype, spec.device)
         return lambda: ModelDrafter(draft)
 
-    def _continuation(self, spec, target, prompts, config) -> list[list[int]]:
-        """The target's own greedy continuation of the prompts, for the oracle (untimed)."""
-        key = (
+    @staticmethod
+    def _plain_key(spec: RunSpec, prompts: list[list[int]], max_new_tokens: int) -> tuple:
+        return (
             spec.target,
             spec.dtype,
             spec.device,
             spec.moe_top_k,
             tuple(map(tuple, prompts)),
-            config.max_new_tokens,
+            max_new_tokens,
         )
+
+    def _continuation(self, spec, target, prompts, config) -> list[list[int]]:
+        """The target's own greedy continuation of the prompts, γ tokens past the run (untimed)."""
+        key = self._plain_key(spec, prompts, config.max_new_tokens + config.gamma)
         if key not in self._continuations:
             plain = DecodeConfig(max_new_tokens=config.max_new_tokens + config.gamma, ignore_eos=True)
             self._continuations[key] = [list(o.token_ids) for o in decode(target, prompts, plain).outputs]
         return self._continuations[key]
 
 
+def _now_ms() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
 def make_row(
     spec: RunSpec,
-    result: DecodeResult,
+    measured: Measured | DecodeResult,
     baseline: RunRow | None,
     created_at: str,
     lossless: tuple[bool, str] = (True, ""),
 ) -> RunRow:
+    """The stored row of a measured run; `baseline` is its baseline's row (SD arms), for the audit."""
+    if isinstance(measured, DecodeResult):
+        measured = Measured(measured, {}, False)
+    result = measured.result
     stats = summary(result)
     t = totals(result)
     counts = asdict(t)
@@ -220,6 +348,10 @@ def make_row(
         verdict = "fail"
     if note:
         reason = f"{reason}; {note}"
+    prompts = [
+        {"prompt_id": p.id, "category": p.category, **asdict(c)}
+        for p, c in zip(batch_prompts_of(spec), per_sequence(result), strict=True)
+    ]
     return RunRow(
         run_id=spec.run_id,
         config_key=spec.config_key,
@@ -238,26 +370,35 @@ def make_row(
         audit_verdict=verdict,
         audit_reason=reason,
         created_at=created_at,
+        prompts=prompts,
+        measure=measured.measure,
+        noisy=measured.noisy,
     )
 
 
 def run_suite(
-    suite: Suite, db: Path, zoo_dir: Path | None, progress: bool = True, executor: Executor | None = None
+    suite: Suite,
+    db: Path,
+    zoo_dir: Path | None,
+    progress: bool = True,
+    executor: Executor | None = None,
+    threads: int | None = None,
 ) -> list[RunRow]:
     """Run every arm of the suite not yet in the store; return all of the suite's rows.
 
-    The executor measures the runs (in this process by default, or as Ray tasks); this process is the
-    only writer of the store, adding each row, and each failed attempt, as it arrives. Runs that
-    failed every attempt are named in one error after the others are stored.
+    The executor measures the runs block by block (`specmoe.bench.plan`), in this process by default
+    or as Ray tasks; this process is the only writer of the store, adding each row, and each failed
+    attempt, as it arrives. Runs that failed every attempt are named in one error after the others
+    are stored. `threads`: forward threads for local runs; None lets the noise guard choose.
     """
     from specmoe.bench.executors import LocalExecutor, Work
 
-    specs = expand(suite)
+    specs = plan_specs(suite)
     with Store(db) as store:
         done = store.finished_ids()
-        todo = tuple(s for s in specs if s.run_id not in done)
+        todo = [s for s in specs if s.run_id not in done]
         baselines = {(r.config_key, r.repeat): r for r in store.rows() if r.arm == "baseline"}
-        work = Work(suite, zoo_dir, todo, baselines, len(specs) - len(todo), progress)
+        work = Work(suite, zoo_dir, tuple(blocks(todo)), baselines, len(specs) - len(todo), progress, threads)
         lost: list[FailedAttempt] = []
         for outcome in (executor or LocalExecutor()).run(work):
             if isinstance(outcome, FailedAttempt):
@@ -272,6 +413,11 @@ def run_suite(
             )
         ids = {s.run_id for s in specs}
         return [r for r in store.rows() if r.run_id in ids]
+
+
+def plan_specs(suite: Suite) -> list[RunSpec]:
+    """The suite's specs in measurement order (blocks flattened)."""
+    return [spec for block in plan(suite) for spec in block.specs]
 
 
 def print_done(count: int, started: float) -> None:

@@ -3,8 +3,12 @@
 Each run is inserted in its own transaction, in WAL mode with synchronous=FULL, so a suite killed at
 any moment keeps every run that finished and no part of the one that did not; resuming skips the
 stored run ids (`finished_ids`). Inserting a run id twice raises instead of duplicating it. Nested
-values (config, env, counts, times, the per-round trace) are stored as canonical JSON text; SQLite's
-json_extract reads them in ad hoc queries.
+values (config, env, counts, times, the per-round trace, the per-prompt records, how the run was
+measured) are stored as canonical JSON text; SQLite's json_extract reads them in ad hoc queries.
+
+Schema version 2 added the per-prompt records (`prompts`), the measurement record (`measure`: start
+and end times, threads, the machine's load, attempts) and the `noisy` flag. A version-1 file is
+upgraded in place when opened: its runs keep their values and get empty records and noisy = 0.
 """
 
 from __future__ import annotations
@@ -14,14 +18,14 @@ import json
 import math
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from specmoe.errors import SpecmoeError
 
-STORE_SCHEMA_VERSION = 1
+STORE_SCHEMA_VERSION = 2
 ARMS = ("baseline", "sd")
 COUNT_KEYS = ("rounds", "target_forwards", "drafted", "accepted", "emitted", "truncated")
 TIME_KEYS = ("prefill_s", "decode_s", "draft_s", "verify_s", "overhead_s", "wall_s")
@@ -47,7 +51,10 @@ CREATE TABLE IF NOT EXISTS runs (
     rounds_trace TEXT NOT NULL,
     audit_verdict TEXT NOT NULL,
     audit_reason TEXT NOT NULL,
-    created_at TEXT NOT NULL
+    created_at TEXT NOT NULL,
+    prompts TEXT NOT NULL DEFAULT '[]',
+    measure TEXT NOT NULL DEFAULT '{}',
+    noisy INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_suite ON runs (suite);
 CREATE INDEX IF NOT EXISTS runs_config_key ON runs (config_key);
@@ -64,7 +71,14 @@ CREATE TABLE IF NOT EXISTS failed_attempts (
 """
 _COLUMNS = (
     "run_id, config_key, baseline_key, suite, group_name, arm, repeat, config, env, counts, times, "
-    "tokens_per_s, acceptance_rate, rounds_trace, audit_verdict, audit_reason, created_at"
+    "tokens_per_s, acceptance_rate, rounds_trace, audit_verdict, audit_reason, created_at, prompts, measure, "
+    "noisy"
+)
+# Columns added by schema version 2, with the values an upgraded version-1 run gets.
+_V2_COLUMNS = (
+    "prompts TEXT NOT NULL DEFAULT '[]'",
+    "measure TEXT NOT NULL DEFAULT '{}'",
+    "noisy INTEGER NOT NULL DEFAULT 0",
 )
 
 
@@ -90,6 +104,14 @@ class RunRow:
     audit_verdict: str
     audit_reason: str
     created_at: str
+    # One record per prompt of the batch, in batch order: prompt_id, category and that sequence's
+    # counts (rounds, drafted, accepted, emitted, truncated, accepted_by_position). Empty for runs
+    # stored before schema version 2 and for server runs.
+    prompts: list[dict[str, Any]] = field(default_factory=list)
+    # How the run was measured: started_at / finished_at (ISO-8601, ms), block and position in it,
+    # threads, the machine's load (other_cpu, steal, load_avg), step_spread, attempts, noise reason.
+    measure: dict[str, Any] = field(default_factory=dict)
+    noisy: bool = False  # the noise guard could not get an undisturbed measurement (measure["noise"])
 
     def __post_init__(self) -> None:
         # A malformed row is a bug in the caller: refuse it before it reaches the file.
@@ -158,11 +180,20 @@ class Store:
             versions = [row[0] for row in self._conn.execute("SELECT version FROM schema_version")]
             if not versions:
                 self._conn.execute("INSERT INTO schema_version (version) VALUES (?)", (STORE_SCHEMA_VERSION,))
+            elif versions == [1]:
+                self._upgrade_from_1()
             elif versions != [STORE_SCHEMA_VERSION]:
                 raise SpecmoeError(
                     f"{self.path}: store schema version {versions}, this specmoe reads "
                     f"{STORE_SCHEMA_VERSION}; use a new store file"
                 )
+
+    def _upgrade_from_1(self) -> None:
+        columns = {row[1] for row in self._conn.execute("PRAGMA table_info(runs)")}
+        for definition in _V2_COLUMNS:
+            if definition.split()[0] not in columns:
+                self._conn.execute(f"ALTER TABLE runs ADD COLUMN {definition}")
+        self._conn.execute("UPDATE schema_version SET version = ?", (STORE_SCHEMA_VERSION,))
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn)
@@ -208,6 +239,9 @@ class Store:
             row.audit_verdict,
             row.audit_reason,
             row.created_at,
+            _dumps(row.prompts),
+            _dumps(row.measure),
+            int(row.noisy),
         )
         placeholders = ", ".join("?" * len(values))
         try:
@@ -269,7 +303,8 @@ class _Transaction:
 
 def _row_from_values(values: tuple[Any, ...]) -> RunRow:
     (run_id, config_key, baseline_key, suite, group, arm, repeat, config, env, counts, times,
-     tokens_per_s, acceptance_rate, trace, verdict, reason, created_at) = values  # fmt: skip
+     tokens_per_s, acceptance_rate, trace, verdict, reason, created_at, prompts, measure,
+     noisy) = values  # fmt: skip
     return RunRow(
         run_id=run_id,
         config_key=config_key,
@@ -288,13 +323,16 @@ def _row_from_values(values: tuple[Any, ...]) -> RunRow:
         audit_verdict=verdict,
         audit_reason=reason,
         created_at=created_at,
+        prompts=json.loads(prompts),
+        measure=json.loads(measure),
+        noisy=bool(noisy),
     )
 
 
 # --- export --------------------------------------------------------------------------------------
 
 _LEAD_COLUMNS = ("run_id", "config_key", "baseline_key", "suite", "group", "arm", "repeat")
-_TAIL_COLUMNS = ("tokens_per_s", "acceptance_rate", "audit_verdict", "audit_reason", "created_at")
+_TAIL_COLUMNS = ("tokens_per_s", "acceptance_rate", "noisy", "audit_verdict", "audit_reason", "created_at")
 
 
 def flatten(prefix: str, value: dict[str, Any]) -> dict[str, Any]:
@@ -312,7 +350,7 @@ def flatten(prefix: str, value: dict[str, Any]) -> dict[str, Any]:
 def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]:
     """Columns and one flat record per run (traces omitted).
 
-    Column order is fixed: identity, then config.* and env.* (sorted), counts.* and times.* (in
+    Column order is fixed: identity, then config.*, env.* and measure.* (sorted), counts.* and times.* (in
     COUNT_KEYS / TIME_KEYS order), then the scalars.
     """
     records = []
@@ -320,12 +358,14 @@ def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]
         record: dict[str, Any] = {name: getattr(row, name) for name in _LEAD_COLUMNS}
         record.update(flatten("config", row.config))
         record.update(flatten("env", row.env))
+        record.update(flatten("measure", row.measure))
         record.update({f"counts.{k}": row.counts[k] for k in COUNT_KEYS})
         record.update({f"times.{k}": row.times[k] for k in TIME_KEYS})
         record.update({name: getattr(row, name) for name in _TAIL_COLUMNS})
+        record["noisy"] = int(row.noisy)
         records.append(record)
     config_cols = sorted({k for r in records for k in r if k.startswith("config.")})
-    env_cols = sorted({k for r in records for k in r if k.startswith("env.")})
+    env_cols = sorted({k for r in records for k in r if k.startswith(("env.", "measure."))})
     columns = [
         *_LEAD_COLUMNS,
         *config_cols,
@@ -345,11 +385,16 @@ def export(db_path: str | Path, out_path: str | Path, fmt: str) -> int:
         raise SpecmoeError(f"results store not found: {db_path}; run a suite first or pass the right path")
     with Store(db_path) as store:
         columns, records = export_records(store.rows())
-    if fmt == "csv":
-        _write_csv(Path(out_path), columns, records)
-    else:
-        _write_parquet(Path(out_path), columns, records)
+    write_records(Path(out_path), columns, records, fmt)
     return len(records)
+
+
+def write_records(out_path: Path, columns: list[str], records: list[dict[str, Any]], fmt: str) -> None:
+    """Flat records as a CSV or Parquet file, columns in the given order."""
+    if fmt == "csv":
+        _write_csv(out_path, columns, records)
+    else:
+        _write_parquet(out_path, columns, records)
 
 
 def _write_csv(out_path: Path, columns: list[str], records: list[dict[str, Any]]) -> None:

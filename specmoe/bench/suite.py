@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from specmoe.bench.overrides import SuiteOverrides, apply_overrides
-from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, is_builtin
+from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, batch_count, is_builtin, load_prompts, selection_size
 from specmoe.errors import SpecmoeError
 from specmoe.serving.engines import ENGINES
 from specmoe.serving.spec import DEFAULT_TIMEOUT_S, ENDPOINTS, ServerSpec, normalize_url
@@ -51,7 +51,7 @@ _AXES = (
     "dtype",
     "device",
 )
-_SETTINGS = ("repeats", "warmup", "oracle_cost", "requests", "cpus", "gpus")
+_SETTINGS = ("prompts", "repeats", "warmup", "oracle_cost", "requests", "cpus", "gpus")
 _TOP_KEYS = ("schema", "name", "description", "zoo", "defaults", "models", "groups")
 _ZOO_KEYS = ("preset", "seed")
 _SERVER_KEYS = ("url", "model", "engine", "endpoint", "api_key_env", "timeout_s")
@@ -71,6 +71,7 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "max_new_tokens": 64,
     "dtype": "float32",
     "device": "cpu",
+    "prompts": "all",  # prompts of the set each grid point measures: a count, or "all"
     "repeats": 1,
     "warmup": 0,
     "oracle_cost": "draft-xs",
@@ -138,6 +139,7 @@ class Group:
     requests: int | None = None  # requests per served run; None: the concurrency
     cpus: float = 1.0  # per run, for the Ray executor
     gpus: float | None = None  # per run; None: 1 on cuda devices, else 0
+    prompts: int | None = None  # prompts measured per grid point; None: all of the set
 
     @property
     def served(self) -> bool:
@@ -191,6 +193,8 @@ class RunSpec:
     oracle_cost: str | None = None  # model name whose forwards an oracle draft pays for; else None
     concurrency: int | None = None  # served targets: requests in flight; None for local targets
     requests: int | None = None  # served targets: requests per run; None: the concurrency
+    prompts: int | None = None  # prompts of the set the grid point measures; None: all of them
+    prompt_batch: int = 0  # which batch of B prompts of that selection this run decodes (0-based)
 
     @property
     def oracle_acceptance(self) -> float | None:
@@ -233,12 +237,26 @@ class RunSpec:
             # Server runs only: leaving the keys out otherwise keeps every local run's key unchanged.
             fields["concurrency"] = self.concurrency
             fields["requests"] = self.requests
+        # Which prompts the run decodes: batch `prompt_batch` of the set's selection of `prompts`. Left
+        # out at their defaults (all prompts, batch 0), whose prompts are the first B of the set, as
+        # every run decoded before batches existed: those runs keep their keys and resume.
+        if self.prompts is not None:
+            fields["prompts"] = self.prompts
+        if self.prompt_batch:
+            fields["prompt_batch"] = self.prompt_batch
         return fields
 
     @property
     def config_key(self) -> str:
         """16 hex digits of sha256 over the canonical JSON of `key_fields`: stable across processes."""
         return hashlib.sha256(canonical_json(self.key_fields).encode()).hexdigest()[:16]
+
+    @property
+    def cell_key(self) -> str:
+        """The configuration across its prompt batches: `config_key` without the batch index. Runs
+        with one cell key are units of one measured cell (summaries aggregate over them)."""
+        fields = {k: v for k, v in self.key_fields.items() if k != "prompt_batch"}
+        return hashlib.sha256(canonical_json(fields).encode()).hexdigest()[:16]
 
     @property
     def run_id(self) -> str:
@@ -259,6 +277,8 @@ class RunSpec:
             "config_key": self.config_key,
             "run_id": self.run_id,
             "baseline_key": self.baseline_key,
+            "cell_key": self.cell_key,
+            "baseline_cell_key": self.baseline().cell_key,
         }
 
 
@@ -598,8 +618,18 @@ def _parse_group(
         ),
         requests=positive(key("requests"), requests) if served and requests is not None else None,
         cpus=_resource(ctx, key("cpus"), merged["cpus"], minimum=0.001),
+        prompts=_prompt_count(ctx, key("prompts"), merged["prompts"]),
         gpus=None if merged["gpus"] is None else _resource(ctx, key("gpus"), merged["gpus"], minimum=0.0),
     )
+
+
+def _prompt_count(ctx: _Ctx, key: str, value: Any) -> int | None:
+    """`prompts = N` (N >= 1) or `prompts = "all"` (None)."""
+    if value == "all":
+        return None
+    if isinstance(value, str):
+        ctx.fail(key, f'prompts must be a count >= 1 or "all", got {value!r}')
+    return _int(ctx, key, value, minimum=1)
 
 
 def _or(value: Any, default: Any) -> Any:
@@ -845,24 +875,36 @@ def _axis(ctx: _Ctx, key: str, value: Any, check, allow_empty: bool = False) -> 
 
 
 def expand(suite: Suite) -> list[RunSpec]:
-    """Every RunSpec of the suite: all baseline arms first, then all SD arms.
+    """Every RunSpec of the suite, repeat outermost: all of repeat 0, then all of repeat 1, ...
 
-    Within each arm, specs follow the file: group order, then the grid (target outermost, so the
-    runner switches models rarely), then repeat (innermost). Each SD grid point brings its baseline
-    arm with it. Specs are deduplicated by run_id; a run shared by two groups keeps the first
-    group's name.
+    Within a repeat, specs follow the file: group order, then the grid (target outermost, so the
+    runner switches models rarely), then the prompt batch; each SD spec follows its baseline. Each
+    grid point measures ⌈N / B⌉ batches of its set's N selected prompts (`prompts`). Specs are
+    deduplicated by run_id; a run shared by two groups keeps the first group's name. The order in
+    which a runner measures them is `specmoe.bench.plan.plan`'s.
     """
-    baselines: dict[str, RunSpec] = {}
-    sds: dict[str, RunSpec] = {}
-    for group in suite.groups:
-        for point in _grid(suite, group):
-            for repeat in range(group.repeats):
-                spec = replace(point, repeat=repeat)
+    specs: dict[str, RunSpec] = {}
+    points = [(group, point) for group in suite.groups for point in _grid(suite, group)]
+    for repeat in range(max(group.repeats for group in suite.groups)):
+        for group, point in points:
+            if repeat >= group.repeats:
+                continue
+            for batch in range(_batches(point)):
+                spec = replace(point, repeat=repeat, prompt_batch=batch)
                 baseline = spec.baseline()
-                baselines.setdefault(baseline.run_id, baseline)
-                if spec.arm == "sd":
-                    sds.setdefault(spec.run_id, spec)
-    return [*baselines.values(), *sds.values()]
+                specs.setdefault(baseline.run_id, baseline)
+                specs.setdefault(spec.run_id, spec)
+    return list(specs.values())
+
+
+def _batches(spec: RunSpec) -> int:
+    """Prompt batches a grid point measures: ⌈selected prompts / B⌉; one for servers and for
+    synthetic prompts without an explicit count."""
+    if spec.concurrency is not None:
+        return 1
+    if spec.prompt_length is not None:
+        return batch_count(spec.prompts or spec.batch_size, spec.batch_size)
+    return batch_count(selection_size(len(load_prompts(spec.prompt_set)), spec.prompts), spec.batch_size)
 
 
 def _grid(suite: Suite, group: Group):
@@ -920,6 +962,7 @@ def _grid(suite: Suite, group: Group):
             draft_model=draft_model,
             concurrency=concurrency,
             requests=group.requests,
+            prompts=None if concurrency is not None else group.prompts,
         )
 
 

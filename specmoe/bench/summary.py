@@ -1,79 +1,112 @@
-"""The table printed after a suite run: one line per SD configuration, beside its baseline."""
+"""The table printed after a suite run: one line per SD configuration (cell), beside its baseline.
+
+A cell is one configuration over all its prompt batches and repeats (`RunSpec.cell_key`). Its
+speedup pairs each SD run with the baseline run of the same prompt batch and repeat (measured back
+to back, `specmoe.bench.plan`); each pair is one unit. Runs the noise guard flagged are left out of
+every number and counted beside them; a cell whose repeats of one batch disagree is marked unstable.
+"""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specmoe.bench.store import RunRow
-from specmoe.metrics import speedup_interval, target_efficiency_measured
+from specmoe.metrics import speedup, target_efficiency_measured
+from specmoe.stats import Estimate, relative_range
+
+# Repeats of one prompt batch by one arm decode the same tokens: their tokens/s should agree.
+REPEAT_SPREAD_LIMIT = 0.10  # median over batches of (max − min) / median across repeats
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """One SD configuration against its baseline, over paired repeats."""
+    """One SD cell against its baseline, over paired units (prompt batch × repeat)."""
 
     config: dict
-    repeats: int
+    units: int  # paired units behind the numbers (noisy ones left out)
+    prompts: int  # distinct prompts those units decoded
+    noisy: int  # runs of the cell (either arm) the noise guard flagged, left out
     baseline_tokens_per_s: float
     sd_tokens_per_s: float
-    speedup: float
-    speedup_low: float
-    speedup_high: float
+    speedup: Estimate
     acceptance_rate: float  # nan when a server reports no draft counts
     target_efficiency: float  # nan for server runs, which report no verify times
     audit_failures: int
+    unstable: str  # why repeats of one batch disagree beyond REPEAT_SPREAD_LIMIT; "" when they agree
+
+
+def cell_key(row: RunRow) -> str:
+    """The row's configuration across prompt batches (rows stored before batches existed: its key)."""
+    return row.config.get("cell_key", row.config_key)
 
 
 def compare(rows: list[RunRow]) -> list[Comparison]:
     baselines = {(r.config_key, r.repeat): r for r in rows if r.arm == "baseline"}
-    by_config: dict[str, list[RunRow]] = defaultdict(list)
+    by_cell: dict[str, list[RunRow]] = defaultdict(list)
     for row in rows:
         if row.arm == "sd":
-            by_config[row.config_key].append(row)
+            by_cell[cell_key(row)].append(row)
     comparisons = []
-    for sd_rows in by_config.values():
+    for sd_rows in by_cell.values():
         pairs = [
             (r, baselines[(r.baseline_key, r.repeat)])
             for r in sd_rows
             if (r.baseline_key, r.repeat) in baselines
         ]
-        if not pairs:
+        clean = [(s, b) for s, b in pairs if not (s.noisy or b.noisy)]
+        if not clean:
             continue
-        sd_tps = [s.tokens_per_s for s, _ in pairs]
-        base_tps = [b.tokens_per_s for _, b in pairs]
-        speedup, low, high = speedup_interval(sd_tps, base_tps)
-        drafted = known_sum(s.counts["drafted"] for s, _ in pairs)
-        accepted = known_sum(s.counts["accepted"] for s, _ in pairs)
-        timings = (
-            known_sum(b.times["verify_s"] for _, b in pairs),
-            known_sum(b.counts["target_forwards"] for _, b in pairs),
-            known_sum(s.times["verify_s"] for s, _ in pairs),
-            known_sum(s.counts["target_forwards"] for s, _ in pairs),
-        )
-        # Server runs report neither verify times nor forwards: their efficiency is unknown (nan).
-        efficiency = target_efficiency_measured(*timings) if all(timings) else math.nan
-        if drafted is None or accepted is None:
-            acceptance = math.nan
-        else:
-            acceptance = accepted / drafted if drafted else 0.0
-        comparisons.append(
-            Comparison(
-                config=pairs[0][0].config,
-                repeats=len(pairs),
-                baseline_tokens_per_s=sum(base_tps) / len(base_tps),
-                sd_tokens_per_s=sum(sd_tps) / len(sd_tps),
-                speedup=speedup,
-                speedup_low=low,
-                speedup_high=high,
-                acceptance_rate=acceptance,
-                target_efficiency=efficiency,
-                audit_failures=sum(1 for s, b in pairs for r in (s, b) if r.audit_verdict != "pass"),
-            )
-        )
+        comparisons.append(_comparison(pairs, clean))
     return comparisons
+
+
+def _comparison(pairs: list[tuple[RunRow, RunRow]], clean: list[tuple[RunRow, RunRow]]) -> Comparison:
+    sd_tps = [s.tokens_per_s for s, _ in clean]
+    base_tps = [b.tokens_per_s for _, b in clean]
+    drafted = known_sum(s.counts["drafted"] for s, _ in clean)
+    accepted = known_sum(s.counts["accepted"] for s, _ in clean)
+    timings = (
+        known_sum(b.times["verify_s"] for _, b in clean),
+        known_sum(b.counts["target_forwards"] for _, b in clean),
+        known_sum(s.times["verify_s"] for s, _ in clean),
+        known_sum(s.counts["target_forwards"] for s, _ in clean),
+    )
+    # Server runs report neither verify times nor forwards: their efficiency is unknown (nan).
+    efficiency = target_efficiency_measured(*timings) if all(timings) else math.nan
+    acceptance = math.nan if drafted is None or accepted is None else accepted / drafted if drafted else 0.0
+    noisy_runs = {r.run_id for pair in pairs for r in pair if r.noisy}
+    prompts = {p["prompt_id"] for s, _ in clean for p in s.prompts}
+    return Comparison(
+        config=clean[0][0].config,
+        units=len(clean),
+        prompts=len(prompts),
+        noisy=len(noisy_runs),
+        baseline_tokens_per_s=sum(base_tps) / len(base_tps),
+        sd_tokens_per_s=sum(sd_tps) / len(sd_tps),
+        speedup=speedup(sd_tps, base_tps),
+        acceptance_rate=acceptance,
+        target_efficiency=efficiency,
+        audit_failures=sum(1 for s, b in pairs for r in (s, b) if r.audit_verdict != "pass"),
+        unstable=repeat_instability([s for s, _ in clean], [b for _, b in clean]),
+    )
+
+
+def repeat_instability(sd_rows: list[RunRow], base_rows: list[RunRow]) -> str:
+    """Why the cell's repeats disagree, or "": per arm, the median over prompt batches of the spread
+    of that batch's tokens/s across repeats (batches measured once do not count)."""
+    reasons = []
+    for arm, rows in (("baseline", base_rows), ("SD", sd_rows)):
+        by_batch: dict[str, list[float]] = defaultdict(list)
+        for row in {r.run_id: r for r in rows}.values():
+            by_batch[row.config_key].append(row.tokens_per_s)
+        spreads = [relative_range(v) for v in by_batch.values() if len(v) > 1]
+        if spreads and (spread := statistics.median(spreads)) > REPEAT_SPREAD_LIMIT:
+            reasons.append(f"{arm} repeats of one batch differ by {spread:.0%}")
+    return "; ".join(reasons)
 
 
 def known_sum(values: Iterable[float | int | None]) -> float | int | None:
@@ -96,25 +129,55 @@ def _unknown(value: float, spec: str) -> str:
     return "–" if math.isnan(value) else format(value, spec)
 
 
+def _interval(estimate: Estimate) -> str:
+    """ "[1.10, 1.35] 95% n=12", or "range [1.10, 1.35] n=2": the level is never claimed below 5 units."""
+    bounds = f"[{estimate.low:.2f}, {estimate.high:.2f}]"
+    if estimate.level is not None:
+        return f"{bounds} {estimate.level:.0%} n={estimate.n}"
+    return f"range {bounds} n={estimate.n}" if estimate.n > 1 else f"n={estimate.n}"
+
+
 def format_summary(rows: list[RunRow]) -> str:
     header = (
         f"{'target':<10} {'draft':<12} {'g':>2} {'prompt':<10} {'B':>3} "
         f"{'base tok/s':>10} {'SD tok/s':>9} "
-        f"{'speedup [95% CI]':>22} {'accept':>7} {'T(1)/T(g+1)':>11} audit"
+        f"{'speedup [interval] level n':>37} {'accept':>7} {'T(1)/T(g+1)':>11} audit"
     )
     lines = [header, "-" * len(header)]
+    flagged: list[str] = []
     for c in compare(rows):
         cfg = c.config
+        what = f"{cfg['target']} + {cfg['draft']} g={cfg['gamma']} {_prompt(cfg)} B={_size(cfg)}"
+        marks = []
+        if c.noisy:
+            marks.append(f"{c.noisy} noisy")
+            flagged.append(f"  {what}: {c.noisy} noisy runs left out")
+        if c.unstable:
+            marks.append("UNSTABLE")
+            flagged.append(f"  {what}: unstable: {c.unstable}")
         lines.append(
             f"{cfg['target']:<10} {cfg['draft']:<12} {cfg['gamma']:>2} "
             f"{_prompt(cfg):<10} {_size(cfg):>3} "
             f"{c.baseline_tokens_per_s:>10.1f} {c.sd_tokens_per_s:>9.1f} "
-            f"{c.speedup:>7.2f}x [{c.speedup_low:.2f}, {c.speedup_high:.2f}]   "
-            f"{_unknown(c.acceptance_rate, '.1%'):>6} {_unknown(c.target_efficiency, '.2f'):>11} "
+            f"{c.speedup.value:>6.2f}x {_interval(c.speedup):<29} "
+            f"{_unknown(c.acceptance_rate, '.1%'):>7} {_unknown(c.target_efficiency, '.2f'):>11} "
             f"{'ok' if not c.audit_failures else f'{c.audit_failures} FAIL'}"
+            + (f"  ({', '.join(marks)})" if marks else "")
         )
-    failed = [r for r in rows if r.audit_verdict != "pass"]
     lines.append("")
+    lines.append(
+        "speedup: mean SD tok/s / mean baseline tok/s over paired units (one prompt batch in one "
+        "repeat, both arms back to back); interval: t-interval at the level shown, or the range of "
+        "the units below 5 of them"
+    )
+    noisy = [r for r in rows if r.noisy]
+    if noisy or flagged:
+        lines.append(
+            f"noise guard: {len(noisy)} of {len(rows)} runs flagged noisy (left out of every number)"
+            + (f"; first: {noisy[0].measure.get('noise')}" if noisy else "")
+        )
+        lines.extend(flagged[:20])
+    failed = [r for r in rows if r.audit_verdict != "pass"]
     lines.append(f"audit: {len(rows) - len(failed)} of {len(rows)} runs pass every invariant")
     lines.extend(f"  FAIL {r.run_id[:12]} {r.group} {r.arm}: {r.audit_reason}" for r in failed[:20])
     return "\n".join(lines)

@@ -20,18 +20,28 @@ class Cell:
     top_k: int | None
     preset: str | None  # the target's zoo preset, for its parameter counts
     speedup: float
-    low: float  # 95% paired-bootstrap interval (specmoe.metrics.speedup_interval)
+    low: float  # the speedup's interval (specmoe.metrics.speedup): a t-interval when level is set
     high: float
     acceptance: float
     efficiency: float  # T(B,1) / T(B,γ+1), measured
-    repeats: int
+    repeats: int  # paired units (prompt batch × repeat), noisy runs left out
+    level: float | None = None  # None: fewer than 5 units, low/high are only their range
+    unstable: bool = False  # repeats of one batch disagree (specmoe.bench.summary)
+
+    @property
+    def judged(self) -> bool:
+        """Whether the cell may decide a verdict: a real confidence interval, stable repeats."""
+        return self.level is not None and not self.unstable
 
     def beats(self, other: Cell) -> bool:
-        """Faster beyond both intervals: this cell's low end above the other's high end."""
-        return self.low > other.high
+        """Faster beyond both intervals: this cell's low end above the other's high end. Never from
+        a cell without a confidence interval (fewer than 5 units) or with unstable repeats."""
+        return self.judged and other.judged and self.low > other.high
 
     def interval(self) -> str:
-        return f"{self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}]"
+        if self.level is None:
+            return f"{self.speedup:.2f}× (range {self.low:.2f}–{self.high:.2f}, n={self.repeats})"
+        return f"{self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}] n={self.repeats}"
 
 
 def cells(rows: Iterable[RunRow]) -> list[Cell]:
@@ -48,12 +58,14 @@ def cells(rows: Iterable[RunRow]) -> list[Cell]:
                 batch=int(config["batch_size"]),
                 top_k=config.get("moe_top_k"),
                 preset=(config.get("target_model") or {}).get("zoo_preset"),
-                speedup=c.speedup,
-                low=c.speedup_low,
-                high=c.speedup_high,
+                speedup=c.speedup.value,
+                low=c.speedup.low,
+                high=c.speedup.high,
                 acceptance=c.acceptance_rate,
                 efficiency=c.target_efficiency,
-                repeats=c.repeats,
+                repeats=c.units,
+                level=c.speedup.level,
+                unstable=bool(c.unstable),
             )
         )
     return sorted(out, key=lambda x: (x.group, x.target, x.draft, x.gamma, x.prompt, x.batch, x.top_k or 0))

@@ -38,7 +38,10 @@ DENSE_COLOR = "#1b7837"
 SERIES_COLORS = tuple(mcolors.TABLEAU_COLORS.values())
 SPEEDUP_LABEL = "speedup (× baseline decode tokens/s)"
 NO_SPEEDUP_STYLE = {"color": "0.4", "linestyle": "--", "linewidth": 1}
-CI_NOTE = "Error bars: 95% bootstrap interval over repeats (none with one repeat)."
+CI_NOTE = (
+    "Error bars: 95% t-interval over paired units (prompt batch × repeat) from 5 units on; "
+    "below that the units' range, marked as a range in the tables."
+)
 PAIR = ("target", "draft")  # the series of most views: one line per target/draft pair
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import parse_oracle
-from specmoe.bench.summary import Comparison, compare, known_sum
+from specmoe.bench.summary import Comparison, cell_key, compare, known_sum
 from specmoe.metrics import mean_accepted_length
 from specmoe.report.intervals import Interval, mean_interval
 from specmoe.report.sizes import ModelSize, is_moe_target, target_size
@@ -37,8 +37,8 @@ class StepTimes:
 @dataclass(frozen=True)
 class BaselineResult:
     config: dict[str, Any]
-    config_key: str
-    repeats: int
+    config_key: str  # the cell key: the configuration over all its prompt batches
+    repeats: int  # runs (prompt batches × repeats) behind the numbers, noisy ones left out
     tokens_per_s: Interval  # decode tokens/s
     size: ModelSize | None
     moe: bool
@@ -47,11 +47,11 @@ class BaselineResult:
 @dataclass(frozen=True)
 class SdResult:
     config: dict[str, Any]
-    baseline_key: str
-    repeats: int
+    baseline_key: str  # the baseline's cell key
+    repeats: int  # paired units (prompt batch × repeat) behind the numbers, noisy ones left out
     baseline_tokens_per_s: Interval
     sd_tokens_per_s: Interval
-    speedup: Interval  # × over the baseline; paired bootstrap from speedup_interval
+    speedup: Interval  # × over the baseline over paired units (specmoe.metrics.speedup)
     acceptance_rate: float  # accepted ÷ drafted over all repeats
     mean_accepted_length: float | None  # tokens per sequence-round, bonus/correction token included
     target_efficiency: float  # T(B, 1) ÷ T(B, γ + 1)
@@ -79,17 +79,22 @@ class Results:
 def collect(rows: list[RunRow]) -> Results:
     by_key: dict[str, list[RunRow]] = defaultdict(list)
     for row in rows:
-        by_key[row.config_key].append(row)
+        if not row.noisy:  # the noise guard's flagged runs are in no number
+            by_key[cell_key(row)].append(row)
     baselines = tuple(_baseline_result(group) for group in by_key.values() if group[0].arm == "baseline")
     sd = tuple(_sd_result(c, by_key) for c in compare(rows))
     return Results(rows=tuple(rows), baselines=baselines, sd=sd)
+
+
+def _baseline_key(row: RunRow) -> str:
+    return row.config.get("baseline_cell_key", row.baseline_key)
 
 
 def _baseline_result(rows: list[RunRow]) -> BaselineResult:
     config = rows[0].config
     return BaselineResult(
         config=config,
-        config_key=rows[0].config_key,
+        config_key=cell_key(rows[0]),
         repeats=len(rows),
         tokens_per_s=mean_interval([r.tokens_per_s for r in rows]),
         size=target_size(config),
@@ -99,17 +104,17 @@ def _baseline_result(rows: list[RunRow]) -> BaselineResult:
 
 def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdResult:
     sd_rows = by_key[_config_key(comparison, by_key)]
-    base_rows = by_key[sd_rows[0].baseline_key]
+    base_rows = by_key[_baseline_key(sd_rows[0])]
     accepted = known_sum(r.counts["accepted"] for r in sd_rows)
     rounds = known_sum(r.counts["rounds"] for r in sd_rows)
     config = comparison.config
     return SdResult(
         config=config,
-        baseline_key=sd_rows[0].baseline_key,
-        repeats=comparison.repeats,
+        baseline_key=_baseline_key(sd_rows[0]),
+        repeats=comparison.units,
         baseline_tokens_per_s=mean_interval([r.tokens_per_s for r in base_rows]),
         sd_tokens_per_s=mean_interval([r.tokens_per_s for r in sd_rows]),
-        speedup=Interval(comparison.speedup, comparison.speedup_low, comparison.speedup_high),
+        speedup=comparison.speedup,
         acceptance_rate=comparison.acceptance_rate,
         mean_accepted_length=None if accepted is None else mean_accepted_length(accepted, rounds or 0),
         target_efficiency=comparison.target_efficiency,
@@ -122,7 +127,7 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
 
 
 def _config_key(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> str:
-    key = comparison.config.get("config_key")
+    key = comparison.config.get("cell_key", comparison.config.get("config_key"))
     if key in by_key:
         return key
     # Rows from outside the runner may lack the derived keys in their config; compare() hands back

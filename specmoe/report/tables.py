@@ -41,8 +41,15 @@ def write_csv(table: Table, folder: Path) -> Path:
     return path
 
 
-def _interval_fields(prefix: str, interval: Interval) -> dict[str, float]:
-    return {prefix: interval.value, f"{prefix}_ci_low": interval.low, f"{prefix}_ci_high": interval.high}
+def _interval_fields(prefix: str, interval: Interval) -> dict[str, float | int | None]:
+    """The estimate, its bounds, their level (empty: the bounds are the units' range) and n."""
+    return {
+        prefix: interval.value,
+        f"{prefix}_low": interval.low,
+        f"{prefix}_high": interval.high,
+        f"{prefix}_level": interval.level,
+        f"{prefix}_n": interval.n,
+    }
 
 
 def _settings(config: dict[str, Any]) -> dict[str, Any]:
@@ -89,11 +96,19 @@ def baseline_table(results: Results) -> Table | Omitted:
                 "active_params": b.size.active_params if b.size else None,
                 "total_params": b.size.total_params if b.size else None,
                 **_settings(b.config),
-                "repeats": b.repeats,
+                "runs": b.repeats,
                 **_interval_fields("tokens_per_s", b.tokens_per_s),
             }
         )
-    columns = ("target", "kind", "active params", "total params", *shown, "repeats", "tokens/s [95% CI]")
+    columns = (
+        "target",
+        "kind",
+        "active params",
+        "total params",
+        *shown,
+        "runs",
+        "tokens/s [interval] (level, n)",
+    )
     caption = "Mean decode tokens/s (emitted tokens ÷ decode seconds) of each baseline configuration."
     return Table("baseline_throughput", title, caption, columns, tuple(cells), tuple(records))
 
@@ -127,7 +142,7 @@ def sd_table(results: Results) -> Table | Omitted:
                 "draft": r.config.get("draft"),
                 "gamma": r.config.get("gamma"),
                 **_settings(r.config),
-                "repeats": r.repeats,
+                "units": r.repeats,
                 **_interval_fields("baseline_tokens_per_s", r.baseline_tokens_per_s),
                 **_interval_fields("sd_tokens_per_s", r.sd_tokens_per_s),
                 **_interval_fields("speedup", r.speedup),
@@ -142,10 +157,10 @@ def sd_table(results: Results) -> Table | Omitted:
         "draft",
         "γ",
         *shown,
-        "repeats",
-        "baseline tokens/s [95% CI]",
-        "SD tokens/s [95% CI]",
-        "speedup [95% CI]",
+        "units",
+        "baseline tokens/s [interval] (level, n)",
+        "SD tokens/s [interval] (level, n)",
+        "speedup [interval] (level, n)",
         "acceptance",
         "mean accepted length",
         "target efficiency",
@@ -154,7 +169,9 @@ def sd_table(results: Results) -> Table | Omitted:
     caption = (
         "Every SD configuration beside its baseline. Acceptance: accepted ÷ drafted. Mean accepted length: "
         "tokens committed per sequence-round, the bonus/correction token included. Target efficiency: "
-        "T(B,1) ÷ T(B,γ+1). Speedup intervals are paired bootstrap intervals over repeats."
+        "T(B,1) ÷ T(B,γ+1). Units: paired prompt batches × repeats (both arms back to back). Speedup "
+        "intervals: the ratio estimator's t-interval over the units at the level shown, or their range "
+        "(no level) below 5 units. Runs flagged noisy are left out."
     )
     return Table("sd_results", title, caption, columns, tuple(cells), tuple(records))
 
@@ -204,9 +221,9 @@ def draft_table(results: Results) -> Table | Omitted:
         "γ",
         *shown,
         "draft",
-        "speedup [95% CI]",
+        "speedup [interval] (level, n)",
         "acceptance",
-        "SD tokens/s [95% CI]",
+        "SD tokens/s [interval] (level, n)",
         "fastest",
     )
     caption = (

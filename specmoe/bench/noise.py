@@ -1,0 +1,154 @@
+"""Is the machine quiet enough to trust a timing? The noise guard's measurements and its rules.
+
+A decode on a CPU shares the cores with everything else the machine runs. When another process
+holds a core that an OpenMP thread of ours wants, the thread spin-waits at every parallel region:
+measured here, a forward with two threads and one busy core ran about 5× slower. Nothing in the
+tokens/s shows this; only the machine's own accounting does. So every timed run records
+
+- `other_cpu`: cores' worth of CPU time that other processes used while it ran (the machine's busy
+  CPU seconds less this process's own, over the run's wall time);
+- `steal`: the share of CPU time the hypervisor gave to other guests (0 where the OS reports none);
+- `load_avg`: the 1-minute load average when it ended;
+- `step_spread`: how much its per-round verify times disagree ((p75 − p25) / median), which rises
+  when a run is interrupted part of the way through;
+
+and a run that breaks a rule below is measured again (at most `RETRIES` times); if it is still
+disturbed it is stored with `noisy` set and the reason, shown by every summary and export and left
+out of every interval and verdict. Before a suite starts, `choose_threads` looks at the machine once:
+it warns when other processes use the CPU and runs with fewer threads so ours do not spin against
+them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+OTHER_CPU_LIMIT = 0.25  # cores' worth of other processes' CPU during a run before it is disturbed
+STEAL_LIMIT = 0.05  # share of CPU time stolen by the hypervisor
+STEP_SPREAD_LIMIT = 0.5  # (p75 − p25) / median of per-round verify times
+STEP_SPREAD_MIN_ROUNDS = 8  # fewer rounds say too little about their spread
+RETRIES = 2  # extra measurements of a disturbed run
+GUARD_ENV = "SPECMOE_NOISE_GUARD"  # "0" turns the guard off: loads are still recorded, never judged
+
+
+def guard_on() -> bool:
+    """The noise guard judges runs unless SPECMOE_NOISE_GUARD=0 (tests; a machine known to be quiet)."""
+    return os.environ.get(GUARD_ENV, "1") != "0"
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the rest of the machine did during one interval."""
+
+    other_cpu: float  # cores' worth (1.0 = one core fully busy), averaged over the interval
+    steal: float  # share of all CPU time, 0..1
+    load_avg: float  # 1-minute load average at the end of the interval
+
+
+def _psutil():
+    import psutil  # a dependency of specmoe; imported here so `import specmoe` stays light
+
+    return psutil
+
+
+class LoadMeter:
+    """Measures other processes' CPU use between `start()` and `stop()`."""
+
+    def start(self) -> None:
+        psutil = _psutil()
+        self._system = psutil.cpu_times()
+        self._own = _own_cpu_s(psutil)
+        self._wall = time.perf_counter()
+
+    def stop(self) -> Load:
+        psutil = _psutil()
+        system, own, wall = psutil.cpu_times(), _own_cpu_s(psutil), time.perf_counter()
+        elapsed = max(wall - self._wall, 1e-9)
+        busy = _busy_s(system) - _busy_s(self._system)
+        total = _total_s(system) - _total_s(self._system)
+        stolen = getattr(system, "steal", 0.0) - getattr(self._system, "steal", 0.0)
+        return Load(
+            other_cpu=max(0.0, (busy - (own - self._own)) / elapsed),
+            steal=max(0.0, stolen / total) if total > 0 else 0.0,
+            load_avg=os.getloadavg()[0] if hasattr(os, "getloadavg") else 0.0,
+        )
+
+
+def _total_s(times) -> float:
+    """All CPU seconds over all cores; guest time is already inside user time on Linux."""
+    return sum(times) - getattr(times, "guest", 0.0) - getattr(times, "guest_nice", 0.0)
+
+
+def _busy_s(times) -> float:
+    """CPU seconds spent running something, over all cores (idle, I/O wait and steal excluded)."""
+    return _total_s(times) - times.idle - getattr(times, "iowait", 0.0) - getattr(times, "steal", 0.0)
+
+
+def _own_cpu_s(psutil) -> float:
+    times = psutil.Process().cpu_times()
+    return times.user + times.system + times.children_user + times.children_system
+
+
+def step_spread(verify_s: Sequence[float]) -> float | None:
+    """(p75 − p25) / median of per-round verify times; None with too few rounds to tell."""
+    if len(verify_s) < STEP_SPREAD_MIN_ROUNDS:
+        return None
+    p25, p50, p75 = np.percentile(np.asarray(verify_s, dtype=float), [25, 50, 75])
+    return float((p75 - p25) / p50) if p50 > 0 else None
+
+
+def disturbance(load: Load, spread: float | None) -> str:
+    """Why a run's timing cannot be trusted, in a few words; "" when nothing says so (or the guard
+    is off)."""
+    if not guard_on():
+        return ""
+    reasons = []
+    if load.other_cpu > OTHER_CPU_LIMIT:
+        reasons.append(f"other processes used {load.other_cpu:.2f} cores while it ran")
+    if load.steal > STEAL_LIMIT:
+        reasons.append(f"the hypervisor stole {load.steal:.0%} of CPU time")
+    if spread is not None and spread > STEP_SPREAD_LIMIT:
+        reasons.append(f"its verify times spread {spread:.0%} (p75 - p25 over median)")
+    return "; ".join(reasons)
+
+
+def machine_load(seconds: float = 0.5) -> Load:
+    """Other processes' CPU use over the next `seconds`, this process idle meanwhile."""
+    meter = LoadMeter()
+    meter.start()
+    time.sleep(seconds)
+    return meter.stop()
+
+
+def choose_threads(requested: int | None = None, load: Load | None = None) -> int:
+    """Threads for the suite's forwards: `requested`, or the cores other processes leave free.
+
+    Sets torch's thread count (llama.cpp models take the same count), and warns in one line when
+    other processes are using the CPU.
+    """
+    import torch
+
+    cores = os.cpu_count() or 1
+    if requested is None and load is None and not guard_on():
+        return torch.get_num_threads()
+    load = load if load is not None else machine_load()
+    busy = round(load.other_cpu)
+    threads = requested if requested is not None else max(1, min(torch.get_num_threads(), cores - busy))
+    if load.other_cpu > OTHER_CPU_LIMIT:
+        log.warning(
+            "other processes are using %.1f of %d CPU cores: measuring with %d thread(s); runs they "
+            "disturb are measured again, then flagged noisy",
+            load.other_cpu,
+            cores,
+            threads,
+        )
+    torch.set_num_threads(threads)
+    return threads
