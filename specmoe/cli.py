@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ DEFAULT_PROMPT = "The history of the printing press"
 
 
 def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(format="specmoe: %(levelname)s: %(message)s", level=logging.WARNING)
     parser = _parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
@@ -159,11 +161,22 @@ def _add_bench(commands) -> None:
     run.add_argument(
         "--max-retries", type=int, default=2, help="Ray: attempts after the first for a failed or lost run"
     )
+    run.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="forward threads for local runs (default: the cores other processes leave free)",
+    )
     run.set_defaults(run=_run_bench)
     export = bench.add_parser("export", help="export a results store as CSV or Parquet")
     export.add_argument("--db", type=Path, required=True)
     export.add_argument("--format", choices=["csv", "parquet"], default="csv")
     export.add_argument("--out", type=Path, default=None)
+    export.add_argument(
+        "--per-prompt",
+        action="store_true",
+        help="one row per (run, prompt): each prompt's counts, category and its batch's timing",
+    )
     export.set_defaults(run=_run_export)
     report = bench.add_parser(
         "report", help="write an HTML report (figures, tables, audit) of a results store"
@@ -330,15 +343,23 @@ def _run_bench(args) -> int:
     elif args.address is not None:
         raise SpecmoeError("--address is the Ray cluster's; add --executor ray")
     return run_bench(
-        args.suite, args.db, args.zoo, progress=not args.quiet, overrides=overrides, executor=executor
+        args.suite,
+        args.db,
+        args.zoo,
+        progress=not args.quiet,
+        overrides=overrides,
+        executor=executor,
+        threads=args.threads,
     )
 
 
 def _run_export(args) -> int:
+    from specmoe.bench.per_prompt import export_per_prompt
     from specmoe.bench.store import export
 
-    out = args.out or args.db.with_suffix("." + args.format)
-    export(args.db, out, args.format)
+    suffix = (".prompts." if args.per_prompt else ".") + args.format
+    out = args.out or args.db.with_suffix(suffix)
+    (export_per_prompt if args.per_prompt else export)(args.db, out, args.format)
     print(f"wrote {out}")
     return 0
 

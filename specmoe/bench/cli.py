@@ -38,9 +38,11 @@ def run_bench(
     progress: bool = True,
     overrides: SuiteOverrides | None = None,
     executor: Executor | None = None,
+    threads: int | None = None,
 ) -> int:
     suite = load_suite(resolve_suite_path(suite_arg), overrides)
-    rows = run_suite(suite, db, prepare_zoo(suite, zoo), progress=progress, executor=executor)
+    zoo = prepare_zoo(suite, zoo)
+    rows = run_suite(suite, db, zoo, progress=progress, executor=executor, threads=threads)
     print(format_summary(rows))
     return 0
 

@@ -5,8 +5,9 @@ holds a core that an OpenMP thread of ours wants, the thread spin-waits at every
 measured here, a forward with two threads and one busy core ran about 5× slower. Nothing in the
 tokens/s shows this; only the machine's own accounting does. So every timed run records
 
-- `other_cpu`: cores' worth of CPU time that other processes used while it ran (the machine's busy
-  CPU seconds less this process's own, over the run's wall time);
+- `other_cpu`: cores' worth of CPU time that other processes used, while it ran, on the cores this
+  process may run on (their busy CPU seconds less this process's own, over the run's wall time): a
+  run pinned to one core (`taskset -c 0`) is not disturbed by work pinned to another;
 - `steal`: the share of CPU time the hypervisor gave to other guests (0 where the OS reports none);
 - `load_avg`: the 1-minute load average when it ended;
 - `step_spread`: how much its per-round verify times disagree ((p75 − p25) / median), which rises
@@ -59,18 +60,33 @@ def _psutil():
     return psutil
 
 
+def own_cores() -> list[int]:
+    """The CPUs this process may run on (its affinity); every CPU where the OS does not say."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def _core_times(psutil, cores: list[int]):
+    """CPU times summed over `cores`, as one record with the fields psutil reports."""
+    per_cpu = psutil.cpu_times(percpu=True)
+    picked = [per_cpu[c] for c in cores if c < len(per_cpu)] or per_cpu
+    return type(per_cpu[0])(*(sum(values) for values in zip(*picked, strict=True)))
+
+
 class LoadMeter:
-    """Measures other processes' CPU use between `start()` and `stop()`."""
+    """Measures other processes' CPU use, on this process's cores, between `start()` and `stop()`."""
 
     def start(self) -> None:
         psutil = _psutil()
-        self._system = psutil.cpu_times()
+        self._cores = own_cores()
+        self._system = _core_times(psutil, self._cores)
         self._own = _own_cpu_s(psutil)
         self._wall = time.perf_counter()
 
     def stop(self) -> Load:
         psutil = _psutil()
-        system, own, wall = psutil.cpu_times(), _own_cpu_s(psutil), time.perf_counter()
+        system, own, wall = _core_times(psutil, self._cores), _own_cpu_s(psutil), time.perf_counter()
         elapsed = max(wall - self._wall, 1e-9)
         busy = _busy_s(system) - _busy_s(self._system)
         total = _total_s(system) - _total_s(self._system)
@@ -136,7 +152,7 @@ def choose_threads(requested: int | None = None, load: Load | None = None) -> in
     """
     import torch
 
-    cores = os.cpu_count() or 1
+    cores = len(own_cores())
     if requested is None and load is None and not guard_on():
         return torch.get_num_threads()
     load = load if load is not None else machine_load()
@@ -144,8 +160,8 @@ def choose_threads(requested: int | None = None, load: Load | None = None) -> in
     threads = requested if requested is not None else max(1, min(torch.get_num_threads(), cores - busy))
     if load.other_cpu > OTHER_CPU_LIMIT:
         log.warning(
-            "other processes are using %.1f of %d CPU cores: measuring with %d thread(s); runs they "
-            "disturb are measured again, then flagged noisy",
+            "other processes are using %.1f of the %d CPU cores this run may use: measuring with %d "
+            "thread(s); runs they disturb are measured again, then flagged noisy",
             load.other_cpu,
             cores,
             threads,

@@ -296,7 +296,7 @@ class Runner:
         return lambda: ModelDrafter(draft)
 
     @staticmethod
-    def _plain_key(spec: RunSpec, prompts: list[list[int]], max_new_tokens: int) -> tuple:
+    def _plain_key(spec: RunSpec, prompts: list[list[int]], max_new_tokens: int | str) -> tuple:
         return (
             spec.target,
             spec.dtype,
@@ -307,12 +307,19 @@ class Runner:
         )
 
     def _continuation(self, spec, target, prompts, config) -> list[list[int]]:
-        """The target's own greedy continuation of the prompts, γ tokens past the run (untimed)."""
-        key = self._plain_key(spec, prompts, config.max_new_tokens + config.gamma)
-        if key not in self._continuations:
-            plain = DecodeConfig(max_new_tokens=config.max_new_tokens + config.gamma, ignore_eos=True)
+        """The target's own greedy continuation of the prompts, at least γ tokens past the run
+        (untimed). Computed once per prompt batch with room for γ up to CONTINUATION_PAD, so the
+        oracle arms of one batch at different γ share it."""
+        needed = config.max_new_tokens + config.gamma
+        key = self._plain_key(spec, prompts, "continuation")
+        if key not in self._continuations or len(self._continuations[key][0]) < needed:
+            length = config.max_new_tokens + max(config.gamma, CONTINUATION_PAD)
+            plain = DecodeConfig(max_new_tokens=length, ignore_eos=True)
             self._continuations[key] = [list(o.token_ids) for o in decode(target, prompts, plain).outputs]
         return self._continuations[key]
+
+
+CONTINUATION_PAD = 16  # tokens past max_new_tokens an oracle continuation carries
 
 
 def _now_ms() -> str:

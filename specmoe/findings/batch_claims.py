@@ -16,12 +16,15 @@ Predict = Callable[[str, int, int, int | None], float | None]  # (target, B, γ,
 
 
 def inverted_u(series: Sequence[Cell]) -> bool:
-    """The peak lies strictly inside the batch range and beats both ends beyond the intervals."""
+    """The peak lies strictly inside the batch range and clears its neighbours, and so both ends,
+    beyond the intervals (judged cells only: `Cell.beats`)."""
     if len(series) < 3:
         return False
     peak = max(range(len(series)), key=lambda i: series[i].speedup)
-    inside = 0 < peak < len(series) - 1
-    return inside and series[peak].beats(series[0]) and series[peak].beats(series[-1])
+    if not 0 < peak < len(series) - 1:
+        return False
+    top = series[peak]
+    return all(top.beats(series[i]) for i in {peak - 1, peak + 1, 0, len(series) - 1})
 
 
 def batch_series(items: Sequence[Cell], target: str, gamma: int, top_k: int | None = None) -> list[Cell]:
@@ -114,8 +117,17 @@ def _span(batches: Sequence[int]) -> str:
 
 
 def paying_batches(series: Sequence[Cell]) -> list[int]:
-    """Batch sizes where SD pays: the speedup's whole interval above 1."""
-    return [c.batch for c in series if c.low > 1.0]
+    """Batch sizes where SD pays: the speedup's whole confidence interval above 1."""
+    return [c.batch for c in series if c.judged and c.low > 1.0]
+
+
+def peak_inside(series: Sequence[Cell]) -> bool:
+    """The series' highest speedup is below its largest batch beyond the intervals: the window
+    holds the peak, so the paying range cannot run on past it unseen."""
+    if len(series) < 2:
+        return False
+    peak = max(series, key=lambda c: c.speedup)
+    return peak is not series[-1] and peak.beats(series[-1])
 
 
 def claim_f(moesd: Sequence[Cell], predict: Predict) -> Verdict:
@@ -142,11 +154,16 @@ def claim_f(moesd: Sequence[Cell], predict: Predict) -> Verdict:
         paid = ", ".join(map(str, widths[k])) or "nowhere"
         lines.append(f"| {k} | " + " | ".join(row) + f" | {paid} |")
     counts = [len(widths[k]) for k in top_ks]
+    open_ended = [
+        k
+        for k in top_ks
+        if not peak_inside([c for c in batch_series(moesd, "moe", 4, top_k=k) if c.batch in sparsity_batches])
+    ]
     modelled = []
     for k in top_ks:
         paying = [b for b in MODEL_BATCHES if (predict("moe", b, 4, k) or 0.0) > 1.0]
         modelled.append(f"top-k {k}: {_span(paying)}")
-    if len(counts) < 2 or not any(counts):
+    if len(counts) < 2 or not any(counts) or open_ended:
         verdict = UNSURE
     elif all(a >= b for a, b in itertools.pairwise(counts)) and counts[0] > counts[-1]:
         verdict = HOLDS
@@ -159,6 +176,14 @@ def claim_f(moesd: Sequence[Cell], predict: Predict) -> Verdict:
         {
             "verdict": verdict,
             "top_ks": ", ".join(map(str, top_ks)),
+            "regime": (
+                f"the batch window (B ≤ {max(sparsity_batches, default=0)}) holds every top-k's peak"
+                if not open_ended
+                else "the batch window does not hold the peak of top-k "
+                + ", ".join(map(str, open_ended))
+                + " (still rising, or not beyond the intervals, at its largest batch): its paying range "
+                "may run on past the window"
+            ),
             "widths": ", ".join(f"top-k {k}: {len(widths[k])}" for k in top_ks),
             "model_ranges": "; ".join(modelled),
             "table": "\n".join(lines),

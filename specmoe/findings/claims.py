@@ -1,8 +1,11 @@
 """The six claims, each judged by a written rule on measured cells.
 
 Every rule compares 95% intervals, never bare point estimates: "A beats B" means A's interval lies
-wholly above B's. A verdict is one of HOLDS, FAILS or UNSURE ("cannot tell here"), with the counts it
-rests on. Values are returned as text, ready for the findings document.
+wholly above B's. Only *judged* cells decide anything: a real confidence interval (at least 5 paired
+units) and repeats that agree; a cell with a range from fewer units, or unstable repeats, is shown
+but counts for neither side. Claims about a mechanism first check that this machine produces its
+regime (`specmoe.findings.regime`). A verdict is one of HOLDS, FAILS or UNSURE ("cannot tell here"),
+with the counts it rests on. Values are returned as text, ready for the findings document.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from specmoe.findings.cells import Cell, select
+from specmoe.findings.regime import Regime
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "cannot tell here"
 
@@ -69,7 +73,8 @@ def _grid(
 def claim_a(study: Sequence[Cell]) -> Verdict:
     """SD gives 1.18–1.30× on the MoE target at < 4% acceptance."""
     drafted = select(study, group="B", target="moe", draft=MODEL_DRAFTS)
-    low = [c for c in drafted if c.acceptance < LOW_ACCEPTANCE]
+    low_all = [c for c in drafted if c.acceptance < LOW_ACCEPTANCE]
+    low = [c for c in low_all if c.judged]
     lo, hi = STUDY_RANGE
     in_range = [c for c in low if c.high >= lo and c.low <= hi]
     below = [c for c in low if c.high < lo]
@@ -86,6 +91,7 @@ def claim_a(study: Sequence[Cell]) -> Verdict:
     values = {
         "verdict": verdict,
         "n": str(len(low)),
+        "n_low": str(len(low_all)),
         "n_drafted": str(len(drafted)),
         "n_in_range": str(len(in_range)),
         "n_slower": str(len(slower)),
@@ -107,18 +113,19 @@ def claim_a(study: Sequence[Cell]) -> Verdict:
     return Verdict(verdict, values)
 
 
-def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]]) -> Verdict:
+def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]], regime: Regime) -> Verdict:
     """SD speedup follows the target's total parameters, not its active ones.
 
     The zoo's dense-l has more active parameters than the MoE but fewer in total: "follows total"
     says the MoE gains more than dense-l with the same draft, "follows active" says the opposite.
+    The study explains it by bandwidth amortisation, so the verdict needs a bandwidth-bound target.
     """
     moe = {(c.gamma, c.prompt): c for c in select(study, target="moe", draft="draft-xs")}
     dense = {(c.gamma, c.prompt): c for c in select(study, target="dense-l", draft="draft-xs")}
     pairs = [(moe[k], dense[k]) for k in sorted(moe) if k in dense]
     moe_wins = sum(m.beats(d) for m, d in pairs)
     dense_wins = sum(d.beats(m) for m, d in pairs)
-    verdict = duel(moe_wins, dense_wins, len(pairs))
+    verdict = duel(moe_wins, dense_wins, len(pairs)) if regime.ok else UNSURE
     lines = ["| target | total params | active params | γ=4 | γ=8 | γ=16 |", "|---|---|---|---|---|---|"]
     for target in ("moe", "dense-l", "dense-s"):
         total, active = sizes.get(target, (0, 0))
@@ -131,7 +138,9 @@ def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]]) -> Verdict
         verdict,
         {
             "verdict": verdict,
+            "regime": regime.why,
             "pairs": str(len(pairs)),
+            "judged_pairs": str(sum(m.judged and d.judged for m, d in pairs)),
             "moe_wins": str(moe_wins),
             "dense_wins": str(dense_wins),
             "table": "\n".join(lines),
@@ -154,6 +163,7 @@ def _draft_duel(items: Sequence[Cell], low_only: bool) -> tuple[int, int, int]:
     pairs = [(xs[k], s[k]) for k in sorted(xs) if k in s]
     if low_only:
         pairs = [(a, b) for a, b in pairs if max(a.acceptance, b.acceptance) < LOW_ACCEPTANCE]
+    pairs = [(a, b) for a, b in pairs if a.judged and b.judged]
     return len(pairs), sum(a.beats(b) for a, b in pairs), sum(b.beats(a) for a, b in pairs)
 
 
@@ -216,11 +226,15 @@ def _steps(series: Sequence[Cell]) -> tuple[bool, bool]:
 
 
 def _rises(series: Sequence[Cell]) -> bool:
-    return all(b.speedup > a.speedup for a, b in itertools.pairwise(series))
+    """Every step up γ helps beyond the intervals."""
+    return all(b.beats(a) for a, b in itertools.pairwise(series))
 
 
-def claim_d(study: Sequence[Cell], family: Sequence[Cell]) -> Verdict:
-    """Larger γ always helps: speedup rises monotonically over γ ∈ {4, 8, 16}."""
+def claim_d(study: Sequence[Cell], family: Sequence[Cell], regime: Regime) -> Verdict:
+    """Larger γ always helps: speedup rises monotonically over γ ∈ {4, 8, 16}.
+
+    The study explains the rise by verification that costs less than linearly in γ, i.e. bandwidth
+    amortisation: the verdict needs a bandwidth-bound target (`regime`)."""
     study_series = list(gamma_series(study).values())
     family_series = list(gamma_series(family).values())
     series = study_series + family_series
@@ -228,7 +242,7 @@ def claim_d(study: Sequence[Cell], family: Sequence[Cell]) -> Verdict:
     helps = sum(up for up, _ in steps)
     hurts = sum(down for _, down in steps)
     rising = sum(_rises(s) for s in series)
-    if not series:
+    if not series or not regime.ok:
         verdict = UNSURE
     elif hurts:
         verdict = FAILS
@@ -240,6 +254,7 @@ def claim_d(study: Sequence[Cell], family: Sequence[Cell]) -> Verdict:
         verdict,
         {
             "verdict": verdict,
+            "regime": regime.why,
             "series": str(len(series)),
             "hurts": str(hurts),
             "helps": str(helps),

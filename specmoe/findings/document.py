@@ -20,6 +20,7 @@ from specmoe.findings.cells import Cell, cells
 from specmoe.findings.claims import LOW_ACCEPTANCE, claim_a, claim_b, claim_c, claim_d, extreme, x
 from specmoe.findings.notes import notes_values
 from specmoe.findings.predictions import fitted_predictor, unfitted_table
+from specmoe.findings.regime import bandwidth_regime
 from specmoe.findings.results import read_export
 from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import get_preset
@@ -106,12 +107,13 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     moesd, moesd_rows = _step_cells(out, "moesd")
     family, family_rows = _step_cells(out, "family")
     predict = fitted_predictor(out / "fits")
+    regime = bandwidth_regime(out)
     found: dict[str, str] = {}
     for key, verdict in (
         ("a", claim_a(study)),
-        ("b", claim_b(study, _sizes("bench"))),
+        ("b", claim_b(study, _sizes("bench"), regime)),
         ("c", claim_c(study, family)),
-        ("d", claim_d(study, family)),
+        ("d", claim_d(study, family, regime)),
         ("e", claim_e(moesd, predict)),
         ("f", claim_f(moesd, predict)),
     ):

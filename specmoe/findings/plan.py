@@ -1,8 +1,9 @@
 """What `specmoe findings` measures: which shipped suites, at which scale.
 
 `full` runs the shipped suites as written (hours on a CPU). `cpu` is a shorter pass of the same
-designs that fits about an hour on one CPU core: the groups the claims rest on, fewer tokens and
-batch sizes, two repeats (the least that gives a confidence interval). Every setting a pass
+designs that fits about an hour and a half on one CPU core: the groups the claims rest on, fewer
+tokens, drafts, γ values and batch sizes, and never fewer than five paired units per cell (the least
+that gives a confidence interval; ten at batch size 1). Every setting a pass
 changes is stored in each run's config, so the exported rows say what was measured.
 """
 
@@ -47,6 +48,12 @@ PROFILES = (
     Profile("draft-xs", _PROFILE_BATCHES, (1, 2)),
 )
 
+# The cpu pass measures every prompt of a set as a paired unit (`prompts = 10`: the sets' 9-10
+# prompts, the 9-prompt reasoning set topped up with one numbered copy), and trims the grid instead:
+# study groups B and D only, drafts draft-xs, draft-s and n-gram, γ 4 and 16, 32 new tokens, one
+# repeat; moesd's batch sweep at oracle 0.9, γ 2 and 4, B 1-64 in four steps, five repeats so that
+# every batch size has at least five units (B = 64 decodes all ten prompts, with copies, per batch);
+# the sparsity sweep at B 1, 16 and 64.
 _CPU = (
     Step(
         "moesd",
@@ -55,17 +62,27 @@ _CPU = (
             settings=(
                 ("batch.draft", ["oracle:0.9"]),
                 ("batch.gamma", [2, 4]),
-                ("batch.batch_size", [1, 4, 16, 32, 64]),
-                ("sparsity.batch_size", [1, 4, 16, 64]),
+                ("batch.batch_size", [1, 4, 16, 64]),
+                ("sparsity.batch_size", [1, 16, 64]),
+                ("repeats", 5),
             ),
         ),
     ),
     Step(
         "study",
         "study",
-        SuiteOverrides(settings=(("max_new_tokens", 32), ("repeats", 2)), groups=("B", "D")),
+        SuiteOverrides(
+            settings=(
+                ("max_new_tokens", 32),
+                ("repeats", 1),
+                ("prompts", 10),
+                ("B.draft", ["draft-xs", "draft-s", "ngram"]),
+                ("gamma", [4, 16]),
+            ),
+            groups=("B", "D"),
+        ),
     ),
-    Step("family", "family"),
+    Step("family", "family", SuiteOverrides(settings=(("repeats", 1), ("prompts", 10)))),
 )
 
 _FULL = (Step("moesd", "moesd"), Step("study", "study"), Step("family", "family"))

@@ -89,6 +89,10 @@ def run_profiles(out: Path) -> Path:
 
     zoo = default_zoo_dir("bench", 0)
     build_zoo("bench", zoo, seed=0)
+    if not (out / "hw.json").is_file():  # the bandwidth the regime checks hold steps against
+        from specmoe.perf.hardware import measure_hardware
+
+        write_json(out / "hw.json", measure_hardware("cpu"))
     fits = out / "fits"
     for spec in PROFILES:
         profile_path = out / "profiles" / f"{spec.name}.json"
