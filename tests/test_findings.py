@@ -3,6 +3,7 @@ shipped results (every value in docs/findings.md recomputed from the exported fi
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -15,6 +16,7 @@ from specmoe.findings.batch_claims import claim_e, claim_f, inverted_u
 from specmoe.findings.cells import Cell
 from specmoe.findings.claims import FAILS, HOLDS, UNSURE, claim_a, claim_b, claim_c, claim_d
 from specmoe.findings.document import render, template, values
+from specmoe.findings.regime import Regime
 from specmoe.findings.results import read_export
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,10 +36,15 @@ def cell(speedup: float, width: float = 0.02, **fields) -> Cell:
         preset="bench",
         acceptance=0.0,
         efficiency=0.5,
-        repeats=2,
+        repeats=10,
+        level=0.95,
     )
     base.update(fields)
     return Cell(speedup=speedup, low=speedup - width, high=speedup + width, **base)
+
+
+BOUND = Regime(True, "bandwidth-bound")
+NOT_BOUND = Regime(False, "the step is 5.0× its bandwidth floor")
 
 
 def no_predictions(target, batch, gamma, top_k):
@@ -96,11 +103,13 @@ def test_claim_b_compares_the_moe_with_the_denser_but_smaller_total_target():
     sizes = {"moe": (100, 10), "dense-l": (30, 30), "dense-s": (13, 13)}
     moe = [cell(0.5, target="moe", gamma=g) for g in (4, 8, 16)]
     dense = [cell(0.8, target="dense-l", group="D", gamma=g) for g in (4, 8, 16)]
-    assert claim_b(moe + dense, sizes).verdict == FAILS
-    assert (
-        claim_b([replace(c, speedup=1.0, low=0.98, high=1.02) for c in moe] + dense, sizes).verdict == HOLDS
-    )
-    assert claim_b(moe, sizes).verdict == UNSURE
+    assert claim_b(moe + dense, sizes, BOUND).verdict == FAILS
+    faster = [replace(c, speedup=1.0, low=0.98, high=1.02) for c in moe]
+    assert claim_b(faster + dense, sizes, BOUND).verdict == HOLDS
+    assert claim_b(moe, sizes, BOUND).verdict == UNSURE
+    # Where the decode step is not bandwidth-bound the mechanism is absent: nothing to judge.
+    assert claim_b(faster + dense, sizes, NOT_BOUND).verdict == UNSURE
+    assert claim_b(faster + dense, sizes, NOT_BOUND).values["regime"] == NOT_BOUND.why
 
 
 def test_claim_c_needs_low_acceptance_pairs_and_counts_the_trained_family_apart():
@@ -115,11 +124,23 @@ def test_claim_c_needs_low_acceptance_pairs_and_counts_the_trained_family_apart(
 
 def test_claim_d_fails_on_one_significant_drop_and_holds_only_when_every_series_rises():
     rising = [cell(0.2 * g, gamma=g) for g in (4, 8, 16)]
-    assert claim_d(rising, []).verdict == HOLDS
+    assert claim_d(rising, [], BOUND).verdict == HOLDS
     falling = [cell(1.0 / g, gamma=g, prompt="factual") for g in (4, 8, 16)]
-    assert claim_d(rising + falling, []).verdict == FAILS
+    assert claim_d(rising + falling, [], BOUND).verdict == FAILS
     flat = [cell(1.0, width=0.5, gamma=g, prompt="chinese") for g in (4, 8, 16)]
-    assert claim_d(rising + flat, []).verdict == UNSURE
+    assert claim_d(rising + flat, [], BOUND).verdict == UNSURE
+    assert claim_d(rising + falling, [], NOT_BOUND).verdict == UNSURE
+
+
+def test_cells_without_a_confidence_interval_or_with_unstable_repeats_decide_nothing():
+    fast, slow = cell(2.0), cell(1.0)
+    assert fast.beats(slow)
+    assert not replace(fast, level=None, repeats=2).beats(slow)  # a range from 2 units
+    assert not fast.beats(replace(slow, level=None, repeats=4))
+    assert not replace(fast, unstable=True).beats(slow)
+    two_repeats = [replace(c, level=None, repeats=2) for c in (cell(0.5, gamma=4), cell(0.3, gamma=8))]
+    assert claim_d(two_repeats, [], BOUND).verdict == UNSURE
+    assert "range" in two_repeats[0].interval() and "95" not in two_repeats[0].interval()
 
 
 def test_inverted_u_needs_an_inside_peak_above_both_ends():
@@ -132,6 +153,7 @@ def test_inverted_u_needs_an_inside_peak_above_both_ends():
     assert inverted_u(series([0.8, 1.2, 1.5, 0.9]))
     assert not inverted_u(series([1.5, 1.2, 1.0, 0.8]))  # falling: peak at the first batch
     assert not inverted_u(series([0.8, 0.81, 0.82, 0.80]))  # inside peak, within the intervals
+    assert not inverted_u(series([0.8, 1.49, 1.5, 0.9]))  # the peak does not clear its neighbour
 
 
 def test_claim_e_and_f_on_a_made_up_sweep():
@@ -152,6 +174,11 @@ def test_claim_e_and_f_on_a_made_up_sweep():
     ]
     assert claim_f(moe + sparse, no_predictions).verdict == HOLDS  # pays at 4 batch sizes vs 2
     assert claim_f(moe, no_predictions).verdict == UNSURE  # one sparsity level: nothing to compare
+    # A series still rising at the window's largest batch may pay beyond it: the window cannot tell.
+    rising = [replace(c, speedup=c.speedup + 0.1 * i) for i, c in enumerate(sparse)]
+    rising[-1] = replace(rising[-1], speedup=2.5, low=2.48, high=2.52)
+    found = claim_f(moe + rising, no_predictions)
+    assert (found.verdict, found.values["regime_ok"]) == (UNSURE, "no")
 
 
 def test_export_reads_back_as_the_stored_rows(tmp_path, tiny_run_db):
@@ -199,3 +226,22 @@ def test_duel_needs_half_the_pairs_and_more_wins_than_losses():
     assert duel(2, 1, 6) == UNSURE  # under half the pairs decided its way
     assert duel(3, 3, 6) == UNSURE
     assert duel(0, 0, 0) == UNSURE
+
+
+def test_the_bandwidth_regime_compares_the_one_token_step_with_its_floor(tmp_path):
+    from specmoe.findings.regime import bandwidth_regime, step_over_floor
+
+    model = {"dtype": "float32", "is_moe": True, "num_experts": 64, "top_k": 4}
+    model |= {"bytes_dense": 100e6, "bytes_experts": 3.2e9}  # a token reads 100 MB + 4/64 of 3.2 GB
+    hw = {"bandwidth_bytes_per_s": 30e9}  # floor: 300 MB / 30 GB/s = 10 ms
+    profile = {"model": model, "points": [{"batch": 1, "tokens": 1, "median_s": 0.030}]}
+    assert step_over_floor(profile, hw) == pytest.approx(3.0)
+    (tmp_path / "profiles").mkdir()
+    (tmp_path / "profiles" / "moe-float32.json").write_text(json.dumps(profile))
+    (tmp_path / "hw.json").write_text(json.dumps(hw))
+    regime = bandwidth_regime(tmp_path)
+    assert not regime.ok and "3.0× its bandwidth floor" in regime.why
+    profile["points"][0]["median_s"] = 0.015
+    (tmp_path / "profiles" / "moe-float32.json").write_text(json.dumps(profile))
+    assert bandwidth_regime(tmp_path).ok
+    assert not bandwidth_regime(tmp_path / "nothing").ok

@@ -176,6 +176,7 @@ def claim_f(moesd: Sequence[Cell], predict: Predict) -> Verdict:
         {
             "verdict": verdict,
             "top_ks": ", ".join(map(str, top_ks)),
+            "regime_ok": "no" if open_ended else "yes",
             "regime": (
                 f"the batch window (B ≤ {max(sparsity_batches, default=0)}) holds every top-k's peak"
                 if not open_ended

@@ -139,6 +139,7 @@ def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]], regime: Re
         {
             "verdict": verdict,
             "regime": regime.why,
+            "regime_ok": "yes" if regime.ok else "no",
             "pairs": str(len(pairs)),
             "judged_pairs": str(sum(m.judged and d.judged for m, d in pairs)),
             "moe_wins": str(moe_wins),
@@ -255,6 +256,7 @@ def claim_d(study: Sequence[Cell], family: Sequence[Cell], regime: Regime) -> Ve
         {
             "verdict": verdict,
             "regime": regime.why,
+            "regime_ok": "yes" if regime.ok else "no",
             "series": str(len(series)),
             "hurts": str(hurts),
             "helps": str(helps),

@@ -17,7 +17,7 @@ from pathlib import Path
 from specmoe.errors import SpecmoeError
 from specmoe.findings.batch_claims import claim_e, claim_f
 from specmoe.findings.cells import Cell, cells
-from specmoe.findings.claims import LOW_ACCEPTANCE, claim_a, claim_b, claim_c, claim_d, extreme, x
+from specmoe.findings.claims import LOW_ACCEPTANCE, UNSURE, claim_a, claim_b, claim_c, claim_d, extreme, x
 from specmoe.findings.notes import notes_values
 from specmoe.findings.predictions import fitted_predictor, unfitted_table
 from specmoe.findings.regime import bandwidth_regime
@@ -61,6 +61,7 @@ def _sizes(preset: str) -> dict[str, tuple[int, int]]:
 
 def _run_values(name: str, rows: list) -> dict[str, str]:
     verdicts = Counter(r.audit_verdict for r in rows)
+    units = sorted({c.repeats for c in cells(rows)})
     envs = {(r.env.get("cpu"), r.env.get("torch_threads"), r.env.get("torch")) for r in rows}
     return {
         f"{name}.runs": str(len(rows)),
@@ -72,7 +73,39 @@ def _run_values(name: str, rows: list) -> dict[str, str]:
         f"{name}.tokens": ", ".join(sorted({str(r.config.get("max_new_tokens")) for r in rows})),
         f"{name}.repeats": str(max((r.repeat for r in rows), default=-1) + 1),
         f"{name}.dtype": ", ".join(sorted({str(r.config.get("dtype")) for r in rows})),
+        f"{name}.units": (f"{units[0]}–{units[-1]}" if len(units) > 1 else str(units[0])) if units else "–",
     }
+
+
+VERDICT_KEYS = ("a", "b", "c", "d", "e", "f")
+CLAIMS = {
+    "a": "(a) 1.18–1.30× at < 4% acceptance",
+    "b": "(b) speedup follows total parameters",
+    "c": "(c) the smaller draft wins at low acceptance",
+    "d": "(d) larger γ always helps",
+    "e": "(e) inverted U; MoE ahead at medium batch",
+    "f": "(f) sparser MoE widens the paying range",
+}
+
+
+def change_values(out: Path, found: dict[str, str]) -> dict[str, str]:
+    """The verdict table before (out/previous/findings.json) and now, with what decided the change."""
+    path = out / "previous" / "findings.json"
+    before = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    lines = ["| claim | first findings | now | why |", "|---|---|---|---|"]
+    for key in VERDICT_KEYS:
+        was, now = before.get(f"{key}.verdict", "–"), found[f"{key}.verdict"]
+        regime = found.get(f"{key}.regime", "")
+        if regime and now == UNSURE and found.get(f"{key}.regime_ok") == "no":
+            why = "regime check: " + regime
+        elif was == now:
+            why = "the same verdict, now from confidence intervals over every prompt"
+        elif now == UNSURE:
+            why = "too few cells differ beyond their intervals now that each interval is a real one"
+        else:
+            why = "the intervals over every prompt decide it the other way"
+        lines.append(f"| {CLAIMS[key]} | {was} | **{now}** | {why} |")
+    return {"changes.table": "\n".join(lines)}
 
 
 def study_audit_values(study_csv: Path) -> dict[str, str]:
@@ -120,6 +153,10 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
         found.update({f"{key}.{name}": value for name, value in verdict.values.items()})
     for name, rows in (("study", study_rows), ("moesd", moesd_rows), ("family", family_rows)):
         found.update(_run_values(name, rows))
+    every = [*study_rows, *moesd_rows, *family_rows]
+    found["noise.runs"] = str(len(every))
+    found["noise.noisy"] = str(sum(r.noisy for r in every))
+    found.update(change_values(out, found))
     found.update(study_audit_values(study_csv))
     found.update(notes_values(out, study_rows, moesd_rows, moesd, predict))
     found["elsewhere.table"] = unfitted_table(examples)

@@ -1,0 +1,127 @@
+"""The noise guard: a disturbed run is measured again, then flagged, and flagged runs are in no number."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmoe.bench import noise
+from specmoe.bench.noise import Load, disturbance, step_spread
+from specmoe.bench.runner import run_suite
+from specmoe.bench.suite import load_suite
+from specmoe.bench.summary import compare, format_summary
+
+QUIET = Load(other_cpu=0.02, steal=0.0, load_avg=0.1)
+BUSY = Load(other_cpu=1.0, steal=0.0, load_avg=2.0)
+
+SUITE = """
+schema = 1
+name = "noisy"
+[zoo]
+preset = "tiny"
+[defaults]
+prompts = 5
+max_new_tokens = 4
+dtype = "float32"
+[models.moe]
+zoo = "moe"
+[models.draft-xs]
+zoo = "draft-xs"
+[[groups]]
+name = "g"
+target = ["moe"]
+draft = ["draft-xs"]
+gamma = [2]
+"""
+
+
+@pytest.fixture()
+def guard_on(monkeypatch):
+    monkeypatch.setenv(noise.GUARD_ENV, "1")
+
+
+def fake_loads(monkeypatch, loads):
+    """Each timed run's LoadMeter.stop() returns the next load (the last one repeats); the look at
+    the machine before the suite sees it quiet."""
+    monkeypatch.setattr(noise, "machine_load", lambda seconds=0.5: QUIET)
+    queue = list(loads)
+
+    def stop(self):
+        return queue.pop(0) if len(queue) > 1 else queue[0]
+
+    monkeypatch.setattr(noise.LoadMeter, "stop", stop)
+
+
+def test_rules(guard_on):
+    assert disturbance(QUIET, 0.1) == ""
+    assert "other processes used 1.00 cores" in disturbance(BUSY, None)
+    assert "stole 10%" in disturbance(Load(0.0, 0.10, 0.0), None)
+    assert "spread 80%" in disturbance(QUIET, 0.8)
+
+
+def test_the_guard_can_be_switched_off(monkeypatch):
+    monkeypatch.setenv(noise.GUARD_ENV, "0")
+    assert disturbance(BUSY, 0.9) == ""
+
+
+def test_step_spread_needs_enough_rounds():
+    assert step_spread([1.0] * 7) is None
+    assert step_spread([1.0] * 8) == 0.0
+    assert step_spread([1.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0]) == pytest.approx(1.0 / 1.5)
+
+
+def test_a_disturbed_run_is_measured_again_and_kept_when_the_retry_is_quiet(
+    guard_on, monkeypatch, tiny_zoo, tmp_path
+):
+    path = tmp_path / "s.toml"
+    path.write_text(SUITE)
+    fake_loads(monkeypatch, [BUSY, QUIET])  # the first timed run is disturbed, every later one quiet
+    rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
+    first = min(rows, key=lambda r: r.measure["started_at"])
+    assert first.measure["attempts"] == 2 and not first.noisy
+    assert not any(r.noisy for r in rows)
+    assert all(r.measure["threads"] == 1 for r in rows)
+
+
+def test_runs_that_stay_disturbed_are_flagged_and_left_out(guard_on, monkeypatch, tiny_zoo, tmp_path):
+    path = tmp_path / "s.toml"
+    path.write_text(SUITE)
+    fake_loads(monkeypatch, [BUSY, BUSY, BUSY, QUIET])  # the first run stays busy through its retries
+    rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
+    flagged = [r for r in rows if r.noisy]
+    assert len(flagged) == 1
+    assert flagged[0].measure["attempts"] == 1 + noise.RETRIES
+    assert "other processes used" in flagged[0].measure["noise"]
+    (cell,) = compare(rows)
+    assert cell.noisy == 1 and cell.units == 4  # the flagged run's pair is left out
+    text = format_summary(rows)
+    assert "1 noisy" in text and "noise guard: 1 of 10 runs flagged noisy" in text
+
+
+def test_a_machine_that_stays_busy_is_not_measured_three_times_per_run(
+    guard_on, monkeypatch, tiny_zoo, tmp_path
+):
+    path = tmp_path / "s.toml"
+    path.write_text(SUITE)
+    fake_loads(monkeypatch, [BUSY])
+    rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
+    assert all(r.noisy for r in rows)
+    attempts = sorted(r.measure["attempts"] for r in rows)
+    assert attempts == [1] * (len(rows) - 1) + [1 + noise.RETRIES]  # only the first run retries
+    assert compare(rows) == []  # nothing left to report, and nothing reported silently
+
+
+def test_choose_threads_leaves_busy_cores_to_their_processes(guard_on, monkeypatch, caplog):
+    import torch
+
+    monkeypatch.setattr(noise, "own_cores", lambda: [0, 1])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert noise.choose_threads(load=BUSY) == 1
+        assert torch.get_num_threads() == 1
+        assert "other processes are using 1.0 of the 2 CPU cores" in caplog.text
+        torch.set_num_threads(2)
+        assert noise.choose_threads(load=QUIET) == 2
+        assert noise.choose_threads(requested=1, load=QUIET) == 1
+    finally:
+        torch.set_num_threads(before)
