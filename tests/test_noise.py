@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specmoe.bench import noise
+from specmoe.bench import noise, runner
 from specmoe.bench.noise import Load, disturbance, step_spread
 from specmoe.bench.runner import run_suite
 from specmoe.bench.suite import load_suite
@@ -43,6 +43,8 @@ def fake_loads(monkeypatch, loads):
     """Each timed run's LoadMeter.stop() returns the next load (the last one repeats); the look at
     the machine before the suite sees it quiet."""
     monkeypatch.setattr(noise, "machine_load", lambda seconds=0.5: QUIET)
+    # One core, one thread: no spare core, so any other process's load counts, on any machine.
+    monkeypatch.setattr(runner, "own_cores", lambda: [0])
     queue = list(loads)
 
     def stop(self):
@@ -125,3 +127,8 @@ def test_choose_threads_leaves_busy_cores_to_their_processes(guard_on, monkeypat
         assert noise.choose_threads(requested=1, load=QUIET) == 1
     finally:
         torch.set_num_threads(before)
+
+
+def test_one_busy_core_does_not_disturb_a_run_whose_threads_leave_it_free(guard_on):
+    assert disturbance(BUSY, None, spare_cores=1) == ""
+    assert "other processes used" in disturbance(Load(1.6, 0.0, 2.0), None, spare_cores=1)

@@ -13,7 +13,8 @@ tokens/s shows this; only the machine's own accounting does. So every timed run 
 - `step_spread`: how much its per-round verify times disagree ((p75 − p25) / median), which rises
   when a run is interrupted part of the way through;
 
-and a run that breaks a rule below is measured again (at most `RETRIES` times); if it is still
+and a run that breaks a rule below (other processes using more than the cores its threads leave
+free, plus a quarter core) is measured again (at most `RETRIES` times); if it is still
 disturbed it is stored with `noisy` set and the reason, shown by every summary and export and left
 out of every interval and verdict. Before a suite starts, `choose_threads` looks at the machine once:
 it warns when other processes use the CPU and runs with fewer threads so ours do not spin against
@@ -121,13 +122,14 @@ def step_spread(verify_s: Sequence[float]) -> float | None:
     return float((p75 - p25) / p50) if p50 > 0 else None
 
 
-def disturbance(load: Load, spread: float | None) -> str:
+def disturbance(load: Load, spread: float | None, spare_cores: int = 0) -> str:
     """Why a run's timing cannot be trusted, in a few words; "" when nothing says so (or the guard
-    is off)."""
+    is off). `spare_cores`: cores of this process's set that its threads leave to others (a run with
+    one thread on two cores is not disturbed by one busy core)."""
     if not guard_on():
         return ""
     reasons = []
-    if load.other_cpu > OTHER_CPU_LIMIT:
+    if load.other_cpu > spare_cores + OTHER_CPU_LIMIT:
         reasons.append(f"other processes used {load.other_cpu:.2f} cores while it ran")
     if load.steal > STEAL_LIMIT:
         reasons.append(f"the hypervisor stole {load.steal:.0%} of CPU time")

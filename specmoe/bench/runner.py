@@ -21,7 +21,7 @@ from specmoe.backends import load_backend
 from specmoe.backends.base import Backend
 from specmoe.bench.audit import audit_run
 from specmoe.bench.env import environment
-from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, step_spread
+from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, own_cores, step_spread
 from specmoe.bench.plan import Block, blocks, plan
 from specmoe.bench.prompts import Prompt, load_prompts, prompt_batch, select_prompts, synthetic_prompt
 from specmoe.bench.store import FailedAttempt, RunRow, Store
@@ -227,7 +227,7 @@ class Runner:
             result = decode(target, prompts, config, drafter)
             load = meter.stop()
             spread = step_spread([r.verify_s for r in result.rounds])
-            reason = disturbance(load, spread)
+            reason = disturbance(load, spread, spare_cores=max(0, len(own_cores()) - torch.get_num_threads()))
             if not reason or attempts > RETRIES or self._machine_busy:
                 break
         self._machine_busy = bool(reason)
