@@ -162,6 +162,11 @@ def _add_bench(commands) -> None:
         "--max-retries", type=int, default=2, help="Ray: attempts after the first for a failed or lost run"
     )
     run.add_argument(
+        "--by-category",
+        action="store_true",
+        help="print one summary line per prompt category of each configuration",
+    )
+    run.add_argument(
         "--threads",
         type=_positive_int,
         default=None,
@@ -350,6 +355,7 @@ def _run_bench(args) -> int:
         overrides=overrides,
         executor=executor,
         threads=args.threads,
+        by_category=args.by_category,
     )
 
 

@@ -14,7 +14,7 @@ from specmoe.bench.plan import plan
 from specmoe.bench.prompts import Prompt, load_prompts, prompt_batch, select_prompts
 from specmoe.bench.runner import run_suite
 from specmoe.bench.suite import expand, load_suite
-from specmoe.bench.summary import compare
+from specmoe.bench.summary import compare, format_summary
 
 # Spec-Bench's question.jsonl: 480 questions in 13 categories of unequal size (MT-Bench's eight
 # categories of 10, then translation, summarization, QA, math reasoning and RAG of 80 each).
@@ -106,6 +106,10 @@ def test_a_suite_measures_26_prompts_of_all_13_categories_and_exports_them(spec_
     (cell,) = compare(rows)
     assert (cell.units, cell.prompts) == (26, 26)
     assert cell.speedup.level == 0.95 and cell.speedup.n == 26
+    by_category = compare(rows, by_category=True)
+    assert sorted(c.category for c in by_category) == sorted(CATEGORIES)
+    assert all(c.units == 2 and c.speedup.level is None for c in by_category)  # 2 units: a range
+    assert "translation" in format_summary(rows, by_category=True)
     for row in rows:
         assert row.measure["started_at"] < row.measure["finished_at"]
         assert row.measure["block"] == row.config["baseline_key"] + f"-{row.repeat}"

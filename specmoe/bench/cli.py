@@ -39,11 +39,12 @@ def run_bench(
     overrides: SuiteOverrides | None = None,
     executor: Executor | None = None,
     threads: int | None = None,
+    by_category: bool = False,
 ) -> int:
     suite = load_suite(resolve_suite_path(suite_arg), overrides)
     zoo = prepare_zoo(suite, zoo)
     rows = run_suite(suite, db, zoo, progress=progress, executor=executor, threads=threads)
-    print(format_summary(rows))
+    print(format_summary(rows, by_category))
     return 0
 
 

@@ -160,10 +160,6 @@ class Runner:
             rows.append(row)
         return rows
 
-    def row(self, spec: RunSpec, baseline: RunRow | None) -> RunRow:
-        """Measure one run alone and make its row; `baseline` is the stored row of an SD arm's baseline."""
-        return next(r for r in self.block(Block((spec,)), baseline) if r.run_id == spec.run_id)
-
     def _served_block(self, block: Block, stored_baseline: RunRow | None) -> list[RunRow]:
         # A served SD arm's row is made against its baseline row, so servers run baseline first.
         if self._served is None:

@@ -27,6 +27,7 @@ class Comparison:
     """One SD cell against its baseline, over paired units (prompt batch × repeat)."""
 
     config: dict
+    category: str | None  # the prompts' category when broken down by it (`compare(by_category=True)`)
     units: int  # paired units behind the numbers (noisy ones left out)
     prompts: int  # distinct prompts those units decoded
     noisy: int  # runs of the cell (either arm) the noise guard flagged, left out
@@ -44,14 +45,22 @@ def cell_key(row: RunRow) -> str:
     return row.config.get("cell_key", row.config_key)
 
 
-def compare(rows: list[RunRow]) -> list[Comparison]:
+def batch_category(row: RunRow) -> str:
+    """The category of a run's prompts: theirs when they share one, else "mixed"."""
+    found = {p["category"] for p in row.prompts}
+    return found.pop() if len(found) == 1 else "mixed"
+
+
+def compare(rows: list[RunRow], by_category: bool = False) -> list[Comparison]:
+    """One Comparison per SD cell, or per (cell, prompt category) with `by_category` (a unit counts
+    under its batch's category; batches mixing categories under "mixed")."""
     baselines = {(r.config_key, r.repeat): r for r in rows if r.arm == "baseline"}
-    by_cell: dict[str, list[RunRow]] = defaultdict(list)
+    by_cell: dict[tuple[str, str | None], list[RunRow]] = defaultdict(list)
     for row in rows:
         if row.arm == "sd":
-            by_cell[cell_key(row)].append(row)
+            by_cell[(cell_key(row), batch_category(row) if by_category else None)].append(row)
     comparisons = []
-    for sd_rows in by_cell.values():
+    for (_, category), sd_rows in by_cell.items():
         pairs = [
             (r, baselines[(r.baseline_key, r.repeat)])
             for r in sd_rows
@@ -60,11 +69,13 @@ def compare(rows: list[RunRow]) -> list[Comparison]:
         clean = [(s, b) for s, b in pairs if not (s.noisy or b.noisy)]
         if not clean:
             continue
-        comparisons.append(_comparison(pairs, clean))
+        comparisons.append(_comparison(pairs, clean, category))
     return comparisons
 
 
-def _comparison(pairs: list[tuple[RunRow, RunRow]], clean: list[tuple[RunRow, RunRow]]) -> Comparison:
+def _comparison(
+    pairs: list[tuple[RunRow, RunRow]], clean: list[tuple[RunRow, RunRow]], category: str | None
+) -> Comparison:
     sd_tps = [s.tokens_per_s for s, _ in clean]
     base_tps = [b.tokens_per_s for _, b in clean]
     drafted = known_sum(s.counts["drafted"] for s, _ in clean)
@@ -82,6 +93,7 @@ def _comparison(pairs: list[tuple[RunRow, RunRow]], clean: list[tuple[RunRow, Ru
     prompts = {p["prompt_id"] for s, _ in clean for p in s.prompts}
     return Comparison(
         config=clean[0][0].config,
+        category=category,
         units=len(clean),
         prompts=len(prompts),
         noisy=len(noisy_runs),
@@ -137,7 +149,8 @@ def _interval(estimate: Estimate) -> str:
     return f"range {bounds} n={estimate.n}" if estimate.n > 1 else f"n={estimate.n}"
 
 
-def format_summary(rows: list[RunRow]) -> str:
+def format_summary(rows: list[RunRow], by_category: bool = False) -> str:
+    """The result table; `by_category` gives one line per prompt category of each configuration."""
     header = (
         f"{'target':<10} {'draft':<12} {'g':>2} {'prompt':<10} {'B':>3} "
         f"{'base tok/s':>10} {'SD tok/s':>9} "
@@ -145,9 +158,10 @@ def format_summary(rows: list[RunRow]) -> str:
     )
     lines = [header, "-" * len(header)]
     flagged: list[str] = []
-    for c in compare(rows):
+    for c in compare(rows, by_category):
         cfg = c.config
-        what = f"{cfg['target']} + {cfg['draft']} g={cfg['gamma']} {_prompt(cfg)} B={_size(cfg)}"
+        prompt = c.category if by_category else _prompt(cfg)
+        what = f"{cfg['target']} + {cfg['draft']} g={cfg['gamma']} {prompt} B={_size(cfg)}"
         marks = []
         if c.noisy:
             marks.append(f"{c.noisy} noisy")
@@ -157,7 +171,7 @@ def format_summary(rows: list[RunRow]) -> str:
             flagged.append(f"  {what}: unstable: {c.unstable}")
         lines.append(
             f"{cfg['target']:<10} {cfg['draft']:<12} {cfg['gamma']:>2} "
-            f"{_prompt(cfg):<10} {_size(cfg):>3} "
+            f"{prompt:<10} {_size(cfg):>3} "
             f"{c.baseline_tokens_per_s:>10.1f} {c.sd_tokens_per_s:>9.1f} "
             f"{c.speedup.value:>6.2f}x {_interval(c.speedup):<29} "
             f"{_unknown(c.acceptance_rate, '.1%'):>7} {_unknown(c.target_efficiency, '.2f'):>11} "
