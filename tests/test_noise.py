@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tiny_suites import tiny_sd_suite
 
 from specmoe.bench import noise, runner
 from specmoe.bench.noise import Load, disturbance, step_spread
@@ -12,26 +13,6 @@ from specmoe.bench.summary import compare, format_summary
 
 QUIET = Load(other_cpu=0.02, steal=0.0, load_avg=0.1)
 BUSY = Load(other_cpu=1.0, steal=0.0, load_avg=2.0)
-
-SUITE = """
-schema = 1
-name = "noisy"
-[zoo]
-preset = "tiny"
-[defaults]
-prompts = 5
-max_new_tokens = 4
-dtype = "float32"
-[models.moe]
-zoo = "moe"
-[models.draft-xs]
-zoo = "draft-xs"
-[[groups]]
-name = "g"
-target = ["moe"]
-draft = ["draft-xs"]
-gamma = [2]
-"""
 
 
 @pytest.fixture()
@@ -74,8 +55,7 @@ def test_step_spread_needs_enough_rounds():
 def test_a_disturbed_run_is_measured_again_and_kept_when_the_retry_is_quiet(
     guard_on, monkeypatch, tiny_zoo, tmp_path
 ):
-    path = tmp_path / "s.toml"
-    path.write_text(SUITE)
+    path = tiny_sd_suite(tmp_path, "noisy", "prompts = 5\nmax_new_tokens = 4")
     fake_loads(monkeypatch, [BUSY, QUIET])  # the first timed run is disturbed, every later one quiet
     rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
     first = min(rows, key=lambda r: r.measure["started_at"])
@@ -85,8 +65,7 @@ def test_a_disturbed_run_is_measured_again_and_kept_when_the_retry_is_quiet(
 
 
 def test_runs_that_stay_disturbed_are_flagged_and_left_out(guard_on, monkeypatch, tiny_zoo, tmp_path):
-    path = tmp_path / "s.toml"
-    path.write_text(SUITE)
+    path = tiny_sd_suite(tmp_path, "noisy", "prompts = 5\nmax_new_tokens = 4")
     fake_loads(monkeypatch, [BUSY, BUSY, BUSY, QUIET])  # the first run stays busy through its retries
     rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
     flagged = [r for r in rows if r.noisy]
@@ -102,8 +81,7 @@ def test_runs_that_stay_disturbed_are_flagged_and_left_out(guard_on, monkeypatch
 def test_a_machine_that_stays_busy_is_not_measured_three_times_per_run(
     guard_on, monkeypatch, tiny_zoo, tmp_path
 ):
-    path = tmp_path / "s.toml"
-    path.write_text(SUITE)
+    path = tiny_sd_suite(tmp_path, "noisy", "prompts = 5\nmax_new_tokens = 4")
     fake_loads(monkeypatch, [BUSY])
     rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
     assert all(r.noisy for r in rows)

@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 
 import pytest
+from tiny_suites import tiny_sd_suite
 
 from specmoe.bench.plan import plan
 from specmoe.bench.prompts import Prompt, load_prompts, prompt_batch, select_prompts
@@ -72,32 +73,9 @@ def test_every_batch_holds_b_prompts_and_copies_are_numbered():
     assert [p.id for p in prompt_batch(selection, 8, 0)][5:] == ["0/2", "1/2", "2/2"]
 
 
-SUITE = """
-schema = 1
-name = "specbench"
-[zoo]
-preset = "tiny"
-[defaults]
-prompts = 26
-max_new_tokens = 4
-dtype = "float32"
-prompt_set = "{path}"
-[models.moe]
-zoo = "moe"
-[models.draft-xs]
-zoo = "draft-xs"
-[[groups]]
-name = "g"
-target = ["moe"]
-draft = ["draft-xs"]
-gamma = [2]
-"""
-
-
 def test_a_suite_measures_26_prompts_of_all_13_categories_and_exports_them(spec_bench, tiny_zoo, tmp_path):
-    path = tmp_path / "suite.toml"
-    path.write_text(SUITE.format(path=spec_bench), encoding="utf-8")
-    suite = load_suite(path)
+    defaults = f'prompts = 26\nmax_new_tokens = 4\nprompt_set = "{spec_bench}"'
+    suite = load_suite(tiny_sd_suite(tmp_path, "specbench", defaults))
     assert len(expand(suite)) == 52  # 26 batches of one prompt, two arms each
     blocks = plan(suite)
     assert len(blocks) == 26 and all(len(b.specs) == 2 for b in blocks)

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.store import EXPORT_FORMATS, RunRow, Store, write_records
-from specmoe.errors import SpecmoeError
+from specmoe.bench.store import RunRow, stored_rows, write_records
 from specmoe.metrics import acceptance_rate, decode_tokens_per_s
 
 PER_PROMPT_COLUMNS = (
@@ -81,11 +80,6 @@ def per_prompt_records(rows: list[RunRow]) -> list[dict[str, Any]]:
 
 def export_per_prompt(db_path: str | Path, out_path: str | Path, fmt: str) -> int:
     """Write the per-prompt records of every stored run; returns the number of records."""
-    if fmt not in EXPORT_FORMATS:
-        raise SpecmoeError(f"unknown export format '{fmt}'; available: {', '.join(EXPORT_FORMATS)}")
-    if not Path(db_path).is_file():
-        raise SpecmoeError(f"results store not found: {db_path}; run a suite first or pass the right path")
-    with Store(db_path) as store:
-        records = per_prompt_records(store.rows())
+    records = per_prompt_records(stored_rows(db_path, fmt))
     write_records(Path(out_path), list(PER_PROMPT_COLUMNS), records, fmt)
     return len(records)

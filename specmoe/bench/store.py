@@ -379,14 +379,19 @@ def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]
 
 def export(db_path: str | Path, out_path: str | Path, fmt: str) -> int:
     """Write every stored run to a CSV or Parquet file; returns the number of runs written."""
+    columns, records = export_records(stored_rows(db_path, fmt))
+    write_records(Path(out_path), columns, records, fmt)
+    return len(records)
+
+
+def stored_rows(db_path: str | Path, fmt: str) -> list[RunRow]:
+    """The rows an export writes, after checking the format and that the store exists."""
     if fmt not in EXPORT_FORMATS:
         raise SpecmoeError(f"unknown export format '{fmt}'; available: {', '.join(EXPORT_FORMATS)}")
     if not Path(db_path).is_file():
         raise SpecmoeError(f"results store not found: {db_path}; run a suite first or pass the right path")
     with Store(db_path) as store:
-        columns, records = export_records(store.rows())
-    write_records(Path(out_path), columns, records, fmt)
-    return len(records)
+        return store.rows()
 
 
 def write_records(out_path: Path, columns: list[str], records: list[dict[str, Any]], fmt: str) -> None:
