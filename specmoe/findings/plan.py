@@ -51,7 +51,7 @@ PROFILES = (
 # The cpu pass measures every prompt of a set as a paired unit (`prompts = 10`: the sets' 9-10
 # prompts, the 9-prompt reasoning set topped up with one numbered copy), and trims the grid instead:
 # study groups B and D only, drafts draft-xs, draft-s and n-gram, dense-l as D's target (the one
-# claim b compares), γ 4 and 16, 32 new tokens, one repeat; moesd's batch sweep at oracle 0.9, γ 2
+# claim b compares), γ 4 and 8, 32 new tokens, one repeat; moesd's batch sweep at oracle 0.9, γ 2
 # and 4, B 1-64 in four steps, five repeats so that every batch size has at least five units (B = 64
 # decodes all ten prompts, with copies, per batch); the sparsity sweep at top-k 1, 4 and 8, B 1, 16
 # and 64.
@@ -80,7 +80,7 @@ _CPU = (
                 ("prompts", 10),
                 ("B.draft", ["draft-xs", "draft-s", "ngram"]),
                 ("D.target", ["dense-l"]),
-                ("gamma", [4, 16]),
+                ("gamma", [4, 8]),
             ),
             groups=("B", "D"),
         ),
