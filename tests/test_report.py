@@ -236,7 +236,7 @@ def test_environment_and_tables_carry_the_runs(report):
         records = list(csv.DictReader(f))
     assert len(records) == len({r.config_key for r in rows if r.arm == "sd"})
     assert all(
-        float(r["speedup_ci_low"]) <= float(r["speedup"]) <= float(r["speedup_ci_high"]) for r in records
+        float(r["speedup_low"]) <= float(r["speedup"]) <= float(r["speedup_high"]) for r in records
     )
     with (path.parent / "tables" / "draft_comparison.csv").open(encoding="utf-8") as f:
         drafts = list(csv.DictReader(f))

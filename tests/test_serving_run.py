@@ -91,8 +91,8 @@ def test_a_served_suite_stores_rows_like_local_runs(servers, tmp_path):
     comparisons = compare(rows)
     assert sorted(c.config["concurrency"] for c in comparisons) == [1, 4]
     for c in comparisons:
-        assert c.speedup > 1.2  # 3 tokens per 1.5 plain steps
-        assert c.speedup <= 1 + (c.acceptance_rate * 3) * 1.05
+        assert c.speedup.value > 1.2  # 3 tokens per 1.5 plain steps
+        assert c.speedup.value <= 1 + (c.acceptance_rate * 3) * 1.05
     summary = format_summary(rows)
     assert " c4 " in summary and "audit: 8 of 8 runs pass" in summary
 
