@@ -198,6 +198,7 @@ def test_export_reads_back_as_the_stored_rows(tmp_path, tiny_run_db):
             want.acceptance_rate,
             want.arm,
         )
+        assert (got.noisy, got.measure) == (want.noisy, want.measure)
 
 
 def test_render_refuses_a_value_nobody_computed():

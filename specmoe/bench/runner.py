@@ -238,7 +238,7 @@ class Runner:
             "load_avg": round(load.load_avg, 2),
             "step_spread": None if spread is None else round(spread, 4),
             "attempts": attempts,
-            "noise": reason,
+            "noise": reason or None,  # None, not "": exports read back the same
         }
         return Measured(result, measure, bool(reason))
 

@@ -17,7 +17,7 @@ from specmoe.bench.store import RunRow
 from specmoe.errors import SpecmoeError
 
 _INT = re.compile(r"-?\d+")
-_NESTED = ("config", "env")
+_NESTED = ("config", "env", "measure")
 
 
 def parse_cell(text: str) -> Any:
@@ -91,6 +91,8 @@ def read_export(path: Path) -> list[RunRow]:
                 audit_verdict=record["audit_verdict"],
                 audit_reason=record["audit_reason"],
                 created_at=record["created_at"],
+                measure=nested.get("measure", {}),
+                noisy=record.get("noisy", "0") == "1",
             )
         )
     return rows
