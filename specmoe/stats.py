@@ -102,9 +102,9 @@ def mean(values: Sequence[float], level: float = LEVEL) -> Estimate:
     return Estimate(value, value - half, value + half, n, level)
 
 
-def relative_range(values: Sequence[float]) -> float:
-    """(max − min) / median: how far repeated measurements of one thing disagree; 0 for one value."""
+def coefficient_of_variation(values: Sequence[float]) -> float:
+    """Sample standard deviation over mean; 0 for fewer than two values (pyperf's stability measure)."""
     data = np.asarray(values, dtype=float)
     if data.size < 2:
         return 0.0
-    return float((data.max() - data.min()) / np.median(data))
+    return float(data.std(ddof=1) / data.mean())

@@ -12,7 +12,7 @@ import pytest
 
 from specmoe.bench.store import Store, export
 from specmoe.errors import SpecmoeError
-from specmoe.findings.batch_claims import claim_e, claim_f, inverted_u
+from specmoe.findings.batch_claims import claim_e, claim_f, inverted_u, u_shape
 from specmoe.findings.cells import Cell
 from specmoe.findings.claims import FAILS, HOLDS, UNSURE, claim_a, claim_b, claim_c, claim_d
 from specmoe.findings.document import render, template, values
@@ -154,6 +154,8 @@ def test_inverted_u_needs_an_inside_peak_above_both_ends():
     assert not inverted_u(series([1.5, 1.2, 1.0, 0.8]))  # falling: peak at the first batch
     assert not inverted_u(series([0.8, 0.81, 0.82, 0.80]))  # inside peak, within the intervals
     assert not inverted_u(series([0.8, 1.49, 1.5, 0.9]))  # the peak does not clear its neighbour
+    assert u_shape(series([0.8, 1.49, 1.5, 0.9])) == UNSURE  # ... which says nothing either way
+    assert u_shape(series([1.5, 1.2, 1.0, 0.8])) == FAILS  # monotone beyond the intervals
 
 
 def test_claim_e_and_f_on_a_made_up_sweep():

@@ -235,9 +235,7 @@ def test_environment_and_tables_carry_the_runs(report):
     with (path.parent / "tables" / "sd_results.csv").open(encoding="utf-8") as f:
         records = list(csv.DictReader(f))
     assert len(records) == len({r.config_key for r in rows if r.arm == "sd"})
-    assert all(
-        float(r["speedup_low"]) <= float(r["speedup"]) <= float(r["speedup_high"]) for r in records
-    )
+    assert all(float(r["speedup_low"]) <= float(r["speedup"]) <= float(r["speedup_high"]) for r in records)
     with (path.parent / "tables" / "draft_comparison.csv").open(encoding="utf-8") as f:
         drafts = list(csv.DictReader(f))
     assert {r["draft"] for r in drafts} == {"draft-xs", "draft-s"}

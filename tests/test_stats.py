@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specmoe.metrics import speedup
-from specmoe.stats import MIN_UNITS, Estimate, mean, ratio_of_means, relative_range
+from specmoe.stats import MIN_UNITS, Estimate, coefficient_of_variation, mean, ratio_of_means
 
 TRUE_SPEEDUP = 1.3
 
@@ -74,6 +74,6 @@ def test_unpaired_values_are_refused():
         ratio_of_means([1.0, 2.0], [1.0])
 
 
-def test_relative_range():
-    assert relative_range([10.0]) == 0.0
-    assert relative_range([9.0, 10.0, 11.0]) == pytest.approx(0.2)
+def test_coefficient_of_variation():
+    assert coefficient_of_variation([10.0]) == 0.0
+    assert coefficient_of_variation([9.0, 10.0, 11.0]) == pytest.approx(0.1)

@@ -15,16 +15,23 @@ ALPHA = 0.9  # the oracle's per-token acceptance probability, the performance mo
 Predict = Callable[[str, int, int, int | None], float | None]  # (target, B, γ, top-k) -> speedup
 
 
-def inverted_u(series: Sequence[Cell]) -> bool:
-    """The peak lies strictly inside the batch range and clears its neighbours, and so both ends,
-    beyond the intervals (judged cells only: `Cell.beats`)."""
+def u_shape(series: Sequence[Cell]) -> str:
+    """HOLDS: the peak lies strictly inside the batch range and clears its neighbours, and so both
+    ends, beyond the intervals. FAILS: the peak is an end of the range and clears the other end (a
+    monotone series). UNSURE otherwise: a peak the intervals cannot separate from its neighbours says
+    nothing either way. Judged cells only (`Cell.beats`)."""
     if len(series) < 3:
-        return False
+        return UNSURE
     peak = max(range(len(series)), key=lambda i: series[i].speedup)
-    if not 0 < peak < len(series) - 1:
-        return False
-    top = series[peak]
-    return all(top.beats(series[i]) for i in {peak - 1, peak + 1, 0, len(series) - 1})
+    top, last = series[peak], len(series) - 1
+    if 0 < peak < last:
+        clears = all(top.beats(series[i]) for i in {peak - 1, peak + 1, 0, last})
+        return HOLDS if clears else UNSURE
+    return FAILS if top.beats(series[last - peak]) else UNSURE
+
+
+def inverted_u(series: Sequence[Cell]) -> bool:
+    return u_shape(series) == HOLDS
 
 
 def batch_series(items: Sequence[Cell], target: str, gamma: int, top_k: int | None = None) -> list[Cell]:
@@ -39,7 +46,8 @@ def batch_series(items: Sequence[Cell], target: str, gamma: int, top_k: int | No
 def claim_e(moesd: Sequence[Cell], predict: Predict) -> Verdict:
     """Speedup vs batch size is an inverted U, and MoE gains more than dense at medium batch sizes."""
     gammas = sorted({c.gamma for c in select(moesd, group="batch")})
-    moe_u = [g for g in gammas if inverted_u(batch_series(moesd, "moe", g))]
+    moe_shapes = [u_shape(batch_series(moesd, "moe", g)) for g in gammas]
+    moe_u = [g for g, shape in zip(gammas, moe_shapes, strict=True) if shape == HOLDS]
     dense_u = [g for g in gammas if inverted_u(batch_series(moesd, "dense-s", g))]
     medium = moe_wins = dense_wins = 0
     for gamma in gammas:
@@ -50,7 +58,12 @@ def claim_e(moesd: Sequence[Cell], predict: Predict) -> Verdict:
             medium += 1
             moe_wins += moe[batch].beats(dense[batch])
             dense_wins += dense[batch].beats(moe[batch])
-    shape = HOLDS if gammas and len(moe_u) == len(gammas) else FAILS if gammas and not moe_u else UNSURE
+    if gammas and all(shape == HOLDS for shape in moe_shapes):
+        shape = HOLDS
+    elif gammas and all(shape == FAILS for shape in moe_shapes):
+        shape = FAILS
+    else:
+        shape = UNSURE
     gain = duel(moe_wins, dense_wins, medium)
     # The claim is a conjunction: it fails when either part fails.
     verdict = FAILS if FAILS in (shape, gain) else HOLDS if shape == gain == HOLDS else UNSURE
