@@ -13,6 +13,7 @@ import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from specmoe.bench.store import RunRow
 from specmoe.metrics import speedup, target_efficiency_measured
@@ -135,7 +136,10 @@ def known_sum(values: Iterable[float | int | None]) -> float | int | None:
 
 
 def _prompt(config: dict) -> str:
-    return f"len{config['prompt_length']}" if config.get("prompt_length") else str(config.get("prompt_set"))
+    """The prompt set's name: a built-in's, or a file's stem; synthetic prompts as len<N>."""
+    if config.get("prompt_length"):
+        return f"len{config['prompt_length']}"
+    return Path(str(config.get("prompt_set"))).stem
 
 
 def _size(config: dict) -> str:
