@@ -163,7 +163,7 @@ def _interval(estimate: Estimate) -> str:
 def format_summary(rows: list[RunRow], by_category: bool = False) -> str:
     """The result table; `by_category` gives one line per prompt category of each configuration."""
     header = (
-        f"{'target':<10} {'draft':<12} {'g':>2} {'prompt':<10} {'B':>3} "
+        f"{'target':<10} {'draft':<12} {'g':>2} {'prompt':<14} {'B':>3} "
         f"{'base tok/s':>10} {'SD tok/s':>9} "
         f"{'speedup [interval] level n':>37} {'accept':>7} {'T(1)/T(g+1)':>11} audit"
     )
@@ -182,7 +182,7 @@ def format_summary(rows: list[RunRow], by_category: bool = False) -> str:
             flagged.append(f"  {what}: unstable: {c.unstable}")
         lines.append(
             f"{cfg['target']:<10} {cfg['draft']:<12} {cfg['gamma']:>2} "
-            f"{prompt:<10} {_size(cfg):>3} "
+            f"{prompt:<14} {_size(cfg):>3} "
             f"{c.baseline_tokens_per_s:>10.1f} {c.sd_tokens_per_s:>9.1f} "
             f"{c.speedup.value:>6.2f}x {_interval(c.speedup):<29} "
             f"{_unknown(c.acceptance_rate, '.1%'):>7} {_unknown(c.target_efficiency, '.2f'):>11} "
