@@ -40,12 +40,15 @@ def default_dtype(device: str) -> str:
     return "float16" if device == "mps" else "bfloat16"
 
 
-def default_experts_implementation(dtype: str, compile: bool = False) -> str:
+def default_experts_implementation(dtype: str, compile: bool = False, device: str = "cpu") -> str:
     """grouped_mm measured fastest on CPU in bf16 and fp32 (docs/engine.md); it has no float64 path,
-    so the exact reference uses the eager loop, or batched_mm when compiled: the eager loop's shapes
-    depend on the routing, and each new shape would be a new graph."""
+    so the exact reference uses the eager loop. Compiled, the eager loop's shapes depend on the
+    routing (each new shape a new graph), and outside bf16 grouped_mm falls back to a per-expert loop
+    that reads its offsets on the host, which a CUDA graph cannot capture: batched_mm instead."""
     if dtype == "float64":
         return "batched_mm" if compile else "eager"
+    if compile and dtype != "bfloat16" and device != "cpu":
+        return "batched_mm"
     return "grouped_mm"
 
 
@@ -121,7 +124,7 @@ def load_hf(
     kwargs: dict = {}
     if any(k in config for k in _MOE_CONFIG_KEYS):
         kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(
-            dtype, compile
+            dtype, compile, device
         )
     try:
         model = AutoModelForCausalLM.from_pretrained(

@@ -66,6 +66,8 @@ class StaticHFBackend:
         self.compiled = compile
         self.compile_s = 0.0  # seconds spent compiling new shapes, summed over the backend's life
         self._clone_logits = mode == "reduce-overhead"  # a CUDA graph overwrites its output buffer
+        # CUDA graph trees run a new shape eagerly, record it on the next call, then replay it.
+        self._warm_calls = 3 if mode == "reduce-overhead" else 1
         self._eager_step = self._build_step()
         self._step = self._compile(self._eager_step, mode, compiler) if compile else self._eager_step
         self._seen: set[tuple[int, int, int]] = set()  # (S, t, L) shapes already compiled
@@ -193,14 +195,15 @@ class StaticHFBackend:
         return logits.clone() if self._clone_logits and compiled else logits
 
     def _warm_up(self, ids: torch.Tensor, positions: torch.Tensor) -> None:
-        """Compile this shape on a throwaway call: its writes land past the pointer and are undone."""
+        """Compile this shape on throwaway calls: their writes land past the pointer and are undone."""
         self.synchronize()
         start = time.perf_counter()
-        self._run(ids, positions, compiled=True)
+        for _ in range(self._warm_calls):
+            self._run(ids, positions, compiled=True)
+            self._valid[:, self._pointer :] = False
+            self._set_pointer(self._pointer)
         self.synchronize()
         self.compile_s += time.perf_counter() - start
-        self._valid[:, self._pointer :] = False
-        self._set_pointer(self._pointer)
 
     def _allocate(self, rows: int, slots: int) -> None:
         """A fresh static cache of S x L slots, reused while the shape stays (graphs guard on it)."""
