@@ -126,6 +126,8 @@ def generate_text(
     if draft is not None and gamma < 1:
         raise SpecmoeError(f"--gamma must be >= 1 (tokens drafted per round), got {gamma}")
     target_dir = resolve(target, zoo)
+    if model_options.get("compile") and backend_for(target_dir) != "hf":
+        raise SpecmoeError("--compile applies to transformers models; drop it for .gguf models")
     ngram = _ngram_sizes(draft)
     draft_dir = resolve(draft, zoo) if draft is not None and ngram is None else None
     tokenizer = load_tokenizer(target_dir)

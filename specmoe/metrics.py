@@ -155,6 +155,7 @@ def summary(result: DecodeResult) -> dict[str, float | int | None]:
         "truncated": t.truncated,
         "prefill_s": result.prefill_s,
         "decode_s": result.decode_s,
+        "compile_s": result.compile_s,
         "draft_s": sum(r.draft_s for r in result.rounds),
         "verify_s": sum(r.verify_s for r in result.rounds),
         "overhead_s": sum(r.overhead_s for r in result.rounds),

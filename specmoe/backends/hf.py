@@ -40,10 +40,16 @@ def default_dtype(device: str) -> str:
     return "float16" if device == "mps" else "bfloat16"
 
 
-def default_experts_implementation(dtype: str) -> str:
+def default_experts_implementation(dtype: str, compile: bool = False, device: str = "cpu") -> str:
     """grouped_mm measured fastest on CPU in bf16 and fp32 (docs/engine.md); it has no float64 path,
-    so the exact reference uses the eager loop."""
-    return "eager" if dtype == "float64" else "grouped_mm"
+    so the exact reference uses the eager loop. Compiled, the eager loop's shapes depend on the
+    routing (each new shape a new graph), and outside bf16 grouped_mm falls back to a per-expert loop
+    that reads its offsets on the host, which a CUDA graph cannot capture: batched_mm instead."""
+    if dtype == "float64":
+        return "batched_mm" if compile else "eager"
+    if compile and dtype != "bfloat16" and device != "cpu":
+        return "batched_mm"
+    return "grouped_mm"
 
 
 def resolve_device(device: str) -> torch.device:
@@ -90,8 +96,14 @@ def load_hf(
     allow_pickle: bool = False,
     trust_remote_code: bool = False,
     moe_top_k: int | None = None,
+    compile: bool = False,
+    compile_mode: str | None = None,
 ) -> HFBackend:
-    """Load a local Hugging Face causal LM. Never contacts a hub (HF_HUB_OFFLINE semantics)."""
+    """Load a local Hugging Face causal LM. Never contacts a hub (HF_HUB_OFFLINE semantics).
+
+    compile=True gives the compiled path (`hf_static.py`): a static KV cache and torch.compile'd
+    fixed-shape forwards; compile_mode is torch.compile's mode, "reduce-overhead" (CUDA graphs) by
+    default on CUDA and inductor's default elsewhere."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
@@ -111,7 +123,9 @@ def load_hf(
     torch_device = resolve_device(device)
     kwargs: dict = {}
     if any(k in config for k in _MOE_CONFIG_KEYS):
-        kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(dtype)
+        kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(
+            dtype, compile, device
+        )
     try:
         model = AutoModelForCausalLM.from_pretrained(
             path,
@@ -127,7 +141,19 @@ def load_hf(
     model.to(torch_device).eval()
     if moe_top_k is not None:
         set_moe_top_k(model, moe_top_k)
+    if compile:
+        return compiled_backend(model, path.name, torch_device, compile_mode)
     return HFBackend(model, name=path.name, device=torch_device)
+
+
+def compiled_backend(model, name: str, device: torch.device, mode: str | None = None):
+    """The static-cache backend with compiled forwards (CUDA graphs on CUDA unless a mode is named)."""
+    from specmoe.backends.hf_static import StaticHFBackend, check_compile_device
+
+    check_compile_device(device)
+    if mode is None and device.type == "cuda":
+        mode = "reduce-overhead"
+    return StaticHFBackend(model, name=name, device=device, compile=True, mode=mode)
 
 
 def set_moe_top_k(model, top_k: int) -> None:

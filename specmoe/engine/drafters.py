@@ -51,9 +51,13 @@ class Drafter(Protocol):
 class ModelDrafter:
     """A smaller language model drafting autoregressively through any backend.
 
-    Its cache holds all committed tokens but the last two at the start of every round after the
-    first, so each row feeds the same two-token block: one cached token is recomputed when the
-    verifier rejected something, which keeps the block rectangular (see docs/engine.md).
+    After a round its cache keeps every token it computed that the verifier committed: all of a
+    row's committed tokens but the correction (one pending token), or but the last proposal and the
+    bonus when all G were accepted (two pending tokens, the last proposal never having been fed).
+    The next round's first step consumes the pending tokens, so a round costs G forwards and no
+    token is computed twice. A batch block is rectangular: a row with fewer pending tokens than the
+    widest row re-feeds its last cached token, which costs nothing extra, because a padded slot
+    would cost the same compute in a [B, 2] step (see docs/engine.md).
     """
 
     def __init__(self, backend: Backend) -> None:
@@ -62,9 +66,17 @@ class ModelDrafter:
         self.vocab_digest = getattr(backend, "vocab_digest", None)  # checked against the target's
         self.max_context = backend.max_context
         self._committed: list[int] = []  # committed length per live row at the last propose
+        self._kept: list[int] = []  # cached tokens per live row that the verifier committed
+        self._fed = 0  # proposals fed to the backend in the last round (G - 1)
 
     def begin(self, prompts: Sequence[Sequence[int]]) -> None:
         self.backend.prefill([p[:-1] for p in prompts])
+        self._kept = self.backend.cached_lengths()
+
+    @property
+    def compile_s(self) -> float:
+        """Seconds the backend spent compiling new shapes (0 for an eager backend)."""
+        return getattr(self.backend, "compile_s", 0.0)
 
     def propose(self, sequences, gamma, params, generator) -> Proposal:
         tokens, probs = self.run(sequences, gamma, lambda step, logits: pick(logits, params, generator))
@@ -73,11 +85,12 @@ class ModelDrafter:
     def run(self, sequences, gamma: int, choose) -> tuple[torch.Tensor, list]:
         """Feed each row's pending tokens, then gamma - 1 chosen tokens; choose(step, logits [B, V])
         returns (tokens [B], probs [B, V] or None). Returns (tokens [B, G], per-step probs)."""
-        widths = {len(s) - c for s, c in zip(sequences, self.backend.cached_lengths(), strict=True)}
-        if len(widths) != 1:
-            raise RuntimeError(f"draft cache out of step with the sequences: pending widths {sorted(widths)}")
-        width = widths.pop()
-        block = torch.tensor([s[len(s) - width :] for s in sequences], device=self.backend.device)  # [B, p]
+        pending = [len(s) - k for s, k in zip(sequences, self._kept, strict=True)]
+        if min(pending) < 1:
+            raise RuntimeError(f"draft cache out of step with the sequences: pending tokens {pending}")
+        width = max(pending)
+        self.backend.rollback([len(s) - width for s in sequences])
+        block = torch.tensor([s[len(s) - width :] for s in sequences], device=self.backend.device)  # [B, w]
         tokens, probs = [], []
         for step in range(gamma):
             logits = self.backend.forward(block)[:, -1]  # [B, V]
@@ -86,15 +99,17 @@ class ModelDrafter:
             probs.append(prob)
             block = token[:, None]
         self._committed = [len(s) for s in sequences]
+        self._fed = gamma - 1
         return torch.stack(tokens, 1), probs
 
     def feedback(self, accepted: Sequence[int]) -> None:
-        # Keep committed + accepted - 1 tokens: the next block is then [last accepted, next token].
-        self.backend.rollback([n + a - 1 for n, a in zip(self._committed, accepted, strict=True)])
+        # The cache holds the G - 1 proposals fed after the pending tokens; the accepted ones stay.
+        self._kept = [n + min(a, self._fed) for n, a in zip(self._committed, accepted, strict=True)]
 
     def retain(self, rows: Sequence[int]) -> None:
         self.backend.retain(rows)
         self._committed = [self._committed[r] for r in rows]
+        self._kept = [self._kept[r] for r in rows]
 
     def synchronize(self) -> None:
         self.backend.synchronize()

@@ -68,6 +68,10 @@ class OracleDrafter:
         tokens, _ = self._cost.run(sequences, gamma, lambda step, logits: (chosen[:, step], None))
         return Proposal(tokens, None)
 
+    @property
+    def compile_s(self) -> float:
+        return self._cost.compile_s
+
     def feedback(self, accepted: Sequence[int]) -> None:
         self._cost.feedback(accepted)
 

@@ -39,7 +39,8 @@ class DecodeResult:
     rounds: tuple[RoundRecord, ...]
     gamma: int  # 0 for autoregressive decoding
     prefill_s: float  # prompt processing by the target (and drafter), before the first round
-    decode_s: float  # first round start to last round end
+    decode_s: float  # first round start to last round end, less compile_s
+    compile_s: float = 0.0  # compiling new shapes during decode (compiled backends only), excluded
 
     @property
     def wall_s(self) -> float:
