@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -422,3 +423,13 @@ def test_missing_suite_file_is_one_line(tmp_path):
     with pytest.raises(SpecmoeError) as info:
         load_suite(tmp_path / "nope.toml")
     assert "\n" not in str(info.value) and "suite file not found" in str(info.value)
+
+
+def test_compile_is_a_setting_in_the_key_only_when_set(tmp_path):
+    eager = expand(load_text(tmp_path, BASE + GROUP))
+    compiled = expand(load_text(tmp_path, BASE.replace("[defaults]", "[defaults]\ncompile = true") + GROUP))
+    assert all(s.compile for s in compiled) and not any(s.compile for s in eager)
+    assert {s.run_id for s in eager}.isdisjoint(s.run_id for s in compiled)
+    assert eager[0].config_key == replace(compiled[0], compile=False).config_key
+    with pytest.raises(SpecmoeError, match="compile must be true or false"):
+        load_text(tmp_path, BASE.replace("[defaults]", '[defaults]\ncompile = "yes"') + GROUP)

@@ -63,12 +63,16 @@ class ModelPool:
 
         return resolve_model(spec.zoo, self.zoo_dir)
 
-    def model(self, name: str, dtype: str, device: str, moe_top_k: int | None = None) -> Backend:
-        key = (name, dtype, device, moe_top_k)
+    def model(
+        self, name: str, dtype: str, device: str, moe_top_k: int | None = None, compile: bool = False
+    ) -> Backend:
+        key = (name, dtype, device, moe_top_k, compile)
         if key not in self._models:
             options = {"dtype": dtype, "device": device}
             if moe_top_k is not None:
                 options["moe_top_k"] = moe_top_k
+            if compile:
+                options["compile"] = True
             self._models[key] = load_backend(self.suite.models[name].backend, str(self.path(name)), **options)
         return self._models[key]
 
@@ -174,7 +178,7 @@ class Runner:
         return rows
 
     def _target_and_prompts(self, spec: RunSpec) -> tuple[Backend, list[list[int]]]:
-        target = self.pool.model(spec.target, spec.dtype, spec.device, spec.moe_top_k)
+        target = self.pool.model(spec.target, spec.dtype, spec.device, spec.moe_top_k, spec.compile)
         return target, prompt_ids(spec, self.pool.tokenizer(spec.target))
 
     def _inputs(self, spec: RunSpec):
@@ -238,6 +242,7 @@ class Runner:
             "load_avg": round(load.load_avg, 2),
             "step_spread": None if spread is None else round(spread, 4),
             "attempts": attempts,
+            "compile_s": round(result.compile_s, 3),  # compiling new shapes, kept out of decode_s
             "noise": reason or None,  # None, not "": exports read back the same
         }
         return Measured(result, measure, bool(reason))
@@ -285,10 +290,10 @@ class Runner:
             return lambda: NgramDrafter(target, *ngram)
         if spec.draft.startswith(ORACLE_PREFIX):
             p = float(spec.draft[len(ORACLE_PREFIX) :])
-            cost = self.pool.model(spec.oracle_cost, spec.dtype, spec.device)
+            cost = self.pool.model(spec.oracle_cost, spec.dtype, spec.device, compile=spec.compile)
             continuations = self._continuation(spec, target, prompts, config)
             return lambda: OracleDrafter(cost, p, continuations, seed=spec.repeat)
-        draft = self.pool.model(spec.draft, spec.dtype, spec.device)
+        draft = self.pool.model(spec.draft, spec.dtype, spec.device, compile=spec.compile)
         return lambda: ModelDrafter(draft)
 
     @staticmethod

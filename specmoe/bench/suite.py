@@ -51,7 +51,7 @@ _AXES = (
     "dtype",
     "device",
 )
-_SETTINGS = ("prompts", "repeats", "warmup", "oracle_cost", "requests", "cpus", "gpus")
+_SETTINGS = ("prompts", "repeats", "warmup", "oracle_cost", "requests", "cpus", "gpus", "compile")
 _TOP_KEYS = ("schema", "name", "description", "zoo", "defaults", "models", "groups")
 _ZOO_KEYS = ("preset", "seed")
 _SERVER_KEYS = ("url", "model", "engine", "endpoint", "api_key_env", "timeout_s")
@@ -78,6 +78,7 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "requests": None,  # requests per served run; the concurrency when unset
     "cpus": 1.0,  # resources a run asks of a Ray cluster (--executor ray)
     "gpus": None,  # None: 1 for cuda devices, else 0
+    "compile": False,  # compiled static-shape forwards (hf backend; docs/engine.md)
 }
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -140,6 +141,7 @@ class Group:
     cpus: float = 1.0  # per run, for the Ray executor
     gpus: float | None = None  # per run; None: 1 on cuda devices, else 0
     prompts: int | None = None  # prompts measured per grid point; None: all of the set
+    compile: bool = False  # compiled static-shape forwards for every model of the group
 
     @property
     def served(self) -> bool:
@@ -195,6 +197,7 @@ class RunSpec:
     requests: int | None = None  # served targets: requests per run; None: the concurrency
     prompts: int | None = None  # prompts of the set the grid point measures; None: all of them
     prompt_batch: int = 0  # which batch of B prompts of that selection this run decodes (0-based)
+    compile: bool = False  # the models run compiled static-shape forwards
 
     @property
     def oracle_acceptance(self) -> float | None:
@@ -244,6 +247,8 @@ class RunSpec:
             fields["prompts"] = self.prompts
         if self.prompt_batch:
             fields["prompt_batch"] = self.prompt_batch
+        if self.compile:  # only when set, so eager runs keep their keys
+            fields["compile"] = True
         return fields
 
     @property
@@ -619,8 +624,15 @@ def _parse_group(
         requests=positive(key("requests"), requests) if served and requests is not None else None,
         cpus=_resource(ctx, key("cpus"), merged["cpus"], minimum=0.001),
         prompts=_prompt_count(ctx, key("prompts"), merged["prompts"]),
+        compile=_flag(ctx, key("compile"), merged["compile"]),
         gpus=None if merged["gpus"] is None else _resource(ctx, key("gpus"), merged["gpus"], minimum=0.0),
     )
+
+
+def _flag(ctx: _Ctx, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        ctx.fail(key, f"{_leaf(key)} must be true or false, got {value!r}")
+    return value
 
 
 def _prompt_count(ctx: _Ctx, key: str, value: Any) -> int | None:
@@ -963,6 +975,7 @@ def _grid(suite: Suite, group: Group):
             concurrency=concurrency,
             requests=group.requests,
             prompts=None if concurrency is not None else group.prompts,
+            compile=group.compile and concurrency is None,
         )
 
 
