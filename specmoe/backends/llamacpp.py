@@ -43,7 +43,8 @@ _BATCH_TOKENS = 2048  # tokens per llama_decode call (prefill chunks)
 _OUTPUTS_PER_SEQ = 32  # logit rows per sequence and call: covers a verify block of gamma <= 31
 # Blocks this wide are decoded one position at a time. llama.cpp's CPU kernels run a 2-token batch
 # far slower than two 1-token steps on a small model (bench draft-xs, q8_0, 1 thread: 4.2 ms vs
-# 2 x 1.2 ms; the bench MoE: equal), and the model drafter feeds a 2-token block every round.
+# 2 x 1.2 ms; the bench MoE: equal), and the model drafter feeds a 2-token block after every fully
+# accepted round.
 _STEPWISE_WIDTH = 2
 _LOG_KEEP = 20  # recent llama.cpp warnings and errors kept to explain a failed load
 CACHE_TYPES = {"f16": 1, "f32": 0}  # KV cache element type -> ggml_type; f16 is llama.cpp's default

@@ -97,10 +97,11 @@ def profile_times(profile: dict, source: str) -> ProfileTimes:
 def draft_step_s(draft, batch: float, gamma: int) -> float:
     """Mean seconds per draft step over one round of γ steps.
 
-    specmoe's ModelDrafter feeds two tokens in a round's first step (the last committed token is
-    recomputed so every row's block has the same width, docs/engine.md), then one token per step:
-    a round costs T_D(B, 2) + (γ − 1)·T_D(B, 1). A draft profile without t = 2 points is charged
-    γ·T_D(B, 1), slightly optimistic.
+    A round's first draft step is charged T_D(B, 2), then one token per step: T_D(B, 2) + (γ − 1)·
+    T_D(B, 1). specmoe's ModelDrafter feeds two tokens first only after a fully accepted round (the
+    last proposal and the bonus token) and one otherwise (the correction; docs/engine.md), so the
+    charge is slightly pessimistic below full acceptance; it is what the drafter did when the shipped
+    findings were measured. A draft profile without t = 2 points is charged γ·T_D(B, 1).
     """
     if draft is None:
         return 0.0
