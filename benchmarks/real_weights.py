@@ -10,7 +10,8 @@ Three measurements, each a section of the JSON:
   was converted from, 48 new tokens (EOS ignored) from the first two prompts of every built-in
   kind, plain and through the chat template. Where they part: the position, the top-2 logit margin
   of each runtime there, and the same comparison with llama.cpp's KV cache in f32 and flash
-  attention off (what is left is llama.cpp's 8-bit rounding of activations in Q4_1 matmuls).
+  attention off, and on the GGUF with every weight dequantized to f32 (what is left between the
+  first two and the third is llama.cpp's 8-bit rounding of activations in quantized matmuls).
 - acceptance: the draft against the target, greedy, gamma 4, 64 new tokens, all built-in prompts
   of each kind as one batch, chat template applied; hf float32 and llama.cpp (`specmoe.zoo.agreement`
   definitions: accepted / drafted proposals).
@@ -25,6 +26,7 @@ import argparse
 import json
 import platform
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -34,6 +36,7 @@ from specmoe import api
 from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, load_prompt_set
 from specmoe.engine.divergence import first_difference, top2_margin
 from specmoe.metrics import acceptance_rate, mean_accepted_length, totals
+from specmoe.zoo.gguf_derive import dequantized_gguf
 from specmoe.zoo.smollm2 import DRAFT_DIR, default_dir
 from specmoe.zoo.smollm2_draft import DRAFT_GGUF
 
@@ -47,15 +50,20 @@ def prompt_ids(tokenizer, texts: list[str], chat: bool) -> list[list[int]]:
     return [tokenizer.encode(text, add_special_tokens=False) for text in texts]
 
 
-def parity(root: Path) -> list[dict]:
+def parity(root: Path, only: list[str] | None = None) -> list[dict]:
     tokenizer = api.load_tokenizer(root / "hf")
     hf = api.load_model(root / "hf", dtype="float32")
-    runtimes = {
-        "llamacpp": api.load_model(root / "SmolLM2-135M-Instruct.Q4_1.gguf"),
-        "llamacpp-f32-cache": api.load_model(
-            root / "SmolLM2-135M-Instruct.Q4_1.gguf", cache_type="f32", flash_attn=False
+    gguf = root / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    scratch = Path(tempfile.mkdtemp(prefix="smollm2-f32-"))
+    loaders = {
+        "llamacpp": lambda: api.load_model(gguf),
+        "llamacpp-f32-cache": lambda: api.load_model(gguf, cache_type="f32", flash_attn=False),
+        # every weight dequantized to f32: llama.cpp then computes what the transformers copy does
+        "llamacpp-f32-weights": lambda: api.load_model(
+            dequantized_gguf(gguf, scratch / "smollm2-f32.gguf"), cache_type="f32", flash_attn=False
         ),
     }
+    runtimes = {name: load() for name, load in loaders.items() if only is None or name in only}
     config = api.DecodeConfig(max_new_tokens=NEW_TOKENS, ignore_eos=True)
     rows = []
     for chat in (False, True):
@@ -155,6 +163,7 @@ def main() -> int:
     parser.add_argument("--root", type=Path, default=default_dir())
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--only", choices=["parity", "acceptance", "cost"], action="append")
+    parser.add_argument("--runtime", action="append", help="parity: only these llama.cpp settings")
     args = parser.parse_args()
     torch.set_num_threads(1)
     parts = args.only or ["parity", "acceptance", "cost"]
@@ -163,7 +172,11 @@ def main() -> int:
         results = json.loads(args.out.read_text(encoding="utf-8"))
     runners = {"parity": parity, "acceptance": acceptance, "cost": cost}
     for part in parts:
-        results[part] = runners[part](args.root)
+        if part == "parity" and args.runtime:  # re-measure some runtimes, keep the others' rows
+            kept = [row for row in results.get("parity", []) if row["llamacpp"] not in args.runtime]
+            results[part] = kept + parity(args.root, args.runtime)
+        else:
+            results[part] = runners[part](args.root)
     results["machine"] = {"cpu": platform.processor() or platform.machine(), "threads": 1}
     results["versions"] = {"torch": torch.__version__}
     draft_record = args.root / "draft.json"
