@@ -16,8 +16,8 @@ Three measurements, each a section of the JSON:
   of each kind as one batch, chat template applied; hf float32 and llama.cpp (`specmoe.zoo.agreement`
   definitions: accepted / drafted proposals).
 - cost: one decode step (one new token after a 64-token context) of the target and of the draft,
-  median of 30 after 5 warm-up steps, one thread; the ratio is the draft's step cost relative to
-  the target's (c in the speedup formulas).
+  taking turns, median of 30 after 5 warm-up steps, one thread; the ratio is the draft's step cost
+  relative to the target's (c in the speedup formulas).
 """
 
 from __future__ import annotations
@@ -124,20 +124,22 @@ def acceptance(root: Path, max_new_tokens: int = 64) -> dict[str, list[dict]]:
     return out
 
 
-def step_seconds(model, context: int = 64, warmup: int = 5, repeats: int = 30) -> float:
-    """Median seconds of one 1-token forward after `context` cached tokens."""
+def step_seconds(models: list, context: int = 64, warmup: int = 5, repeats: int = 30) -> list[float]:
+    """Median seconds of one 1-token forward after `context` cached tokens, for each model; the
+    models take turns step by step, so a busy machine slows them alike."""
     ids = list(range(100, 100 + context))
-    times = []
+    times: list[list[float]] = [[] for _ in models]
     for step in range(warmup + repeats):
-        model.prefill([ids])
-        token = torch.tensor([[42]], device=model.device)
-        model.synchronize()
-        started = time.perf_counter()
-        model.forward(token)
-        model.synchronize()
-        if step >= warmup:
-            times.append(time.perf_counter() - started)
-    return statistics.median(times)
+        for index, model in enumerate(models):
+            model.prefill([ids])
+            token = torch.tensor([[42]], device=model.device)
+            model.synchronize()
+            started = time.perf_counter()
+            model.forward(token)
+            model.synchronize()
+            if step >= warmup:
+                times[index].append(time.perf_counter() - started)
+    return [statistics.median(t) for t in times]
 
 
 def cost(root: Path) -> dict[str, dict]:
@@ -147,8 +149,8 @@ def cost(root: Path) -> dict[str, dict]:
     }
     out = {}
     for backend, (target_path, draft_path, options) in pairs.items():
-        target_s = step_seconds(api.load_model(target_path, **options))
-        draft_s = step_seconds(api.load_model(draft_path, **options))
+        models = [api.load_model(target_path, **options), api.load_model(draft_path, **options)]
+        target_s, draft_s = step_seconds(models)
         out[backend] = {
             "target_step_ms": round(target_s * 1e3, 3),
             "draft_step_ms": round(draft_s * 1e3, 3),

@@ -93,6 +93,7 @@ def build_draft(
         "plan": asdict(plan),
         "target_sha256": target.record()["safetensors_sha256"],
     }
+    args = json.loads(json.dumps(args))  # as draft.json holds it: tuples become lists
     existing = _read_record(target.root)
     if existing is not None and existing.get("args") == args and _complete(target.root):
         return DraftBuild(target.root, existing)
@@ -159,7 +160,7 @@ def _distil(target: RealModel, plan: TrainingPlan, seed: int, out: Path) -> dict
     from specmoe.zoo.train import reproducible
     from specmoe.zoo.train_data import batch_order, training_data
 
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     with reproducible():
         teacher = AutoModelForCausalLM.from_pretrained(target.hf, dtype=torch.float32).eval()
         tokenizer = Tokenizer.from_file(str(target.hf / "tokenizer.json"))
@@ -180,6 +181,7 @@ def _distil(target: RealModel, plan: TrainingPlan, seed: int, out: Path) -> dict
         "train_cpu_s": round(clocks["draft"].cpu, 2),
         "teacher_s": round(teacher_clock.wall, 2),
         "total_s": round(time.perf_counter() - started, 2),
+        "total_cpu_s": round(time.process_time() - started_cpu, 2),
         "threads": 1,
         "train_tokens": plan.steps * plan.batch_size * plan.seq_len,
         "held_out_windows": int(held_out.shape[0]),
