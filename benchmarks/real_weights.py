@@ -12,7 +12,8 @@ Three measurements, each a section of the JSON:
   of each runtime there, and the same comparison with llama.cpp's KV cache in f32 and flash
   attention off, and on the GGUF with every weight dequantized to f32 (what is left between the
   first two and the third is llama.cpp's 8-bit rounding of activations in quantized matmuls).
-- acceptance: the draft against the target, greedy, gamma 4, 64 new tokens, all built-in prompts
+- acceptance: the draft against the target, greedy, gamma 4, --tokens new tokens (64; the shipped
+  figures used 48), all built-in prompts
   of each kind as one batch, chat template applied; hf float32 and llama.cpp (`specmoe.zoo.agreement`
   definitions: accepted / drafted proposals).
 - cost: one decode step (one new token after a 64-token context) of the target and of the draft,
@@ -166,13 +167,18 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--only", choices=["parity", "acceptance", "cost"], action="append")
     parser.add_argument("--runtime", action="append", help="parity: only these llama.cpp settings")
+    parser.add_argument("--tokens", type=int, default=64, help="acceptance: new tokens per prompt")
     args = parser.parse_args()
     torch.set_num_threads(1)
     parts = args.only or ["parity", "acceptance", "cost"]
     results: dict = {}
     if args.out is not None and args.out.is_file():
         results = json.loads(args.out.read_text(encoding="utf-8"))
-    runners = {"parity": parity, "acceptance": acceptance, "cost": cost}
+    runners = {
+        "parity": parity,
+        "acceptance": lambda root: acceptance(root, args.tokens),
+        "cost": cost,
+    }
     for part in parts:
         if part == "parity" and args.runtime:  # re-measure some runtimes, keep the others' rows
             kept = [row for row in results.get("parity", []) if row["llamacpp"] not in args.runtime]
