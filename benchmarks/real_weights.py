@@ -13,9 +13,8 @@ Three measurements, each a section of the JSON:
   attention off, and on the GGUF with every weight dequantized to f32 (what is left between the
   first two and the third is llama.cpp's 8-bit rounding of activations in quantized matmuls).
 - acceptance: the draft against the target, greedy, gamma 4, --tokens new tokens (64; the shipped
-  figures used 48), all built-in prompts
-  of each kind as one batch, chat template applied; hf float32 and llama.cpp (`specmoe.zoo.agreement`
-  definitions: accepted / drafted proposals).
+  figures used 48), all built-in prompts of each kind as one batch, chat template applied; hf
+  float32 and llama.cpp (`specmoe.zoo.agreement` definitions: accepted / drafted proposals).
 - cost: one decode step (one new token after a 64-token context) of the target and of the draft,
   taking turns, median of 30 after 5 warm-up steps, one thread; the ratio is the draft's step cost
   relative to the target's (c in the speedup formulas).
