@@ -462,13 +462,15 @@ class GGUFTokenizer:
         model = load_model_pointer(self.path, vocab_only=True)
         self._lib = lib
         self._vocab = lib.llama_model_get_vocab(model)
+        template = lib.llama_model_chat_template(model, None)
+        self._chat_template = template.decode("utf-8") if template else None
         handles = _Handles(lib, model)
         weakref.finalize(self, handles.free)
 
     @property
     def chat_template(self) -> str | None:
         """The chat template stored in the file (`tokenizer.chat_template`), or None."""
-        return gguf_metadata(self.path, "tokenizer.chat_template")
+        return self._chat_template
 
     def apply_chat_template(self, messages, add_generation_prompt: bool = True, tokenize: bool = False):
         """The messages rendered by the file's chat template, as transformers renders it (Jinja in a
