@@ -49,10 +49,10 @@ DRAFT_GGUF = "draft-q8_0.gguf"
 # (0, 1, 2, 3, 29) and 16.6 for the first eight layers.
 DRAFT_LAYERS: tuple[int, ...] = (0, 1, 27, 28, 29)
 # The trained zoo's plan, with a learning rate for adapting pretrained layers rather than training
-# from scratch, half of every batch written by the target (what SD asks the draft to guess), and
-# the step count that fits the budget of 20 minutes on one core: one step (the target's forward,
-# the draft's forward and backward on 6 x 160 tokens) costs ~20 CPU seconds, the target's 72
-# continuations of 128 tokens a few minutes more.
+# from scratch and half of every batch written by the target (what SD asks the draft to guess).
+# The whole build took 315 CPU seconds on this CPU (112 of them the draft's own steps, most of the
+# rest the target's forwards and its 72 continuations), a quarter of a 20-minute one-core budget;
+# the draft it gives is weak (docs/zoo.md), and more steps are the first thing to try.
 PLAN = TrainingPlan(
     steps=24,
     batch_size=6,
