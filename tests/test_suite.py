@@ -433,3 +433,16 @@ def test_compile_is_a_setting_in_the_key_only_when_set(tmp_path):
     assert eager[0].config_key == replace(compiled[0], compile=False).config_key
     with pytest.raises(SpecmoeError, match="compile must be true or false"):
         load_text(tmp_path, BASE.replace("[defaults]", '[defaults]\ncompile = "yes"') + GROUP)
+
+
+def test_chat_is_a_setting_refused_with_synthetic_prompts(tmp_path):
+    chat = expand(load_text(tmp_path, BASE.replace("[defaults]", "[defaults]\nchat = true") + GROUP))
+    assert all(s.chat for s in chat)
+    assert (
+        chat[0].config_key
+        == replace(chat[0], chat=True).config_key
+        != replace(chat[0], chat=False).config_key
+    )
+    text = BASE.replace("[defaults]", "[defaults]\nchat = true") + GROUP + "prompt_length = [8]\n"
+    with pytest.raises(SpecmoeError, match="no text to template"):
+        load_text(tmp_path, text)

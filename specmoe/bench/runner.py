@@ -103,6 +103,10 @@ def prompt_ids(spec: RunSpec, tokenizer) -> list[list[int]]:
     if spec.prompt_length is not None:
         first = spec.prompt_batch * spec.batch_size
         return [synthetic_prompt(tokenizer, spec.prompt_length, seed=first + i) for i in range(len(prompts))]
+    if spec.chat:
+        from specmoe.api import chat_prompt_ids
+
+        return [chat_prompt_ids(tokenizer, p.text) for p in prompts]
     return [tokenizer.encode(p.text, add_special_tokens=False) for p in prompts]
 
 

@@ -51,7 +51,7 @@ _AXES = (
     "dtype",
     "device",
 )
-_SETTINGS = ("prompts", "repeats", "warmup", "oracle_cost", "requests", "cpus", "gpus", "compile")
+_SETTINGS = ("prompts", "repeats", "warmup", "oracle_cost", "requests", "cpus", "gpus", "compile", "chat")
 _TOP_KEYS = ("schema", "name", "description", "zoo", "defaults", "models", "groups")
 _ZOO_KEYS = ("preset", "seed")
 _SERVER_KEYS = ("url", "model", "engine", "endpoint", "api_key_env", "timeout_s")
@@ -79,6 +79,7 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "cpus": 1.0,  # resources a run asks of a Ray cluster (--executor ray)
     "gpus": None,  # None: 1 for cuda devices, else 0
     "compile": False,  # compiled static-shape forwards (hf backend; docs/engine.md)
+    "chat": False,  # prompts wrapped in the target tokenizer's chat template, as a chat server would
 }
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -142,6 +143,7 @@ class Group:
     gpus: float | None = None  # per run; None: 1 on cuda devices, else 0
     prompts: int | None = None  # prompts measured per grid point; None: all of the set
     compile: bool = False  # compiled static-shape forwards for every model of the group
+    chat: bool = False  # prompts go through the target tokenizer's chat template
 
     @property
     def served(self) -> bool:
@@ -198,6 +200,7 @@ class RunSpec:
     prompts: int | None = None  # prompts of the set the grid point measures; None: all of them
     prompt_batch: int = 0  # which batch of B prompts of that selection this run decodes (0-based)
     compile: bool = False  # the models run compiled static-shape forwards
+    chat: bool = False  # each prompt is one user message in the target's chat template
 
     @property
     def oracle_acceptance(self) -> float | None:
@@ -249,6 +252,8 @@ class RunSpec:
             fields["prompt_batch"] = self.prompt_batch
         if self.compile:  # only when set, so eager runs keep their keys
             fields["compile"] = True
+        if self.chat:  # likewise
+            fields["chat"] = True
         return fields
 
     @property
@@ -625,8 +630,16 @@ def _parse_group(
         cpus=_resource(ctx, key("cpus"), merged["cpus"], minimum=0.001),
         prompts=_prompt_count(ctx, key("prompts"), merged["prompts"]),
         compile=_flag(ctx, key("compile"), merged["compile"]),
+        chat=_chat(ctx, key, merged, prompt_length),
         gpus=None if merged["gpus"] is None else _resource(ctx, key("gpus"), merged["gpus"], minimum=0.0),
     )
+
+
+def _chat(ctx: _Ctx, key, merged: dict[str, Any], prompt_length: tuple[int | None, ...]) -> bool:
+    chat = _flag(ctx, key("chat"), merged["chat"])
+    if chat and prompt_length != (None,):
+        ctx.fail(key("chat"), "synthetic prompts (prompt_length) are token ids with no text to template")
+    return chat
 
 
 def _flag(ctx: _Ctx, key: str, value: Any) -> bool:
@@ -976,6 +989,7 @@ def _grid(suite: Suite, group: Group):
             requests=group.requests,
             prompts=None if concurrency is not None else group.prompts,
             compile=group.compile and concurrency is None,
+            chat=group.chat and concurrency is None,
         )
 
 

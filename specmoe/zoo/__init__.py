@@ -9,6 +9,10 @@ Weights are random but routing-aware (see `specmoe.zoo.init` and docs/zoo.md).
 Modules: presets (shapes), params (counting), tokenizer, init, build (writing), manifest (reading,
 listing, name resolution), routing (distinct-expert statistics); train (the `trained` preset's
 weights, see its docstring for its own modules) and agreement (greedy acceptance per prompt kind).
+
+Real weights: smollm2 (SmolLM2-135M-Instruct fetched from the package registry, converted for
+transformers), smollm2_draft (the `smollm2-draft` preset: a draft cut from it and distilled) and
+gguf_derive (GGUF files made from its GGUF: the draft's twin, a dequantized copy).
 """
 
 from specmoe.zoo.build import build_zoo, zoo_model

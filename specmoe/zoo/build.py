@@ -228,7 +228,7 @@ def _write_model(
         raise AssertionError(f"{shape.name}: wrote {written} parameters, the analytic count is {count.total}")
     save_file(tensors, staging / WEIGHTS_NAME, metadata={"format": "pt"})
     del tensors
-    _apply_umask(staging / WEIGHTS_NAME)
+    apply_umask(staging / WEIGHTS_NAME)
     staging.rename(final)
     return {
         "path": shape.name,
@@ -244,7 +244,7 @@ def _write_model(
     }
 
 
-def _apply_umask(path: Path) -> None:
+def apply_umask(path: Path) -> None:
     # safetensors writes through a private temporary file (mode 0600); a zoo is often built once
     # and read by other users or containers, so give it the permissions a plain write would.
     umask = os.umask(0)
