@@ -27,7 +27,7 @@ def test_pickle_weights_need_opt_in(tmp_path):
 
 def test_remote_code_needs_opt_in(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "x", "auto_map": {"AutoModel": "m.M"}}))
-    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "model.safetensors").write_bytes(b"\x02" + b"\x00" * 7 + b"{}")  # no tensors
     with pytest.raises(SpecmoeError, match="trust-remote-code"):
         load_model(tmp_path)
 
