@@ -251,7 +251,9 @@ def run_suite(
     failed every attempt are named in one error after the others are stored.
     """
     from specmoe.bench.executors import LocalExecutor, Work
+    from specmoe.bench.preflight import preflight
 
+    preflight(suite, db, zoo_dir)  # fail before the first run, not at run 40
     specs = expand(suite)
     with Store(db) as store:
         done = store.finished_ids()

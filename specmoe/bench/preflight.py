@@ -1,0 +1,133 @@
+"""Everything a suite needs, checked before its first run, so a suite fails at once or runs to the end.
+
+A suite runs for minutes to hours; a broken model, prompt set or store found at run 40 wastes the 39
+runs before it and leaves a half-measured grid. The checks here are the cheap ones that find those
+faults without doing a run's work:
+
+- every local model: its directory, config.json and weight files (safetensors headers against file
+  sizes, `specmoe.backends.weights`) or its GGUF file's magic, and the device it runs on;
+- every HF model loads, once, on the CPU in the dtype of its first run, and is freed: a tensor
+  missing from the checkpoint, one it does not expect, or a config.json whose shapes disagree with
+  the weights is found only by loading (`load_hf` refuses all three). This costs one extra load per
+  distinct model, seconds next to a suite's minutes, and no more peak memory than the run's own load,
+  which also reads the weights on the CPU first;
+- every prompt set: the file exists, is UTF-8 and parses (`load_prompt_set`);
+- every run's context: prompt tokens + max_new_tokens + gamma fit the target's (and the draft's)
+  max_position_embeddings, with prompts tokenized by the target's tokenizer as the run will;
+- the store: creatable or an existing specmoe store, writable (`Store` checks on open).
+"""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+from specmoe.bench.prompts import batch_prompts, load_prompt_set
+from specmoe.bench.store import Store
+from specmoe.bench.suite import ModelSpec, RunSpec, Suite, expand
+from specmoe.errors import SpecmoeError
+
+
+def preflight(suite: Suite, db: Path, zoo_dir: Path | None) -> None:
+    """Raise SpecmoeError (one line: what, where, the fix) on the first fault any run would meet."""
+    every = expand(suite)
+    specs = [s for s in every if s.concurrency is None]  # served runs load no model here
+    dtypes = _local_models(specs)
+    paths = {name: _model_path(suite.models[name], zoo_dir) for name in dtypes}
+    contexts = {name: _check_model(suite.models[name], path, dtypes[name]) for name, path in paths.items()}
+    if any(s.target_model.backend == "hf" for s in specs):
+        from specmoe.backends.hf import resolve_device
+
+        for device in sorted({s.device for s in specs if s.target_model.backend == "hf"}):
+            resolve_device(device)
+    for prompt_set in sorted({s.prompt_set for s in every if s.prompt_set is not None}):
+        load_prompt_set(prompt_set)
+    _check_context(specs, paths, contexts)
+    with Store(db):
+        pass
+
+
+def _local_models(specs: list[RunSpec]) -> dict[str, str]:
+    """Suite-local names of every model a local run loads (targets, drafts, oracle cost models),
+    each with the dtype of its first run."""
+    dtypes: dict[str, str] = {}
+    for spec in specs:
+        dtypes.setdefault(spec.target, spec.dtype)
+        if spec.draft_model is not None:
+            dtypes.setdefault(spec.draft_model.name, spec.dtype)
+        if spec.oracle_cost is not None:
+            dtypes.setdefault(spec.oracle_cost, spec.dtype)
+    return dtypes
+
+
+def _model_path(model: ModelSpec, zoo_dir: Path | None) -> Path | None:
+    """Where the model's files are; None for a zoo model's GGUF export, which is made on first use."""
+    if model.path is not None:
+        return Path(model.path)
+    if model.gguf is not None:
+        return None
+    from specmoe.zoo import resolve_model
+
+    return resolve_model(model.zoo, zoo_dir)
+
+
+def _check_model(model: ModelSpec, path: Path | None, dtype: str) -> int | None:
+    """Check the model's files (and load an HF model once); returns its context in tokens when
+    config.json states it (HF)."""
+    if path is None:
+        return None
+    if model.backend == "llamacpp" or str(path).endswith(".gguf"):
+        from specmoe.backends.llamacpp import check_gguf_file
+
+        check_gguf_file(path)
+        return None
+    from specmoe.backends.hf import check_model_dir, load_hf
+
+    config = check_model_dir(path, allow_pickle=False)
+    load_hf(path, dtype=dtype, device="cpu")  # raises on missing or mismatched weights; then freed
+    gc.collect()
+    return int(config.get("max_position_embeddings") or 1 << 30)
+
+
+def _check_context(
+    specs: list[RunSpec], paths: dict[str, Path | None], contexts: dict[str, int | None]
+) -> None:
+    """Each run's longest prompt + max_new_tokens + gamma within its models' context, as `decode`
+    requires; HF models only, whose config.json states the context without loading anything."""
+    from specmoe.api import load_tokenizer
+
+    tokenizers: dict[str, object] = {}
+    longest: dict[tuple, int] = {}
+    for spec in specs:
+        context = contexts.get(spec.target)
+        if context is None:
+            continue
+        lookahead = spec.gamma if spec.draft is not None else 0
+        if spec.draft_model is not None and contexts.get(spec.draft_model.name) is not None:
+            context = min(context, contexts[spec.draft_model.name])
+        key = (spec.target, spec.prompt_set, spec.prompt_length, spec.batch_size)
+        if key not in longest:
+            if spec.target not in tokenizers:
+                tokenizers[spec.target] = load_tokenizer(paths[spec.target])
+            longest[key] = _longest_prompt(spec, tokenizers[spec.target])
+        need = longest[key] + spec.max_new_tokens + lookahead
+        if need > context:
+            models = spec.target + (f" and {spec.draft_model.name}" if spec.draft_model is not None else "")
+            raise SpecmoeError(
+                f"suite {spec.suite}, group {spec.group}: prompt ({longest[key]} tokens) + max_new_tokens "
+                f"({spec.max_new_tokens}) + gamma ({lookahead}) = {need} exceeds the {context}-token "
+                f"context of {models}; lower max_new_tokens or use shorter prompts"
+            )
+
+
+def _longest_prompt(spec: RunSpec, tokenizer) -> int:
+    if spec.prompt_length is not None:
+        return spec.prompt_length
+    texts = batch_prompts(load_prompt_set(spec.prompt_set), spec.batch_size)
+    lengths = [len(tokenizer.encode(text, add_special_tokens=False)) for text in texts]
+    if min(lengths) == 0:
+        raise SpecmoeError(
+            f"prompt set {spec.prompt_set}: a prompt encodes to no tokens with {spec.target}'s tokenizer; "
+            "remove the empty prompt"
+        )
+    return max(lengths)
