@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from specmoe.errors import SpecmoeError
 
@@ -19,21 +20,54 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
+    debug = args.verbose or os.environ.get("SPECMOE_DEBUG", "") not in ("", "0")
     try:
         return int(args.run(args) or 0)
-    except SpecmoeError as err:
-        print(f"specmoe: error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("specmoe: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open until exit on purpose
         return 0
+    except Exception as err:
+        if debug:
+            raise
+        print(f"specmoe: error: {error_line(err)}", file=sys.stderr)
+        return 2
+
+
+def error_line(err: Exception) -> str:
+    """The one line a user sees for an exception: a SpecmoeError's own words, an OS error's file and
+    reason, and for anything else (a bug) its type and first line and how to get the traceback."""
+    if isinstance(err, SpecmoeError):
+        return " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, OSError) and err.strerror:
+        where = f"{err.filename}: " if err.filename else ""
+        return f"{where}{err.strerror}; check the path, its permissions and the free disk space"
+    what = _first_line(str(err))
+    return (
+        f"unexpected {type(err).__name__}{': ' + what if what else ''}; "
+        "run again with `specmoe -v ...` or SPECMOE_DEBUG=1 for the traceback, and report it"
+    )
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors in one line; the usage itself is one `--help` away."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specmoe", description=__doc__)
+    parser = _Parser(prog="specmoe", description=__doc__)
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show the traceback of an unexpected error"
+    )
     commands = parser.add_subparsers(title="commands")
     _add_generate(commands)
     _add_zoo(commands)
