@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -82,6 +83,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def _text(text: str) -> str:
+    """Command-line text that is not UTF-8 reaches Python as lone surrogates (PEP 383): refuse it
+    here, in one line, rather than deep in a tokenizer."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            "not valid UTF-8 text; pass UTF-8 (check the terminal's or the file's encoding)"
+        ) from None
+    return text
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -116,13 +139,13 @@ def _add_generate(commands) -> None:
     )
     p.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
     p.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (>= 1)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    p.add_argument("--temperature", type=_finite_float, default=0.0, help="0 is greedy")
     p.add_argument("--top-k", type=_positive_int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-p", type=_finite_float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--ignore-eos", action="store_true", help="always decode max-new-tokens tokens")
-    p.add_argument("--prompt", action="append", help="prompt text; repeat for a batch")
+    p.add_argument("--prompt", type=_text, action="append", help="prompt text; repeat for a batch")
     p.add_argument(
         "--check",
         action="store_true",

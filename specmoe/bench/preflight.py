@@ -1,20 +1,22 @@
 """Everything a suite needs, checked before its first run, so a suite fails at once or runs to the end.
 
 A suite runs for minutes to hours; a broken model, prompt set or store found at run 40 wastes the 39
-runs before it and leaves a half-measured grid. The checks here are the cheap ones that find those
-faults without doing a run's work:
+runs before it and leaves a half-measured grid. In order, cheapest first:
 
-- every local model: its directory, config.json and weight files (safetensors headers against file
-  sizes, `specmoe.backends.weights`) or its GGUF file's magic, and the device it runs on;
-- every HF model loads, once, on the CPU in the dtype of its first run, and is freed: a tensor
-  missing from the checkpoint, one it does not expect, or a config.json whose shapes disagree with
-  the weights is found only by loading (`load_hf` refuses all three). This costs one extra load per
-  distinct model, seconds next to a suite's minutes, and no more peak memory than the run's own load,
-  which also reads the weights on the CPU first;
-- every prompt set: the file exists, is UTF-8 and parses (`load_prompt_set`);
-- every run's context: prompt tokens + max_new_tokens + gamma fit the target's (and the draft's)
-  max_position_embeddings, with prompts tokenized by the target's tokenizer as the run will;
-- the store: creatable or an existing specmoe store, writable (`Store` checks on open).
+1. every prompt set: the file exists, is UTF-8 and parses (`load_prompt_set`);
+2. the store: an existing specmoe store, or a new path in an existing folder; writable
+   (`check_store_path`; nothing is created here, the run creates a new store);
+3. every local model's files: its directory, config.json and weight files (safetensors headers
+   against file sizes, `specmoe.backends.weights`) or its GGUF file's magic; the devices;
+4. every run's context: prompt tokens + max_new_tokens + gamma fit the target's (and the draft's)
+   max_position_embeddings, with prompts tokenized by the target's tokenizer as the run will;
+5. every HF model loads, once, on the CPU in the dtype of its first run, and is freed. A tensor
+   missing from the checkpoint, one it does not expect, or a config.json whose shapes disagree with
+   the weights is found only by loading (`load_hf` refuses all three). The cost is one extra load
+   per distinct model, seconds next to a suite's minutes, and no more peak memory than the run's
+   own load, which also reads the weights on the CPU first.
+
+Servers are not contacted here: a served run checks its server before its first request.
 """
 
 from __future__ import annotations
@@ -23,28 +25,34 @@ import gc
 from pathlib import Path
 
 from specmoe.bench.prompts import batch_prompts, load_prompt_set
-from specmoe.bench.store import Store
+from specmoe.bench.store import check_store_path
 from specmoe.bench.suite import ModelSpec, RunSpec, Suite, expand
 from specmoe.errors import SpecmoeError
 
 
 def preflight(suite: Suite, db: Path, zoo_dir: Path | None) -> None:
-    """Raise SpecmoeError (one line: what, where, the fix) on the first fault any run would meet."""
+    """Raise SpecmoeError (one line: what, where, the fix) on the first fault any run would meet.
+
+    Cheap checks come first; nothing is created or written (a new store is made by the run).
+    """
     every = expand(suite)
+    for prompt_set in sorted({s.prompt_set for s in every if s.prompt_set is not None}):
+        load_prompt_set(prompt_set)
+    check_store_path(db)
     specs = [s for s in every if s.concurrency is None]  # served runs load no model here
     dtypes = _local_models(specs)
     paths = {name: _model_path(suite.models[name], zoo_dir) for name in dtypes}
-    contexts = {name: _check_model(suite.models[name], path, dtypes[name]) for name, path in paths.items()}
-    if any(s.target_model.backend == "hf" for s in specs):
+    contexts = {name: _check_files(suite.models[name], path) for name, path in paths.items()}
+    hf_devices = {s.device for s in specs if contexts.get(s.target) is not None}
+    if hf_devices:
         from specmoe.backends.hf import resolve_device
 
-        for device in sorted({s.device for s in specs if s.target_model.backend == "hf"}):
+        for device in sorted(hf_devices):
             resolve_device(device)
-    for prompt_set in sorted({s.prompt_set for s in every if s.prompt_set is not None}):
-        load_prompt_set(prompt_set)
     _check_context(specs, paths, contexts)
-    with Store(db):
-        pass
+    for name, path in paths.items():
+        if contexts[name] is not None:  # an HF model
+            _check_loads(path, dtypes[name])
 
 
 def _local_models(specs: list[RunSpec]) -> dict[str, str]:
@@ -71,9 +79,9 @@ def _model_path(model: ModelSpec, zoo_dir: Path | None) -> Path | None:
     return resolve_model(model.zoo, zoo_dir)
 
 
-def _check_model(model: ModelSpec, path: Path | None, dtype: str) -> int | None:
-    """Check the model's files (and load an HF model once); returns its context in tokens when
-    config.json states it (HF)."""
+def _check_files(model: ModelSpec, path: Path | None) -> int | None:
+    """Check the model's files without loading it; returns the context in tokens that an HF
+    model's config.json states, None for other models."""
     if path is None:
         return None
     if model.backend == "llamacpp" or str(path).endswith(".gguf"):
@@ -81,12 +89,19 @@ def _check_model(model: ModelSpec, path: Path | None, dtype: str) -> int | None:
 
         check_gguf_file(path)
         return None
-    from specmoe.backends.hf import check_model_dir, load_hf
+    from specmoe.backends.hf import check_model_dir
 
     config = check_model_dir(path, allow_pickle=False)
-    load_hf(path, dtype=dtype, device="cpu")  # raises on missing or mismatched weights; then freed
-    gc.collect()
     return int(config.get("max_position_embeddings") or 1 << 30)
+
+
+def _check_loads(path: Path, dtype: str) -> None:
+    """Load an HF model once on the CPU and free it: `load_hf` refuses missing, unexpected and
+    shape-mismatched weights, which only a load finds."""
+    from specmoe.backends.hf import load_hf
+
+    load_hf(path, dtype=dtype, device="cpu")
+    gc.collect()
 
 
 def _check_context(

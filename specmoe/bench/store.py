@@ -283,6 +283,16 @@ class Store:
         return self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
 
 
+def check_store_path(path: str | Path) -> None:
+    """Raise what opening a store at `path` would, without creating the file: an existing file must
+    be a writable specmoe store, a new one needs an existing, writable folder."""
+    path = Path(path)
+    if path.exists():
+        Store(path).close()
+    else:
+        _check_location(path)
+
+
 def _check_location(path: Path) -> None:
     """One line for a store path that cannot work, before SQLite tries (and says only "unable to
     open database file"). WAL mode writes -wal and -shm files beside the store, so its folder must
