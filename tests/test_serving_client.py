@@ -233,3 +233,11 @@ def test_a_stalled_stream_times_out_with_one_line():
         run_requests(server_for(stub, timeout_s=0.3), ["a"], 1, 3)
     # Without the timeout the stub's three 1 s steps would finish and nothing would raise.
     assert "no data for 0.3 s mid-response; raise timeout_s" in one_line(err)
+
+
+def test_credentials_in_a_url_are_never_kept():
+    # A password pasted into url = ... is dropped from the stored and shown URL; keys come from
+    # the environment (api_key_env) only.
+    assert normalize_url("http://alice:s3cret@h:8000/v1") == "http://h:8000"
+    assert normalize_url("https://token@api.example.com/openai/") == "https://api.example.com/openai"
+    assert normalize_url("http://h:99999") is None and normalize_url("http://[::1") is None
