@@ -241,3 +241,8 @@ def test_credentials_in_a_url_are_never_kept():
     assert normalize_url("http://alice:s3cret@h:8000/v1") == "http://h:8000"
     assert normalize_url("https://token@api.example.com/openai/") == "https://api.example.com/openai"
     assert normalize_url("http://h:99999") is None and normalize_url("http://[::1") is None
+
+
+def test_a_server_spec_never_holds_credentials():
+    spec = ServerSpec(url="http://alice:s3cret@h:8000", model="m")
+    assert spec.url == "http://h:8000" and "s3cret" not in repr(spec) + str(spec.identity)

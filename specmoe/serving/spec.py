@@ -26,6 +26,10 @@ class ServerSpec:
     api_key_env: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S  # per request: connect, and the wait for each streamed line
 
+    def __post_init__(self) -> None:
+        # However the spec was made, no credential reaches a run's key, the store or a message.
+        object.__setattr__(self, "url", without_userinfo(self.url))
+
     @property
     def identity(self) -> dict[str, Any]:
         """What decides the measured work: part of every run's key (timeouts and keys are not)."""
