@@ -30,15 +30,20 @@ from specmoe.bench.suite import ModelSpec, RunSpec, Suite, expand
 from specmoe.errors import SpecmoeError
 
 
-def preflight(suite: Suite, db: Path, zoo_dir: Path | None) -> None:
+def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) -> None:
     """Raise SpecmoeError (one line: what, where, the fix) on the first fault any run would meet.
 
     Cheap checks come first; nothing is created or written (a new store is made by the run).
+    `local` False: the runs execute on other machines (a Ray cluster), whose model paths and
+    devices this one may not have, so only the prompt sets and the store are checked here; each
+    worker refuses a broken model in one line when it loads it.
     """
     every = expand(suite)
     for prompt_set in sorted({s.prompt_set for s in every if s.prompt_set is not None}):
         load_prompt_set(prompt_set)
     check_store_path(db)
+    if not local:
+        return
     specs = [s for s in every if s.concurrency is None]  # served runs load no model here
     dtypes = _local_models(specs)
     paths = {name: _model_path(suite.models[name], zoo_dir) for name in dtypes}

@@ -253,7 +253,7 @@ def run_suite(
     from specmoe.bench.executors import LocalExecutor, Work
     from specmoe.bench.preflight import preflight
 
-    preflight(suite, db, zoo_dir)  # fail before the first run, not at run 40
+    preflight(suite, db, zoo_dir, local=executor is None or isinstance(executor, LocalExecutor))
     specs = expand(suite)
     with Store(db) as store:
         done = store.finished_ids()
