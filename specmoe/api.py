@@ -121,6 +121,19 @@ def _ngram_sizes(draft: str | None) -> tuple[int, int] | None:
     return low, high
 
 
+def _check_text(prompts: Sequence[str]) -> None:
+    """Refuse prompts that are not text: bytes that are not UTF-8 reach Python from a command line
+    as lone surrogates (PEP 383), which no tokenizer can encode."""
+    for index, text in enumerate(prompts):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise SpecmoeError(
+                f"prompt {index + 1} is not valid UTF-8 text (bad byte at character {err.start + 1}); "
+                "pass UTF-8 text (check the terminal's or the file's encoding)"
+            ) from None
+
+
 def generate_text(
     target: str,
     prompts: Sequence[str],
@@ -150,6 +163,7 @@ def generate_text(
         raise SpecmoeError("--compile applies to transformers models; drop it for .gguf models")
     ngram = _ngram_sizes(draft)
     draft_dir = resolve(draft, zoo) if draft is not None and ngram is None else None
+    _check_text(prompts)
     tokenizer = load_tokenizer(target_dir)
     if chat:
         token_prompts = [chat_prompt_ids(tokenizer, text) for text in prompts]

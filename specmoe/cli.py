@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from specmoe.errors import SpecmoeError
 
@@ -21,21 +23,54 @@ def main(argv: list[str] | None = None) -> int:
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
+    debug = args.verbose or os.environ.get("SPECMOE_DEBUG", "") not in ("", "0")
     try:
         return int(args.run(args) or 0)
-    except SpecmoeError as err:
-        print(f"specmoe: error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("specmoe: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # output piped into `head` and the like
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open until exit on purpose
         return 0
+    except Exception as err:
+        if debug:
+            raise
+        print(f"specmoe: error: {error_line(err)}", file=sys.stderr)
+        return 2
+
+
+def error_line(err: Exception) -> str:
+    """The one line a user sees for an exception: a SpecmoeError's own words, an OS error's file and
+    reason, and for anything else (a bug) its type and first line and how to get the traceback."""
+    if isinstance(err, SpecmoeError):
+        return " ".join(str(err).split()) or type(err).__name__
+    if isinstance(err, OSError) and err.strerror:
+        where = f"{err.filename}: " if err.filename else ""
+        return f"{where}{err.strerror}; check the path, its permissions and the free disk space"
+    what = _first_line(str(err))
+    return (
+        f"unexpected {type(err).__name__}{': ' + what if what else ''}; "
+        "run again with `specmoe -v ...` or SPECMOE_DEBUG=1 for the traceback, and report it"
+    )
+
+
+def _first_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0].strip() if lines else ""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with usage errors in one line; the usage itself is one `--help` away."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specmoe", description=__doc__)
+    parser = _Parser(prog="specmoe", description=__doc__)
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show the traceback of an unexpected error"
+    )
     commands = parser.add_subparsers(title="commands")
     _add_generate(commands)
     _add_zoo(commands)
@@ -48,6 +83,28 @@ def _parser() -> argparse.ArgumentParser:
     _add_advise(commands)
     _add_findings(commands)
     return parser
+
+
+def _finite_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
+    return value
+
+
+def _text(text: str) -> str:
+    """Command-line text that is not UTF-8 reaches Python as lone surrogates (PEP 383): refuse it
+    here, in one line, rather than deep in a tokenizer."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            "not valid UTF-8 text; pass UTF-8 (check the terminal's or the file's encoding)"
+        ) from None
+    return text
 
 
 def _positive_int(text: str) -> int:
@@ -84,13 +141,13 @@ def _add_generate(commands) -> None:
     )
     p.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
     p.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (>= 1)")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 is greedy")
+    p.add_argument("--temperature", type=_finite_float, default=0.0, help="0 is greedy")
     p.add_argument("--top-k", type=_positive_int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-p", type=_finite_float, default=1.0)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--ignore-eos", action="store_true", help="always decode max-new-tokens tokens")
-    p.add_argument("--prompt", action="append", help="prompt text; repeat for a batch")
+    p.add_argument("--prompt", type=_text, action="append", help="prompt text; repeat for a batch")
     p.add_argument(
         "--check",
         action="store_true",

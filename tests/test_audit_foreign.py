@@ -149,7 +149,7 @@ needs_study = pytest.mark.skipif(not STUDY_CSV.is_file(), reason="study CSV not 
 def test_study_csv_verdict_counts():
     rows = audit_csv(STUDY_CSV)
     assert len(rows) == 306
-    assert summarise(rows) == {"consistent": 162, "impossible": 126, "unverifiable": 18}
+    assert summarise(rows) == {"consistent": 162, "impossible": 126, "unverifiable": 18, "invalid": 0}
 
 
 @needs_study
@@ -294,7 +294,8 @@ def test_audit_logs_on_the_sample_folder():
     assert rows["vllm-serving.txt"].verdict == "unverifiable"
     assert rows["vllm-serving.txt"].reason == "unrecognised format"
     assert rows["bench-moe-q4.md:2:tg256"].baseline_tokens_per_s == 55.30
-    assert summarise(list(rows.values())) == {"consistent": 6, "impossible": 2, "unverifiable": 1}
+    counts = summarise(list(rows.values()))
+    assert counts == {"consistent": 6, "impossible": 2, "unverifiable": 1, "invalid": 0}
 
 
 def test_sd_log_without_a_baseline_is_unverifiable(tmp_path):
@@ -330,4 +331,45 @@ def test_rows_to_json_keeps_log_fields_for_log_rows_only(tmp_path):
 def test_format_rows_has_a_summary_line():
     text = format_rows(audit_logs(LOGS))
     assert text.splitlines()[0].split()[:4] == ["id", "verdict", "claimed", "bound"]
-    assert text.splitlines()[-1] == "9 rows: 6 consistent, 2 impossible, 1 unverifiable"
+    assert text.splitlines()[-1] == "9 rows: 6 consistent, 2 impossible, 1 unverifiable, 0 invalid"
+
+
+# --- impossible inputs ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        ({"tokens_per_sec": "-5"}, "tokens_per_sec '-5' is not a finite number > 0"),
+        ({"tokens_per_sec": "0"}, "tokens_per_sec '0' is not a finite number > 0"),
+        ({"tokens_per_sec": "nan"}, "tokens_per_sec 'nan' is not a finite number > 0"),
+        ({"speedup_vs_baseline": "inf"}, "speedup_vs_baseline 'inf' is not a finite number > 0"),
+        ({"speedup_vs_baseline": "1e308"}, "speedup_vs_baseline 1e308 is implausibly large"),
+        ({"draft_len": "0"}, "draft_len '0' on a row with draft 'small'; SD drafts >= 1 token"),
+        ({"draft_acceptance_rate": "-0.1"}, "draft_acceptance_rate '-0.1' is not a finite number >= 0"),
+    ],
+)
+def test_impossible_inputs_are_invalid_not_judged(tmp_path, fields, reason):
+    row = {**sd_row("x", draft_len="4", draft_acceptance_rate="0.5", speedup_vs_baseline="1.1"), **fields}
+    (audited,) = audit_csv(write_csv(tmp_path / "r.csv", [row]))
+    assert audited.verdict == "invalid" and audited.bound is None
+    assert audited.reason.startswith("invalid input: ") and reason in audited.reason
+
+
+def test_invalid_baselines_do_not_enter_the_baseline_mean(tmp_path):
+    base = {"job_id": "b", "machine": "m", "target_model": "moe", "draft_model": "none"}
+    rows = [
+        {**base, "tokens_per_sec": "10"},
+        {**base, "job_id": "b2", "tokens_per_sec": "-1e9"},
+        sd_row("x", draft_len="4", draft_acceptance_rate="0.5", tokens_per_sec="12"),
+    ]
+    audited = by_id(audit_csv(write_csv(tmp_path / "r.csv", rows)))
+    assert audited["b2"].verdict == "invalid"
+    assert audited["x"].claimed_speedup == pytest.approx(1.2)
+
+
+def test_a_csv_with_a_byte_order_mark_reads_like_one_without(tmp_path):
+    plain = small_csv(tmp_path)
+    with_bom = tmp_path / "bom.csv"
+    with_bom.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())
+    assert audit_csv(with_bom) == audit_csv(plain)

@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from broken_models import broken_models
 
 from specmoe.api import load_model
 from specmoe.backends import load_backend
@@ -27,9 +28,48 @@ def test_pickle_weights_need_opt_in(tmp_path):
 
 def test_remote_code_needs_opt_in(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "x", "auto_map": {"AutoModel": "m.M"}}))
-    (tmp_path / "model.safetensors").write_bytes(b"")
+    (tmp_path / "model.safetensors").write_bytes(b"\x02" + b"\x00" * 7 + b"{}")  # no tensors
     with pytest.raises(SpecmoeError, match="trust-remote-code"):
         load_model(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def broken(tiny_zoo, tmp_path_factory):
+    return broken_models(tiny_zoo / "draft-xs", tmp_path_factory.mktemp("broken"))
+
+
+@pytest.mark.parametrize(
+    ("fault", "message"),
+    [
+        ("missing", "1 weight tensor(s) missing from the checkpoint (model.norm.weight); the model would run "
+         "with random weights there"),
+        ("extra", "1 weight tensor(s) in the checkpoint that the model has no place for "
+         "(model.unused.weight)"),
+        ("truncated", "model.safetensors: truncated ("),
+        ("shapes", "config.json does not match the weights (12 tensor(s) differ in shape, first "
+         "model.layers.0.mlp.down_proj.weight: (32, 96) in the weights, (32, 192) from config.json)"),
+    ],
+)  # fmt: skip
+def test_weights_that_do_not_match_are_refused_never_randomly_filled(broken, fault, message):
+    with pytest.raises(SpecmoeError) as err:
+        load_model(broken[fault], dtype="float32")
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_safetensors_header_is_checked_against_the_file_size(tmp_path):
+    from specmoe.backends.weights import safetensors_header
+
+    header = json.dumps({"w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8))
+    assert safetensors_header(path)["w"]["shape"] == [2]
+    for cut, state in ((4, "truncated"), (-4, "longer than its header says")):
+        path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(8 - cut))
+        with pytest.raises(SpecmoeError, match=state):
+            safetensors_header(path)
+    path.write_bytes(b"\xff" * 64)
+    with pytest.raises(SpecmoeError, match="truncated or not a safetensors file"):
+        safetensors_header(path)
 
 
 def test_unknown_backend_names_the_available_ones():

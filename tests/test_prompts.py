@@ -123,3 +123,18 @@ def test_batch_prompts_cycles_with_distinct_repeats():
         batch_prompts([], 1)
     with pytest.raises(SpecmoeError):
         batch_prompts(["a"], 0)
+
+
+def test_bytes_that_are_not_utf8_name_file_line_and_fix(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'{"prompt": "fine"}\n\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(
+        SpecmoeError, match=re.escape(f"{path}:3: not valid UTF-8 (byte 0xe9 at column 16); save")
+    ):
+        load_prompt_set(path)
+
+
+def test_a_byte_order_mark_is_not_part_of_the_first_prompt(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"prompt": "first"}\n')
+    assert load_prompt_set(path) == ["first"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ from small_vocab import VOCAB, exact_joint, small_vocab_model
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.engine.sampling import SamplingParams
+from specmoe.errors import SpecmoeError
 
 PROMPT = [1, 4, 2]
 
@@ -66,3 +68,19 @@ def test_same_seed_same_tokens(pair):
     runs = [decode(target, [PROMPT] * 4, config, ModelDrafter(draft)).outputs for _ in range(2)]
     assert runs[0] == runs[1]
     assert len(set(itertools.chain.from_iterable(o.token_ids for o in runs[0]))) > 1
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"temperature": float("nan")}, "temperature must be a finite number >= 0"),
+        ({"temperature": float("inf")}, "temperature must be a finite number >= 0"),
+        ({"temperature": -0.5}, "temperature must be a finite number >= 0"),
+        ({"temperature": 1e-9}, "too small to sample with"),
+        ({"top_p": float("nan")}, "top-p must be in (0, 1]"),
+        ({"top_k": 2.5}, "top-k must be an integer >= 0"),
+    ],
+)
+def test_sampling_parameters_no_sampler_can_use_are_refused(params, message):
+    with pytest.raises(SpecmoeError, match=re.escape(message)):
+        SamplingParams(**params)

@@ -5,15 +5,18 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, DuplicateRunError, RunRow, Store, export
+from specmoe.bench import store as store_module
+from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, RunRow, Store, export
 from specmoe.errors import SpecmoeError
 
 
@@ -61,14 +64,97 @@ def test_rows_filters_by_suite(tmp_path):
         assert [r.run_id for r in store.rows()] == ["run-00000", "run-00001", "run-00002"]
 
 
-def test_duplicate_insert_raises_and_keeps_one(tmp_path):
-    with Store(tmp_path / "r.sqlite") as store:
-        store.add(make_row(1))
-        with pytest.raises(DuplicateRunError, match="run-00001 is already stored"):
-            store.add(make_row(1))
+def test_duplicate_insert_is_skipped_and_keeps_one(tmp_path):
+    # Two runners sharing a store: the one that finishes a run second skips it, without an error.
+    with Store(tmp_path / "r.sqlite") as store, Store(tmp_path / "r.sqlite") as other:
+        assert store.add(make_row(1)) is True
+        assert other.add(make_row(1)) is False
         assert len(store) == 1
-        store.add(make_row(2))  # the failed insert left no open transaction behind
+        assert other.add(make_row(2)) is True  # the skipped insert left no open transaction behind
         assert len(store) == 2
+
+
+def test_a_foreign_sqlite_file_is_refused_and_left_untouched(tmp_path):
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE users (name TEXT)")
+        conn.execute("INSERT INTO users VALUES ('a')")
+    conn.close()
+    before = path.read_bytes()
+    with pytest.raises(
+        SpecmoeError, match=r"not a specmoe results store \(tables: users\); it was left untouched"
+    ):
+        Store(path)
+    assert path.read_bytes() == before and not Path(f"{path}-wal").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"hello, not a database" * 100, "not a readable results store (file is not a database)"),
+        (None, "is not a file"),
+    ],
+)
+def test_unusable_store_files_are_one_line(tmp_path, content, message):
+    path = tmp_path / "r.db"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+    with pytest.raises(SpecmoeError, match=re.escape(message)):
+        Store(path)
+
+
+def test_a_store_in_a_missing_folder_is_one_line(tmp_path):
+    with pytest.raises(SpecmoeError, match="does not exist; create it"):
+        Store(tmp_path / "nope" / "r.db")
+    assert not (tmp_path / "nope").exists()
+
+
+def test_corrupted_pages_are_one_line(tmp_path):
+    path = tmp_path / "r.db"
+    with Store(path) as store:
+        for i in range(20):
+            store.add(make_row(i))
+    data = bytearray(path.read_bytes())
+    data[4096:] = b"\xab" * (len(data) - 4096)  # every page after the first
+    path.write_bytes(bytes(data))
+    with pytest.raises(SpecmoeError, match="database disk image is malformed"), Store(path) as store:
+        store.rows()
+
+
+def test_a_full_disk_is_one_line_and_keeps_the_store_usable(tmp_path):
+    with Store(tmp_path / "r.db") as store:
+        # A page limit makes SQLite report SQLITE_FULL exactly as a full disk does.
+        store._conn.execute(
+            f"PRAGMA max_page_count = {store._conn.execute('PRAGMA page_count').fetchone()[0]}"
+        )
+        with pytest.raises(SpecmoeError, match="the disk is full; free space and run again"):
+            store.add(make_row(0, trace_len=2000))
+        assert len(store) == 0
+
+
+def test_a_locked_store_is_one_line(tmp_path, monkeypatch):
+    path = tmp_path / "r.db"
+    Store(path).close()
+    monkeypatch.setattr(store_module, "LOCK_TIMEOUT_S", 0.05)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(SpecmoeError, match="locked by another process"):
+            Store(path)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes read-only files")
+def test_a_read_only_store_fails_on_open(tmp_path):
+    path = tmp_path / "r.db"
+    Store(path).close()
+    path.chmod(0o444)
+    with pytest.raises(SpecmoeError, match="read-only"):
+        Store(path)
 
 
 def test_wal_mode_and_schema_version(tmp_path):
@@ -135,13 +221,6 @@ def test_foreign_schema_version_is_refused(tmp_path):
     conn.commit()
     conn.close()
     with pytest.raises(SpecmoeError, match="schema version"):
-        Store(path)
-
-
-def test_not_a_database_is_one_line(tmp_path):
-    path = tmp_path / "junk.sqlite"
-    path.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(SpecmoeError, match="not a usable results store"):
         Store(path)
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from specmoe.backends.weights import check_safetensors_dir
 from specmoe.errors import SpecmoeError
 
 DTYPES: dict[str, torch.dtype] = {
@@ -73,7 +74,9 @@ def check_model_dir(path: Path, allow_pickle: bool) -> dict:
     if not config_file.is_file():
         raise SpecmoeError(f"'{path}' has no config.json; pass a Hugging Face model directory")
     names = [p.name for p in path.iterdir()]
-    if not any(n.endswith(".safetensors") for n in names):
+    if any(n.endswith(".safetensors") for n in names):
+        check_safetensors_dir(path)
+    else:
         if any(n.endswith(_PICKLE_SUFFIXES) for n in names):
             if not allow_pickle:
                 raise SpecmoeError(
@@ -83,9 +86,14 @@ def check_model_dir(path: Path, allow_pickle: bool) -> dict:
         else:
             raise SpecmoeError(f"'{path}' holds no weights (*.safetensors); is the download complete?")
     try:
-        return json.loads(config_file.read_text())
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise SpecmoeError(f"'{config_file}' is not UTF-8 text; restore the model's config.json") from None
     except json.JSONDecodeError as err:
         raise SpecmoeError(f"'{config_file}' is not valid JSON ({err.msg}, line {err.lineno})") from None
+    if not isinstance(config, dict):
+        raise SpecmoeError(f"'{config_file}' is not a JSON object; restore the model's config.json")
+    return config
 
 
 def load_hf(
@@ -104,14 +112,14 @@ def load_hf(
     compile=True gives the compiled path (`hf_static.py`): a static KV cache and torch.compile'd
     fixed-shape forwards; compile_mode is torch.compile's mode, "reduce-overhead" (CUDA graphs) by
     default on CUDA and inductor's default elsewhere."""
+    path = Path(path)
+    config = check_model_dir(path, allow_pickle)  # before importing transformers: seconds earlier
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
 
-    path = Path(path)
-    config = check_model_dir(path, allow_pickle)
     if "auto_map" in config and not trust_remote_code:
         raise SpecmoeError(
             f"'{path}' needs its own Python code (auto_map in config.json); "
@@ -126,18 +134,26 @@ def load_hf(
         kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(
             dtype, compile, device
         )
+    verbosity = hf_logging.get_verbosity()
+    # transformers reports missing or unexpected weights as a multi-line notice and goes on with
+    # random ones; that is an error here (`check_loading_info`), so the notice is not printed.
+    hf_logging.set_verbosity_error()
     try:
-        model = AutoModelForCausalLM.from_pretrained(
+        model, info = AutoModelForCausalLM.from_pretrained(
             path,
             dtype=DTYPES[dtype],
             local_files_only=True,
             use_safetensors=None if allow_pickle else True,
             trust_remote_code=trust_remote_code,
+            output_loading_info=True,
+            ignore_mismatched_sizes=True,  # reported in `info` and refused below, with names
             **kwargs,
         )
-    except (ValueError, KeyError, OSError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise SpecmoeError(f"transformers could not load '{path}': {first}") from None
+    except (ValueError, KeyError, OSError, RuntimeError, TypeError) as err:
+        raise SpecmoeError(f"transformers could not load '{path}': {_load_error(err)}") from None
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    check_loading_info(path, info)
     model.to(torch_device).eval()
     if moe_top_k is not None:
         set_moe_top_k(model, moe_top_k)
@@ -154,6 +170,46 @@ def compiled_backend(model, name: str, device: torch.device, mode: str | None = 
     if mode is None and device.type == "cuda":
         mode = "reduce-overhead"
     return StaticHFBackend(model, name=name, device=device, compile=True, mode=mode)
+
+
+def _load_error(err: Exception) -> str:
+    """transformers' reason in one line; a shape mismatch keeps the tensor name and both shapes."""
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    mismatch = next((line for line in lines if "size mismatch" in line), None)
+    if mismatch is not None:
+        return f"{mismatch}; config.json does not match the weights, restore the model's own config.json"
+    return (lines[0] if lines else type(err).__name__) + "; check the model directory"
+
+
+def check_loading_info(path: Path, info: dict) -> None:
+    """Refuse a model whose weights did not all load: transformers would run it with randomly
+    initialised tensors where weights are missing or shaped differently from config.json, and
+    every number measured on it would be wrong."""
+    missing = sorted(info.get("missing_keys") or ())
+    unexpected = sorted(info.get("unexpected_keys") or ())
+    mismatched = sorted(info.get("mismatched_keys") or (), key=str)  # (name, file shape, model shape)
+    fix = "restore the model's own config.json and weights"
+    if mismatched:
+        name, *shapes = mismatched[0] if isinstance(mismatched[0], tuple) else (mismatched[0],)
+        detail = (
+            f"{name}: {tuple(shapes[0])} in the weights, {tuple(shapes[1])} from config.json"
+            if len(shapes) == 2
+            else name
+        )
+        raise SpecmoeError(
+            f"'{path}': config.json does not match the weights ({len(mismatched)} tensor(s) differ in shape, "
+            f"first {detail}); {fix}"
+        )
+    problems = (
+        ("missing from the checkpoint", missing, "the model would run with random weights there"),
+        ("in the checkpoint that the model has no place for", unexpected, "config.json names another model"),
+    )
+    for kind, names, why in problems:
+        if names:
+            more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+            raise SpecmoeError(
+                f"'{path}': {len(names)} weight tensor(s) {kind} ({names[0]}{more}); {why}; {fix}"
+            )
 
 
 def set_moe_top_k(model, top_k: int) -> None:

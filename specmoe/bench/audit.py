@@ -5,6 +5,7 @@ A run that fails is kept and marked, with the reason in plain words: hiding it w
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from specmoe.theory import speedup_bound_no_timing, speedup_bound_timed
@@ -37,6 +38,9 @@ def audit_counts(counts: dict, gamma: int) -> list[str]:
 def audit_run(counts: dict, times: dict, gamma: int, tokens_per_s: float, baseline: dict | None) -> RunAudit:
     """Audit one arm. `baseline` (its counts, times and tokens_per_s) is given for SD arms."""
     problems = audit_counts(counts, gamma)
+    unusable = _unusable_inputs(counts, times, gamma, tokens_per_s, baseline)
+    if unusable:
+        return RunAudit("fail", "; ".join(problems + unusable))
     if gamma and baseline is not None:
         speedup = tokens_per_s / baseline["tokens_per_s"]
         alpha = counts["accepted"] / counts["drafted"]
@@ -58,6 +62,27 @@ def audit_run(counts: dict, times: dict, gamma: int, tokens_per_s: float, baseli
     if problems:
         return RunAudit("fail", "; ".join(problems))
     return RunAudit("pass", "counts consistent" + (", speedup within bounds" if gamma and baseline else ""))
+
+
+def _unusable_inputs(
+    counts: dict, times: dict, gamma: int, tokens_per_s: float, baseline: dict | None
+) -> list[str]:
+    """Values no measurement produces, which would make the speedup checks divide by zero or judge
+    nonsense: a rate that is not finite and > 0, or an SD arm that drafted or forwarded nothing."""
+    problems = []
+    rates = {"tokens/s": tokens_per_s}
+    if gamma and baseline is not None:
+        rates["baseline tokens/s"] = baseline["tokens_per_s"]
+        if (
+            not counts["drafted"]
+            or not counts["target_forwards"]
+            or not baseline["counts"]["target_forwards"]
+        ):
+            problems.append("invalid input: an SD arm or its baseline with no drafts or no target forwards")
+    for name, rate in rates.items():
+        if not (isinstance(rate, int | float) and math.isfinite(rate) and rate > 0):
+            problems.append(f"invalid input: {name} {rate} is not a finite number > 0")
+    return problems
 
 
 def audit_served_run(

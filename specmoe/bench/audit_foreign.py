@@ -9,6 +9,8 @@ Verdicts:
     consistent    the claim is at or below the bound (which does not make it right, only possible)
     impossible    the claim exceeds the bound by more than TOLERANCE
     unverifiable  something the check needs is missing or unreadable; the reason names it
+    invalid       a value no measurement can produce (a rate <= 0 or not finite, γ = 0 on an SD row,
+                  an absurdly large number): the row is not judged, the reason names the value
 
 Inputs: a results CSV in the schema of the MoE SD study (`audit_csv`), or a folder of llama.cpp
 logs (`audit_logs`); `audit_path` picks one by what the path is.
@@ -24,6 +26,7 @@ rows (draft `none`) of the same target on the same machine.
 from __future__ import annotations
 
 import csv
+import math
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,8 +45,8 @@ from specmoe.bench.llamacpp_logs import (
 from specmoe.errors import SpecmoeError
 from specmoe.theory import mean_emitted_per_round, speedup_bound_no_timing
 
-Verdict = Literal["consistent", "impossible", "unverifiable"]
-VERDICTS: tuple[Verdict, ...] = ("consistent", "impossible", "unverifiable")
+Verdict = Literal["consistent", "impossible", "unverifiable", "invalid"]
+VERDICTS: tuple[Verdict, ...] = ("consistent", "impossible", "unverifiable", "invalid")
 
 # A claim is impossible only above bound × (1 + TOLERANCE). 1% covers the 3-decimal rounding of
 # printed rates and the run-to-run spread of a baseline (≈ 0.1–0.3% in the study CSV), so a verdict
@@ -60,6 +63,10 @@ _CSV_COLUMNS = (
     "speedup_vs_baseline",
 )
 _NO_DRAFT = {"", "none", "-"}
+# Beyond these a value is a typo or a corrupted cell, not a measurement: no decoder on any hardware
+# reaches 10 million tokens/s per run, and no SD speedup reaches 1000× (the bound 1 + αγ is <= 1 + γ).
+_MAX_TOKENS_PER_S = 1e7
+_MAX_SPEEDUP = 1e3
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,39 @@ def _float(text: str | None) -> float | None:
 
 
 def _is_baseline(row: dict[str, str]) -> bool:
-    return row["draft_model"].strip().lower() in _NO_DRAFT or row["draft_len"].strip() in {"", "0"}
+    return row["draft_model"].strip().lower() in _NO_DRAFT
+
+
+def _invalid_reason(row: dict[str, str]) -> str | None:
+    """Why the row's values cannot come from a measurement, or None when they can.
+
+    Only values that are present are checked; a missing one makes a row unverifiable, not invalid.
+    """
+    limits = {"tokens_per_sec": _MAX_TOKENS_PER_S, "speedup_vs_baseline": _MAX_SPEEDUP}
+    for column, limit in limits.items():
+        text = row[column].strip()
+        if not text:
+            continue
+        value = _float(text)
+        if value is None or not math.isfinite(value) or value <= 0:
+            return f"invalid input: {column} {text!r} is not a finite number > 0"
+        if value > limit:
+            return f"invalid input: {column} {text} is implausibly large (> {limit:g})"
+    alpha = row["draft_acceptance_rate"].strip()
+    if alpha:
+        value = _float(alpha)
+        if value is None or not math.isfinite(value) or value < 0:
+            return f"invalid input: draft_acceptance_rate {alpha!r} is not a finite number >= 0"
+    gamma = row["draft_len"].strip()
+    if not _is_baseline(row) and gamma:
+        try:
+            whole = int(gamma)
+        except ValueError:
+            whole = 0
+        if whole < 1:
+            draft = row["draft_model"]
+            return f"invalid input: draft_len {gamma!r} on a row with draft {draft!r}; SD drafts >= 1 token"
+    return None
 
 
 def _baseline_means(rows: list[dict[str, str]]) -> dict[tuple[str, str], float]:
@@ -120,7 +159,7 @@ def _baseline_means(rows: list[dict[str, str]]) -> dict[tuple[str, str], float]:
     rates: dict[tuple[str, str], list[float]] = defaultdict(list)
     for row in rows:
         rate = _float(row["tokens_per_sec"])
-        if _is_baseline(row) and rate is not None and rate > 0:
+        if _is_baseline(row) and rate is not None and _invalid_reason(row) is None:
             rates[(row.get("machine", ""), row["target_model"])].append(rate)
     return {key: fmean(values) for key, values in rates.items()}
 
@@ -162,14 +201,9 @@ def _audit_sd_row(row: dict[str, str], means: dict[tuple[str, str], float]) -> A
         return AuditRow(
             job, "unverifiable", f"no speedup recorded and no baseline row for {where}", None, None
         )
-    try:
-        gamma = int(row["draft_len"])
-    except ValueError:
-        gamma = 0
-    if gamma < 1:
-        return AuditRow(
-            job, "unverifiable", f"draft_len {row['draft_len']!r} is not a whole number >= 1", claimed, None
-        )
+    if not row["draft_len"].strip():
+        return AuditRow(job, "unverifiable", "no draft_len (γ) recorded", claimed, None)
+    gamma = int(row["draft_len"])  # `_invalid_reason` passed: a whole number >= 1
     alpha = _float(row["draft_acceptance_rate"])
     if alpha is None:
         return AuditRow(job, "unverifiable", "no acceptance rate recorded", claimed, None)
@@ -196,7 +230,8 @@ def audit_csv(path: str | Path) -> list[AuditRow]:
     """One AuditRow per row of a results CSV in the study's schema (see the module docstring)."""
     path = Path(path)
     try:
-        with path.open(newline="", encoding="utf-8") as handle:
+        # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of the first column.
+        with path.open(newline="", encoding="utf-8-sig") as handle:
             reader = csv.DictReader(handle, restval="")  # short rows: empty cells
             missing = [c for c in _CSV_COLUMNS if c not in (reader.fieldnames or [])]
             if missing:
@@ -208,7 +243,14 @@ def audit_csv(path: str | Path) -> list[AuditRow]:
     except (OSError, UnicodeDecodeError) as err:
         raise SpecmoeError(f"cannot read {path}: {err}; pass a readable UTF-8 CSV file") from err
     means = _baseline_means(rows)
-    return [_audit_baseline_row(r) if _is_baseline(r) else _audit_sd_row(r, means) for r in rows]
+    return [_audit_csv_row(r, means) for r in rows]
+
+
+def _audit_csv_row(row: dict[str, str], means: dict[tuple[str, str], float]) -> AuditRow:
+    invalid = _invalid_reason(row)
+    if invalid is not None:
+        return AuditRow(row["job_id"], "invalid", invalid, None, None)
+    return _audit_baseline_row(row) if _is_baseline(row) else _audit_sd_row(row, means)
 
 
 # --- llama.cpp logs -------------------------------------------------------------------------

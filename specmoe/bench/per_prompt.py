@@ -80,6 +80,6 @@ def per_prompt_records(rows: list[RunRow]) -> list[dict[str, Any]]:
 
 def export_per_prompt(db_path: str | Path, out_path: str | Path, fmt: str) -> int:
     """Write the per-prompt records of every stored run; returns the number of records."""
-    records = per_prompt_records(stored_rows(db_path, fmt))
+    records = per_prompt_records(stored_rows(db_path, out_path, fmt))
     write_records(Path(out_path), list(PER_PROMPT_COLUMNS), records, fmt)
     return len(records)

@@ -62,7 +62,7 @@ def load_prompts(name_or_path: str | Path) -> list[Prompt]:
         )
     set_name = name if is_builtin(name) else path.stem
     prompts = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for lineno, line in enumerate(_read_lines(path), start=1):
         if line.strip():
             prompts.append(_parse_line(line, path, lineno, set_name, len(prompts)))
     if not prompts:
@@ -73,6 +73,24 @@ def load_prompts(name_or_path: str | Path) -> list[Prompt]:
 def load_prompt_set(name_or_path: str | Path) -> list[str]:
     """The prompt texts of a set, in file order (see `load_prompts`)."""
     return [prompt.text for prompt in load_prompts(name_or_path)]
+
+
+def _read_lines(path: Path) -> list[str]:
+    """The file's lines as text; bytes that are not UTF-8 are named by line, not by byte offset."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise SpecmoeError(f"{path}: cannot read the prompt set ({err.strerror}); check the file") from None
+    lines = []
+    for lineno, raw in enumerate(data.splitlines(), start=1):
+        try:
+            lines.append(raw.decode("utf-8-sig" if lineno == 1 else "utf-8"))
+        except UnicodeDecodeError as err:
+            raise SpecmoeError(
+                f"{path}:{lineno}: not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {err.start + 1}); "
+                "save the file as UTF-8"
+            ) from None
+    return lines
 
 
 def _parse_line(line: str, path: Path, lineno: int, set_name: str, index: int) -> Prompt:

@@ -20,10 +20,10 @@ import torch
 from specmoe.backends import load_backend
 from specmoe.backends.base import Backend
 from specmoe.bench.audit import audit_run
+from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
 from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, own_cores, step_spread
 from specmoe.bench.plan import Block, blocks, plan
-from specmoe.bench.prompts import Prompt, load_prompts, prompt_batch, select_prompts, synthetic_prompt
 from specmoe.bench.store import FailedAttempt, RunRow, Store
 from specmoe.bench.suite import RunSpec, Suite, parse_ngram
 from specmoe.engine.decode import DecodeConfig, decode
@@ -82,32 +82,6 @@ class ModelPool:
 
             self._tokenizers[name] = load_tokenizer(self.path(name))
         return self._tokenizers[name]
-
-
-def batch_prompts_of(spec: RunSpec) -> list[Prompt]:
-    """The prompts run `spec` decodes: batch `prompt_batch` of its set's selection of `prompts`.
-
-    Synthetic prompts (prompt_length) are numbered by seed: batch k holds seeds k·B … k·B + B − 1.
-    """
-    if spec.prompt_length is not None:
-        seeds = range(spec.prompt_batch * spec.batch_size, (spec.prompt_batch + 1) * spec.batch_size)
-        kind = f"len{spec.prompt_length}"
-        return [Prompt(f"{kind}:{seed}", kind, "") for seed in seeds]
-    selection = select_prompts(load_prompts(spec.prompt_set), spec.prompts)
-    return prompt_batch(selection, spec.batch_size, spec.prompt_batch)
-
-
-def prompt_ids(spec: RunSpec, tokenizer) -> list[list[int]]:
-    """Token ids of the run's batch (`batch_prompts_of`)."""
-    prompts = batch_prompts_of(spec)
-    if spec.prompt_length is not None:
-        first = spec.prompt_batch * spec.batch_size
-        return [synthetic_prompt(tokenizer, spec.prompt_length, seed=first + i) for i in range(len(prompts))]
-    if spec.chat:
-        from specmoe.api import chat_prompt_ids
-
-        return [chat_prompt_ids(tokenizer, p.text) for p in prompts]
-    return [tokenizer.encode(p.text, add_special_tokens=False) for p in prompts]
 
 
 SETTLE_TOLERANCE = 0.03  # relative difference of the last two warm-up decode times
@@ -404,7 +378,9 @@ def run_suite(
     are stored. `threads`: forward threads for local runs; None lets the noise guard choose.
     """
     from specmoe.bench.executors import LocalExecutor, Work
+    from specmoe.bench.preflight import preflight
 
+    preflight(suite, db, zoo_dir, local=executor is None or isinstance(executor, LocalExecutor))
     specs = plan_specs(suite)
     with Store(db) as store:
         done = store.finished_ids()

@@ -2,9 +2,10 @@
 
 Each run is inserted in its own transaction, in WAL mode with synchronous=FULL, so a suite killed at
 any moment keeps every run that finished and no part of the one that did not; resuming skips the
-stored run ids (`finished_ids`). Inserting a run id twice raises instead of duplicating it. Nested
-values (config, env, counts, times, the per-round trace, the per-prompt records, how the run was
-measured) are stored as canonical JSON text; SQLite's json_extract reads them in ad hoc queries.
+stored run ids (`finished_ids`). Inserting a run id twice stores it once: `add` returns False for the
+second, so runners sharing a store skip a run another one finished. Nested values (config, env,
+counts, times, the per-round trace, the per-prompt records, how the run was measured) are stored as
+canonical JSON text; SQLite's json_extract reads them in ad hoc queries.
 
 Schema version 2 added the per-prompt records (`prompts`), the measurement record (`measure`: start
 and end times, threads, the machine's load, attempts) and the `noisy` flag. A version-1 file is
@@ -16,6 +17,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import os
 import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -146,31 +148,50 @@ class FailedAttempt:
     final: bool  # no attempt left: the run stays missing until the suite runs again
 
 
-class DuplicateRunError(SpecmoeError):
-    """A run id that is already in the store was inserted again."""
+LOCK_TIMEOUT_S = 30.0  # how long a write waits for another process's transaction to end
+_STORE_TABLES = frozenset({"schema_version", "runs"})
 
 
 class Store:
-    """A results database; use as a context manager (`with Store(path) as store:`)."""
+    """A results database; use as a context manager (`with Store(path) as store:`).
+
+    Opening checks, before anything is written, that the file is empty or already a specmoe store
+    and that it can be written: a store is never modified unless it is one, and a read-only store
+    fails at once rather than after a suite's first run. Every SQLite failure becomes one line
+    naming the file, the problem and the fix (`_store_error`).
+    """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        # Autocommit mode: transactions are opened explicitly, one per write.
-        self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=30.0)
+        _check_location(self.path)
         try:
+            # Autocommit mode: transactions are opened explicitly, one per write.
+            self._conn = sqlite3.connect(self.path, isolation_level=None, timeout=LOCK_TIMEOUT_S)
+        except sqlite3.Error as err:
+            raise _store_error(self.path, err) from None
+        try:
+            self._check_is_store()
             self._conn.execute("PRAGMA journal_mode=WAL")
             # FULL: each commit is fsynced, so a finished run survives a power cut too, not only a
             # killed process; one fsync per run (milliseconds) is noise next to a run (seconds).
             self._conn.execute("PRAGMA synchronous=FULL")
             self._create_schema()
-        except sqlite3.DatabaseError as err:
+        except sqlite3.Error as err:
             self._conn.close()
-            raise SpecmoeError(
-                f"{self.path}: not a usable results store ({err}); pass a new .sqlite path"
-            ) from None
+            raise _store_error(self.path, err) from None
         except SpecmoeError:
             self._conn.close()
             raise
+
+    def _check_is_store(self) -> None:
+        """Refuse an SQLite file that holds other tables: it is someone else's database."""
+        tables = {row[0] for row in self._conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        tables.discard("sqlite_sequence")
+        if tables and not tables >= _STORE_TABLES:
+            raise SpecmoeError(
+                f"{self.path} is an SQLite database but not a specmoe results store "
+                f"(tables: {', '.join(sorted(tables)[:5])}); it was left untouched; pass a new --db path"
+            )
 
     def _create_schema(self) -> None:
         with self._transaction():
@@ -217,10 +238,14 @@ class Store:
         return self._conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
 
     def finished_ids(self) -> set[str]:
-        return {row[0] for row in self._conn.execute("SELECT run_id FROM runs")}
+        try:
+            return {row[0] for row in self._conn.execute("SELECT run_id FROM runs")}
+        except sqlite3.Error as err:
+            raise _store_error(self.path, err) from None
 
-    def add(self, row: RunRow) -> None:
-        """Insert one finished run in its own transaction; a run id already stored raises."""
+    def add(self, row: RunRow) -> bool:
+        """Insert one finished run in its own transaction. Returns False, storing nothing, when the
+        run id is already stored: another process sharing the store finished the same run first."""
         values = (
             row.run_id,
             row.config_key,
@@ -249,19 +274,23 @@ class Store:
                 self._conn.execute(f"INSERT INTO runs ({_COLUMNS}) VALUES ({placeholders})", values)
         except sqlite3.IntegrityError:
             if self.has(row.run_id):
-                raise DuplicateRunError(
-                    f"{self.path}: run {row.run_id} is already stored; skip runs in store.finished_ids()"
-                ) from None
+                return False
             raise
+        except sqlite3.Error as err:
+            raise _store_error(self.path, err) from None
+        return True
 
     def add_failure(self, failure: FailedAttempt, created_at: str) -> None:
         """Record an attempt that produced no row, in its own transaction."""
-        with self._transaction():
-            self._conn.execute(
-                "INSERT INTO failed_attempts (run_id, attempt, final, error, created_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                (failure.run_id, failure.attempt, int(failure.final), failure.error, created_at),
-            )
+        try:
+            with self._transaction():
+                self._conn.execute(
+                    "INSERT INTO failed_attempts (run_id, attempt, final, error, created_at) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (failure.run_id, failure.attempt, int(failure.final), failure.error, created_at),
+                )
+        except sqlite3.Error as err:
+            raise _store_error(self.path, err) from None
 
     def failures(self) -> list[FailedAttempt]:
         """Every recorded failed attempt, in the order they happened."""
@@ -270,7 +299,10 @@ class Store:
 
     def rows(self, suite: str | None = None) -> list[RunRow]:
         """Stored runs in insertion order, optionally only those of one suite."""
-        return list(self._iter_rows(suite))
+        try:
+            return list(self._iter_rows(suite))
+        except sqlite3.Error as err:
+            raise _store_error(self.path, err) from None
 
     def _iter_rows(self, suite: str | None) -> Iterator[RunRow]:
         query = f"SELECT {_COLUMNS} FROM runs"
@@ -283,6 +315,57 @@ class Store:
 
     def __len__(self) -> int:
         return self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+
+
+def check_store_path(path: str | Path) -> None:
+    """Raise what opening a store at `path` would, without creating the file: an existing file must
+    be a writable specmoe store, a new one needs an existing, writable folder."""
+    path = Path(path)
+    if path.exists():
+        Store(path).close()
+    else:
+        _check_location(path)
+
+
+def _check_location(path: Path) -> None:
+    """One line for a store path that cannot work, before SQLite tries (and says only "unable to
+    open database file"). WAL mode writes -wal and -shm files beside the store, so its folder must
+    be writable too."""
+    folder = path.parent
+    if not folder.is_dir():
+        raise SpecmoeError(
+            f"{path}: folder {folder} does not exist; create it (mkdir -p {folder}) or pass another --db"
+        )
+    if path.exists() and not path.is_file():
+        raise SpecmoeError(f"{path} is not a file; pass the path of a results .db file")
+    for where in (path, folder) if path.exists() else (folder,):
+        if not os.access(where, os.W_OK):
+            raise SpecmoeError(f"{where} is read-only; make it writable or pass --db in a writable folder")
+
+
+# SQLite's primary result codes (sqlite3.h), read from `sqlite_errorcode & 0xFF`.
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR = 5, 6, 8, 10
+_SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_NOTADB = 11, 13, 14, 26
+
+
+def _store_error(path: Path, err: sqlite3.Error) -> SpecmoeError:
+    """The one line for an SQLite failure on the store at `path`: what happened and what to do."""
+    code = (getattr(err, "sqlite_errorcode", None) or 0) & 0xFF
+    if code in (_SQLITE_BUSY, _SQLITE_LOCKED):
+        why = f"locked by another process for {LOCK_TIMEOUT_S:g} s; wait for it to finish or use another --db"
+    elif code == _SQLITE_READONLY:
+        why = "read-only; make the file and its folder writable or pass another --db"
+    elif code == _SQLITE_FULL:
+        why = "the disk is full; free space and run again (stored runs are kept, the suite resumes)"
+    elif code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        why = f"not a readable results store ({err}); restore it from a copy or pass a new --db path"
+    elif code == _SQLITE_CANTOPEN:
+        why = "cannot be opened; check the path and its permissions"
+    elif code == _SQLITE_IOERR:
+        why = f"disk I/O error ({err}); check the disk and free space, then run again"
+    else:
+        why = f"not a usable results store ({err}); pass a new .db path"
+    return SpecmoeError(f"{path}: {why}")
 
 
 class _Transaction:
@@ -298,7 +381,16 @@ class _Transaction:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self._conn.execute("COMMIT" if exc_type is None else "ROLLBACK")
+        if exc_type is None:
+            try:
+                self._conn.execute("COMMIT")
+                return
+            except sqlite3.Error:  # a full disk can fail the commit itself; leave no transaction open
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+        if self._conn.in_transaction:
+            self._conn.execute("ROLLBACK")
 
 
 def _row_from_values(values: tuple[Any, ...]) -> RunRow:
@@ -379,17 +471,20 @@ def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]
 
 def export(db_path: str | Path, out_path: str | Path, fmt: str) -> int:
     """Write every stored run to a CSV or Parquet file; returns the number of runs written."""
-    columns, records = export_records(stored_rows(db_path, fmt))
+    columns, records = export_records(stored_rows(db_path, out_path, fmt))
     write_records(Path(out_path), columns, records, fmt)
     return len(records)
 
 
-def stored_rows(db_path: str | Path, fmt: str) -> list[RunRow]:
-    """The rows an export writes, after checking the format and that the store exists."""
+def stored_rows(db_path: str | Path, out_path: str | Path, fmt: str) -> list[RunRow]:
+    """The rows an export writes, after checking the format, the store and the output folder."""
     if fmt not in EXPORT_FORMATS:
         raise SpecmoeError(f"unknown export format '{fmt}'; available: {', '.join(EXPORT_FORMATS)}")
     if not Path(db_path).is_file():
         raise SpecmoeError(f"results store not found: {db_path}; run a suite first or pass the right path")
+    folder = Path(out_path).parent
+    if not folder.is_dir():
+        raise SpecmoeError(f"{out_path}: folder {folder} does not exist; create it or pass another --out")
     with Store(db_path) as store:
         return store.rows()
 

@@ -25,7 +25,7 @@ from specmoe.bench.overrides import SuiteOverrides, apply_overrides
 from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, batch_count, is_builtin, load_prompts, selection_size
 from specmoe.errors import SpecmoeError
 from specmoe.serving.engines import ENGINES
-from specmoe.serving.spec import DEFAULT_TIMEOUT_S, ENDPOINTS, ServerSpec, normalize_url
+from specmoe.serving.spec import DEFAULT_TIMEOUT_S, ENDPOINTS, ServerSpec, normalize_url, without_userinfo
 
 SCHEMA_VERSION = 1
 ARMS = ("baseline", "sd")
@@ -521,7 +521,8 @@ def _parse_served_model(ctx: _Ctx, where: str, name: str, entry: dict[str, Any])
         ctx.fail(f"{where}.gguf", "gguf = picks the export of a zoo model; a server loads its own weights")
     url = normalize_url(_string(ctx, f"{where}.url", entry["url"]))
     if url is None:
-        ctx.fail(f"{where}.url", f"not a server URL: {entry['url']!r}; write http://host:port")
+        shown = without_userinfo(str(entry["url"]))  # never echo a password
+        ctx.fail(f"{where}.url", f"not a server URL: {shown!r}; write http://host:port")
     if "model" not in entry:
         ctx.fail(f"{where}.model", 'a served model needs model = "<its name on the server>" (GET /v1/models)')
     key_env = entry.get("api_key_env")

@@ -6,11 +6,14 @@ preserve the wrong distribution. Temperature 0 means greedy and never reaches th
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from specmoe.errors import SpecmoeError
+
+MIN_TEMPERATURE = 1e-3  # float32 logits up to ~1e35 stay finite when divided by it
 
 
 @dataclass(frozen=True)
@@ -22,10 +25,19 @@ class SamplingParams:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise SpecmoeError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise SpecmoeError(f"top-k must be >= 0 (0 disables it), got {self.top_k}")
+        # `nan < 0` is False, so finiteness is checked first; a positive temperature below
+        # MIN_TEMPERATURE overflows logits / temperature to inf and the softmax to nan.
+        if not math.isfinite(self.temperature) or self.temperature < 0:
+            raise SpecmoeError(
+                f"temperature must be a finite number >= 0 (0 is greedy), got {self.temperature}"
+            )
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise SpecmoeError(
+                f"temperature {self.temperature} is too small to sample with (logits overflow); "
+                f"use 0 for greedy or >= {MIN_TEMPERATURE}"
+            )
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise SpecmoeError(f"top-k must be an integer >= 0 (0 disables it), got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
             raise SpecmoeError(f"top-p must be in (0, 1], got {self.top_p}")
 

@@ -18,9 +18,11 @@ def read_json(path: Path, kinds: tuple[str, ...], hint: str) -> dict:
     """The parsed file, which must be one of `kinds`; `hint` says how to make a good one."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecmoeError(f"'{path}' not found; {hint}") from None
+    except UnicodeDecodeError:
+        raise SpecmoeError(f"'{path}' is not UTF-8 text, so not a specmoe JSON file; {hint}") from None
     except json.JSONDecodeError as err:
         raise SpecmoeError(f"'{path}' is not valid JSON ({err.msg}, line {err.lineno}); {hint}") from None
     kind = data.get("kind") if isinstance(data, dict) else None

@@ -58,9 +58,11 @@ def first_principles_constants(
 def load_config(path: Path, dtype: str | None = None) -> Architecture:
     path = Path(path)
     try:
-        config = json.loads(path.read_text())
+        config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecmoeError(f"config '{path}' not found; pass a Hugging Face config.json") from None
+    except UnicodeDecodeError:
+        raise SpecmoeError(f"config '{path}' is not UTF-8 text; pass a Hugging Face config.json") from None
     except json.JSONDecodeError as err:
         raise SpecmoeError(f"config '{path}' is not valid JSON ({err.msg}, line {err.lineno})") from None
     return parse_architecture(config, str(path), dtype)

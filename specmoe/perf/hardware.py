@@ -187,10 +187,14 @@ def _positive(data: dict, key: str, where: str) -> float:
 def load_hardware(path: Path) -> Hardware:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecmoeError(
             f"hardware file '{path}' not found; write one with `specmoe hw --out FILE`"
+        ) from None
+    except UnicodeDecodeError:
+        raise SpecmoeError(
+            f"hardware file '{path}' is not UTF-8 text; write one with `specmoe hw --out FILE`"
         ) from None
     except json.JSONDecodeError as err:
         raise SpecmoeError(

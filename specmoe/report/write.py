@@ -89,8 +89,8 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
 
 def _load_profile(path: Path) -> dict:
     try:
-        profile = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
+        profile = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise SpecmoeError(f"--profile {path}: cannot read it as JSON ({err})") from None
     if not isinstance(profile, dict) or profile.get("kind") != "specmoe-profile":
         raise SpecmoeError(f"--profile {path}: not a `specmoe profile` output")

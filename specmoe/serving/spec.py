@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,6 +26,10 @@ class ServerSpec:
     api_key_env: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S  # per request: connect, and the wait for each streamed line
 
+    def __post_init__(self) -> None:
+        # However the spec was made, no credential reaches a run's key, the store or a message.
+        object.__setattr__(self, "url", without_userinfo(self.url))
+
     @property
     def identity(self) -> dict[str, Any]:
         """What decides the measured work: part of every run's key (timeouts and keys are not)."""
@@ -35,15 +40,29 @@ class ServerSpec:
         return "/v1/chat/completions" if self.endpoint == "chat" else "/v1/completions"
 
 
+_USERINFO_RE = re.compile(r"(//)[^/@?#]*@")
+
+
+def without_userinfo(url: str) -> str:
+    """`url` with any "user:password@" removed, for storing and showing (any text, parsable or not)."""
+    return _USERINFO_RE.sub(r"\1", url)
+
+
 def normalize_url(url: str) -> str | None:
     """The base URL of a server ("http://host:port[/prefix]"), or None when `url` is not one.
 
     A trailing "/" or "/v1" is dropped, so "http://h:8000/v1/" and "http://h:8000" are one server.
+    User info ("user:password@") is dropped too: the URL is stored in every run's key and shown in
+    reports and errors, and credentials come only from the environment (`api_key_env`).
     """
-    text = url.strip().rstrip("/")
+    text = without_userinfo(url.strip()).rstrip("/")
     if text.endswith("/v1"):
         text = text[: -len("/v1")]
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError:
+        return None
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
         return None
     return text

@@ -1,0 +1,80 @@
+"""Checks of a model directory's safetensors files before anything loads them.
+
+A safetensors file is an 8-byte little-endian header length N, N bytes of JSON naming each tensor's
+dtype, shape and [begin, end) byte range in the data section, then the data section. Reading only
+the header tells whether the file is complete: the data section must end exactly where the largest
+`end` says. An interrupted copy fails that test, so it is refused in one line before transformers
+reads it (and fails with a traceback, or worse, loads part of it). Cost: one small read per file.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from specmoe.errors import SpecmoeError
+
+_HEADER_LENGTH_BYTES = 8
+_MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit (safetensors refuses larger headers)
+INDEX_FILE = "model.safetensors.index.json"
+
+
+def safetensors_header(path: Path) -> dict[str, dict]:
+    """The tensors a safetensors file declares ({name: {"dtype", "shape", "data_offsets"}}), after
+    checking the file is complete; raises SpecmoeError naming the file and the fix otherwise."""
+    fix = "copy or download it again"
+    size = path.stat().st_size
+    with path.open("rb") as handle:
+        head = handle.read(_HEADER_LENGTH_BYTES)
+        if len(head) < _HEADER_LENGTH_BYTES:
+            raise SpecmoeError(f"{path}: {size} bytes, too short for a safetensors file; {fix}")
+        (length,) = struct.unpack("<Q", head)
+        if length > _MAX_HEADER_BYTES or _HEADER_LENGTH_BYTES + length > size:
+            raise SpecmoeError(
+                f"{path}: truncated or not a safetensors file (header of {length} bytes in a "
+                f"{size}-byte file); {fix}"
+            )
+        raw = handle.read(length)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise SpecmoeError(f"{path}: unreadable safetensors header; {fix}") from None
+    if not isinstance(header, dict):
+        raise SpecmoeError(f"{path}: unreadable safetensors header; {fix}")
+    tensors = {name: info for name, info in header.items() if name != "__metadata__"}
+    data_bytes = size - _HEADER_LENGTH_BYTES - length
+    try:
+        needed = max((int(info["data_offsets"][1]) for info in tensors.values()), default=0)
+    except (TypeError, KeyError, IndexError, ValueError):
+        raise SpecmoeError(f"{path}: malformed safetensors header (tensor offsets); {fix}") from None
+    if needed != data_bytes:
+        state = "truncated" if needed > data_bytes else "longer than its header says"
+        raise SpecmoeError(f"{path}: {state} ({data_bytes} data bytes, the header says {needed}); {fix}")
+    return tensors
+
+
+def check_safetensors_dir(model_dir: Path) -> dict[str, dict]:
+    """Every tensor of a directory's safetensors weights, by name, with every file checked complete.
+
+    A sharded checkpoint's index must name only files that exist; every *.safetensors file in the
+    directory is checked either way (a stray partial file is a sign of an interrupted copy too).
+    """
+    index = model_dir / INDEX_FILE
+    if index.is_file():
+        try:
+            shards = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            raise SpecmoeError(
+                f"{index}: not a valid safetensors index (weight_map); copy it again"
+            ) from None
+        missing = sorted(s for s in shards if not (model_dir / s).is_file())
+        if missing:
+            raise SpecmoeError(
+                f"{model_dir}: {len(missing)} weight shard(s) named in {INDEX_FILE} are missing "
+                f"(first: {missing[0]}); is the download complete?"
+            )
+    tensors: dict[str, dict] = {}
+    for file in sorted(model_dir.glob("*.safetensors")):
+        tensors.update(safetensors_header(file))
+    return tensors

@@ -1,0 +1,162 @@
+"""Everything a suite needs, checked before its first run, so a suite fails at once or runs to the end.
+
+A suite runs for minutes to hours; a broken model, prompt set or store found at run 40 wastes the 39
+runs before it and leaves a half-measured grid. In order, cheapest first:
+
+1. every prompt set: the file exists, is UTF-8 and parses (`load_prompt_set`);
+2. the store: an existing specmoe store, or a new path in an existing folder; writable
+   (`check_store_path`; nothing is created here, the run creates a new store);
+3. every local model's files: its directory, config.json and weight files (safetensors headers
+   against file sizes, `specmoe.backends.weights`) or its GGUF file's magic; the devices;
+4. every run's context: prompt tokens + max_new_tokens + gamma fit the target's (and the draft's)
+   max_position_embeddings, with prompts tokenized by the target's tokenizer as the run will;
+5. every HF model loads, once, on the CPU in the dtype of its first run, and is freed. A tensor
+   missing from the checkpoint, one it does not expect, or a config.json whose shapes disagree with
+   the weights is found only by loading (`load_hf` refuses all three). The cost is one extra load
+   per distinct model, seconds next to a suite's minutes, and no more peak memory than the run's
+   own load, which also reads the weights on the CPU first.
+
+Servers are not contacted here: a served run checks its server before its first request.
+"""
+
+from __future__ import annotations
+
+import gc
+from pathlib import Path
+
+from specmoe.bench.batches import prompt_ids
+from specmoe.bench.prompts import load_prompt_set
+from specmoe.bench.store import check_store_path
+from specmoe.bench.suite import ModelSpec, RunSpec, Suite, expand
+from specmoe.errors import SpecmoeError
+
+
+def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) -> None:
+    """Raise SpecmoeError (one line: what, where, the fix) on the first fault any run would meet.
+
+    Cheap checks come first; nothing is created or written (a new store is made by the run).
+    `local` False: the runs execute on other machines (a Ray cluster), whose model paths and
+    devices this one may not have, so only the prompt sets and the store are checked here; each
+    worker refuses a broken model in one line when it loads it.
+    """
+    every = expand(suite)
+    for prompt_set in sorted({s.prompt_set for s in every if s.prompt_set is not None}):
+        load_prompt_set(prompt_set)
+    check_store_path(db)
+    if not local:
+        return
+    specs = [s for s in every if s.concurrency is None]  # served runs load no model here
+    dtypes = _local_models(specs)
+    paths = {name: _model_path(suite.models[name], zoo_dir) for name in dtypes}
+    contexts = {name: _check_files(suite.models[name], path) for name, path in paths.items()}
+    hf_devices = {s.device for s in specs if contexts.get(s.target) is not None}
+    if hf_devices:
+        from specmoe.backends.hf import resolve_device
+
+        for device in sorted(hf_devices):
+            resolve_device(device)
+    _check_context(specs, paths, contexts)
+    for name, path in paths.items():
+        if contexts[name] is not None:  # an HF model
+            _check_loads(path, dtypes[name])
+
+
+def _local_models(specs: list[RunSpec]) -> dict[str, str]:
+    """Suite-local names of every model a local run loads (targets, drafts, oracle cost models),
+    each with the dtype of its first run."""
+    dtypes: dict[str, str] = {}
+    for spec in specs:
+        dtypes.setdefault(spec.target, spec.dtype)
+        if spec.draft_model is not None:
+            dtypes.setdefault(spec.draft_model.name, spec.dtype)
+        if spec.oracle_cost is not None:
+            dtypes.setdefault(spec.oracle_cost, spec.dtype)
+    return dtypes
+
+
+def _model_path(model: ModelSpec, zoo_dir: Path | None) -> Path | None:
+    """Where the model's files are; None for a zoo model's GGUF export, which is made on first use."""
+    if model.path is not None:
+        return Path(model.path)
+    if model.gguf is not None:
+        return None
+    from specmoe.zoo import resolve_model
+
+    return resolve_model(model.zoo, zoo_dir)
+
+
+def _check_files(model: ModelSpec, path: Path | None) -> int | None:
+    """Check the model's files without loading it; returns the context in tokens that an HF
+    model's config.json states, None for other models."""
+    if path is None:
+        return None
+    if model.backend == "llamacpp" or str(path).endswith(".gguf"):
+        from specmoe.backends.llamacpp import check_gguf_file
+
+        check_gguf_file(path)
+        return None
+    from specmoe.backends.hf import check_model_dir
+
+    config = check_model_dir(path, allow_pickle=False)
+    return int(config.get("max_position_embeddings") or 1 << 30)
+
+
+def _check_loads(path: Path, dtype: str) -> None:
+    """Load an HF model once on the CPU and free it: `load_hf` refuses missing, unexpected and
+    shape-mismatched weights, which only a load finds."""
+    from specmoe.backends.hf import load_hf
+
+    load_hf(path, dtype=dtype, device="cpu")
+    gc.collect()
+
+
+def _check_context(
+    specs: list[RunSpec], paths: dict[str, Path | None], contexts: dict[str, int | None]
+) -> None:
+    """Each run's longest prompt + max_new_tokens + gamma within its models' context, as `decode`
+    requires; HF models only, whose config.json states the context without loading anything."""
+    from specmoe.api import load_tokenizer
+
+    tokenizers: dict[str, object] = {}
+    longest: dict[tuple, int] = {}
+    for spec in specs:
+        context = contexts.get(spec.target)
+        if context is None:
+            continue
+        lookahead = spec.gamma if spec.draft is not None else 0
+        if spec.draft_model is not None and contexts.get(spec.draft_model.name) is not None:
+            context = min(context, contexts[spec.draft_model.name])
+        key = (
+            spec.target,
+            spec.prompt_set,
+            spec.prompt_length,
+            spec.batch_size,
+            spec.prompts,
+            spec.prompt_batch,
+            spec.chat,
+        )
+        if key not in longest:
+            if spec.target not in tokenizers:
+                tokenizers[spec.target] = load_tokenizer(paths[spec.target])
+            longest[key] = _longest_prompt(spec, tokenizers[spec.target])
+        need = longest[key] + spec.max_new_tokens + lookahead
+        if need > context:
+            models = spec.target + (f" and {spec.draft_model.name}" if spec.draft_model is not None else "")
+            raise SpecmoeError(
+                f"suite {spec.suite}, group {spec.group}: prompt ({longest[key]} tokens) + max_new_tokens "
+                f"({spec.max_new_tokens}) + gamma ({lookahead}) = {need} exceeds the {context}-token "
+                f"context of {models}; lower max_new_tokens or use shorter prompts"
+            )
+
+
+def _longest_prompt(spec: RunSpec, tokenizer) -> int:
+    """The longest prompt of the run's batch, in tokens, as the runner will feed it."""
+    if spec.prompt_length is not None:
+        return spec.prompt_length
+    lengths = [len(ids) for ids in prompt_ids(spec, tokenizer)]
+    if min(lengths) == 0:
+        raise SpecmoeError(
+            f"prompt set {spec.prompt_set}: a prompt encodes to no tokens with {spec.target}'s tokenizer; "
+            "remove the empty prompt"
+        )
+    return max(lengths)
