@@ -9,6 +9,7 @@ import pytest
 import ray
 
 from specmoe.bench.executors import RayExecutor, _init, resources
+from specmoe.bench.plan import plan
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import Store
 from specmoe.bench.suite import expand, load_suite
@@ -76,15 +77,19 @@ def test_a_worker_killed_mid_task_is_retried_not_lost(local_ray, suite, tiny_zoo
         suite, tmp_path / "r.db", tiny_zoo, progress=False, executor=RayExecutor(fault_dir=faults)
     )
     assert sorted(r.run_id for r in rows) == sorted(s.run_id for s in expand(suite))
-    # The first task to start is the baseline (its SD arms wait for its row); its worker died.
-    killed = (faults / "killed").read_text()
-    assert killed == next(s.run_id for s in expand(suite) if s.arm == "baseline")
-    assert {r.run_id: r.env["attempts"] for r in rows} == {r.run_id: 1 + (r.run_id == killed) for r in rows}
+    # One block (the baseline and both SD arms on one prompt) is one task; its worker died, so the
+    # whole block ran again and every arm of it records the lost attempt.
+    (block,) = plan(suite)
+    assert (faults / "killed").read_text() == block.specs[0].run_id
+    assert {r.run_id: r.env["attempts"] for r in rows} == dict.fromkeys(block.run_ids, 2)
     with Store(tmp_path / "r.db") as store:
         assert len(store) == 3  # each run once
-        (failure,) = store.failures()
-    assert (failure.run_id, failure.attempt, failure.final) == (killed, 1, False)
-    assert failure.error == "WorkerCrashedError: the process running the task died or was lost"
+        failures = store.failures()
+    assert sorted(f.run_id for f in failures) == sorted(block.run_ids)
+    assert all((f.attempt, f.final) == (1, False) for f in failures)
+    assert {f.error for f in failures} == {
+        "WorkerCrashedError: the process running the task died or was lost"
+    }
 
 
 def test_a_run_out_of_retries_is_recorded_and_reported(local_ray, suite, tiny_zoo, tmp_path):
@@ -99,11 +104,9 @@ def test_a_run_out_of_retries_is_recorded_and_reported(local_ray, suite, tiny_zo
     with Store(tmp_path / "r.db") as store:
         assert len(store) == 0
         failures = store.failures()
-    # The baseline's worker died with no retry left; its SD arms never ran, and say why.
-    assert all(f.final for f in failures) and len(failures) == 3
-    baseline = next(s for s in expand(suite) if s.arm == "baseline")
-    assert [f.attempt for f in failures if f.run_id == baseline.run_id] == [1]
-    assert {f.error for f in failures if f.attempt == 0} == {f"its baseline run {baseline.run_id} failed"}
+    # The block's worker died with no retry left: each of its three runs records its final attempt.
+    assert all(f.final and f.attempt == 1 for f in failures) and len(failures) == 3
+    assert sorted(f.run_id for f in failures) == sorted(plan(suite)[0].run_ids)
 
 
 def test_resources_come_from_the_suite(tmp_path):
