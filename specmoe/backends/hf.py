@@ -225,21 +225,28 @@ def set_moe_top_k(model, top_k: int) -> None:
     model.config.num_experts_per_tok = top_k
 
 
+def set_model_facts(backend, model, name: str, device: torch.device) -> None:
+    """The protocol's read-only attributes of a backend over a transformers model, read from the
+    model once: both HF backends (eager here, static-cache in hf_static) describe a model the same."""
+    config = model.config
+    backend.model = model
+    backend.name = name
+    backend.device = device
+    backend.dtype = next(model.parameters()).dtype
+    backend.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+    backend.max_context = int(getattr(config, "max_position_embeddings", 1 << 30))
+    backend.eos_token_ids = _eos_ids(model)
+    backend.is_moe = any(getattr(config, k, None) for k in _MOE_CONFIG_KEYS)
+
+
 class HFBackend:
     """A transformers model plus a ragged, maskable KV cache for one batch of sequences."""
 
     def __init__(self, model, name: str, device: torch.device) -> None:
         from transformers import DynamicCache
 
-        self.model = model
-        self.name = name
-        self.device = device
-        self.dtype = next(model.parameters()).dtype
+        set_model_facts(self, model, name, device)
         config = model.config
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        self.max_context = int(getattr(config, "max_position_embeddings", 1 << 30))
-        self.eos_token_ids = _eos_ids(model)
-        self.is_moe = any(getattr(config, k, None) for k in _MOE_CONFIG_KEYS)
         self._new_cache = lambda: DynamicCache(config=config)
         self._cache = self._new_cache()
         self._valid = torch.zeros(0, 0, dtype=torch.bool, device=device)  # [B, L]

@@ -52,17 +52,9 @@ class StaticHFBackend:
         mode: str | None = None,
         compiler: str = "inductor",
     ) -> None:
-        from specmoe.backends.hf import _MOE_CONFIG_KEYS, _eos_ids
+        from specmoe.backends.hf import set_model_facts
 
-        self.model = model
-        self.name = name
-        self.device = device
-        self.dtype = next(model.parameters()).dtype
-        config = model.config
-        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-        self.max_context = int(getattr(config, "max_position_embeddings", 1 << 30))
-        self.eos_token_ids = _eos_ids(model)
-        self.is_moe = any(getattr(config, k, None) for k in _MOE_CONFIG_KEYS)
+        set_model_facts(self, model, name, device)
         self.compiled = compile
         self.compile_s = 0.0  # seconds spent compiling new shapes, summed over the backend's life
         self._clone_logits = mode == "reduce-overhead"  # a CUDA graph overwrites its output buffer
