@@ -76,12 +76,7 @@ def write_draft_gguf(parent: Path, draft_dir: Path, out: Path) -> Path:
                 else:
                     q8 = gguf.GGMLQuantizationType.Q8_0
                     writer.add_tensor(f"blk.{i}.{name}", quantize(array, q8), raw_dtype=q8)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    partial.replace(out)
-    return out
+    return _finish(writer, partial, out)
 
 
 def copy_metadata(reader, writer, changed: dict) -> None:
@@ -109,6 +104,11 @@ def dequantized_gguf(parent: Path, out: Path) -> Path:
     for tensor in reader.tensors:
         array = gguf.dequantize(tensor.data, tensor.tensor_type).astype(np.float32)
         writer.add_tensor(tensor.name, array.reshape([int(n) for n in reversed(tensor.shape.tolist())]))
+    return _finish(writer, partial, out)
+
+
+def _finish(writer, partial: Path, out: Path) -> Path:
+    """Write the file under its partial name, then rename it: a reader never sees half a GGUF."""
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
