@@ -112,6 +112,7 @@ class Runner:
         self._warm: set[str] = set()
         self._settled: set[tuple] = set()
         self._continuations: dict[tuple, list[list[int]]] = {}
+        self._prompt_ids: dict[str, list[list[int]]] = {}  # by config_key
         self._served = None  # a ServedRunner, made on the first run against a server
         self._machine_busy = False  # the last timed run stayed disturbed after its retries
 
@@ -157,7 +158,11 @@ class Runner:
 
     def _target_and_prompts(self, spec: RunSpec) -> tuple[Backend, list[list[int]]]:
         target = self.pool.model(spec.target, spec.dtype, spec.device, spec.moe_top_k, spec.compile)
-        return target, prompt_ids(spec, self.pool.tokenizer(spec.target))
+        # Warm-up, the timed run and its lossless check all decode the same prompts: read the set
+        # and tokenize once per run key (which fixes the prompts, the batch and the template).
+        if spec.config_key not in self._prompt_ids:
+            self._prompt_ids[spec.config_key] = prompt_ids(spec, self.pool.tokenizer(spec.target))
+        return target, self._prompt_ids[spec.config_key]
 
     def _inputs(self, spec: RunSpec):
         target, prompts = self._target_and_prompts(spec)
