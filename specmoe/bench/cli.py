@@ -1,18 +1,38 @@
-"""`specmoe bench run` and `specmoe demo`: the harness's command-line entry points."""
+"""`specmoe bench run`, `specmoe bench summary` and `specmoe demo`: the harness's command-line entry
+points. A command's output (the summary, the paths written) goes to stdout; progress and other news
+are log records on stderr (`specmoe.console`).
+
+The harness (torch, scipy) is imported inside the functions: `specmoe`'s parser adds the summary
+command from here, and `specmoe --help` should not wait for them."""
 
 from __future__ import annotations
 
+import argparse
+import json
+import logging
 import os
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from specmoe.bench.executors import Executor
-from specmoe.bench.overrides import SuiteOverrides
-from specmoe.bench.runner import run_suite
-from specmoe.bench.store import export
-from specmoe.bench.suite import builtin_suite_path, load_suite, resolve_suite_path
-from specmoe.bench.summary import format_summary
+from specmoe.console import is_terminal
+from specmoe.errors import SpecmoeError
+
+if TYPE_CHECKING:
+    from specmoe.bench.executors import Executor
+    from specmoe.bench.overrides import SuiteOverrides
+    from specmoe.bench.store import RunRow
+
+log = logging.getLogger(__name__)
+CONFIG, CATEGORY = "config", "category"  # as specmoe.bench.summary_table names them
+BY_HELP = (
+    "one row per value of these columns, every other column pooled; repeatable. config (the default): "
+    "one row per configuration; category: the prompts' category; or a configuration column: target, "
+    "draft, gamma, prompt, batch, concurrency, requests, top_k, temperature, dtype, device, "
+    "max_new_tokens, compile, chat, group, suite"
+)
 
 
 def default_zoo_dir(preset: str, seed: int) -> Path:
@@ -41,10 +61,58 @@ def run_bench(
     threads: int | None = None,
     by_category: bool = False,
 ) -> int:
+    from specmoe.bench.runner import run_suite
+    from specmoe.bench.suite import load_suite, resolve_suite_path
+
     suite = load_suite(resolve_suite_path(suite_arg), overrides)
     zoo = prepare_zoo(suite, zoo)
     rows = run_suite(suite, db, zoo, progress=progress, executor=executor, threads=threads)
-    print(format_summary(rows, by_category))
+    print_summary(rows, (CONFIG, CATEGORY) if by_category else (CONFIG,))
+    return 0
+
+
+def print_summary(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,), as_json: bool = False) -> None:
+    """The result table on stdout: JSON when asked, rich tables on a terminal, plain text otherwise
+    (`bench summary`, and the end of `bench run` and `demo`)."""
+    from specmoe.bench.summary_table import build, format_text, print_rich, to_json
+
+    table = build(rows, by)
+    if as_json:
+        print(json.dumps(to_json(table), ensure_ascii=False, indent=1))
+    elif is_terminal(sys.stdout):
+        from rich.console import Console
+
+        print_rich(table, Console())
+    else:
+        print(format_text(table))
+
+
+def add_summary_parser(bench) -> None:
+    """`specmoe bench summary` on the `bench` subparsers."""
+    p = bench.add_parser("summary", help="print the result table of a results store")
+    p.add_argument("--db", type=Path, required=True)
+    p.add_argument(
+        "--by",
+        action="append",
+        default=[],
+        metavar="COLUMN",
+        help=BY_HELP,
+    )
+    p.add_argument("--suite", default=None, help="only this suite's runs (a store can hold several)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(run=run_summary)
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    if not args.db.is_file():
+        raise SpecmoeError(f"results store not found: {args.db}; run a suite first or pass the right --db")
+    from specmoe.bench.store import Store
+    from specmoe.bench.summary_table import check_by, select
+
+    by = check_by(args.by)  # before the store is read: a typo is one line at once
+    with Store(args.db) as store:
+        rows = select(store.rows(), args.suite, args.db)
+    print_summary(rows, by, args.json)
     return 0
 
 
@@ -54,21 +122,22 @@ def run_demo(out: Path) -> int:
     The trained family is built on first use into the per-user cache (`default_zoo_dir`), about
     four minutes of training on one CPU core, and reused by every later demo.
     """
+    from specmoe.bench.runner import run_suite
+    from specmoe.bench.store import export
+    from specmoe.bench.suite import builtin_suite_path, load_suite
+
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     suite = load_suite(builtin_suite_path("quick"))
     zoo = default_zoo_dir(suite.zoo_preset, suite.zoo_seed)
     if not (zoo / "zoo.json").is_file():
-        print(
-            f"building the {suite.zoo_preset} zoo into {zoo} (first run only; minutes of training)",
-            flush=True,
-        )
-    prepare_zoo(suite, zoo, progress=lambda line: print(f"  {line}", flush=True))
+        log.info("building the %s zoo into %s (first run only; minutes of training)", suite.zoo_preset, zoo)
+    prepare_zoo(suite, zoo, progress=log.info)
     db = out / "results.db"
     # One thread: the trained zoo's models are too small to gain from a second, and one thread
     # measures the same on an idle machine and beside one busy core (the noise guard flags the rest).
     rows = run_suite(suite, db, zoo, threads=1)
-    print(format_summary(rows))
+    print_summary(rows)
     export(db, out / "results.csv", "csv")
     from specmoe.report import write_report
 

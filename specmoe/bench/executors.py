@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import platform
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,7 +23,8 @@ from typing import Any, Protocol
 
 from specmoe.bench.noise import choose_threads
 from specmoe.bench.plan import Block
-from specmoe.bench.runner import ModelPool, Runner, print_done, print_progress
+from specmoe.bench.progress import SuiteProgress
+from specmoe.bench.runner import ModelPool, Runner
 from specmoe.bench.store import FailedAttempt, RunRow
 from specmoe.bench.suite import RunSpec, Suite
 from specmoe.errors import SpecmoeError
@@ -42,12 +42,15 @@ class Work:
     blocks: tuple[Block, ...]  # runs not yet stored, in measurement order (specmoe.bench.plan)
     baselines: Mapping[tuple[str, int], RunRow]  # stored baseline rows by (config_key, repeat)
     skipped: int  # runs of the suite already stored
-    progress: bool  # print a status line on stderr
+    progress: bool  # show progress on stderr (`specmoe.bench.progress`)
     threads: int | None = None  # forward threads for local runs; None: the noise guard chooses
 
     @property
     def specs(self) -> tuple[RunSpec, ...]:
         return tuple(spec for block in self.blocks for spec in block.specs)
+
+    def progress_view(self) -> SuiteProgress:
+        return SuiteProgress(self.specs, self.skipped, self.baselines, shown=self.progress)
 
 
 class Executor(Protocol):
@@ -70,17 +73,15 @@ class LocalExecutor:
         choose_threads(work.threads)
         runner = Runner(ModelPool(work.suite, work.zoo_dir))
         baselines = dict(work.baselines)
-        started, total, done = time.perf_counter(), len(work.specs), 0
-        for block in work.blocks:
-            if work.progress:
-                print_progress(done, total, work.skipped, block.specs[0], started)
-            for row in runner.block(block, baselines.get(baseline_key(block.specs[0]))):
-                if row.arm == "baseline":
-                    baselines[(row.config_key, row.repeat)] = row
-                done += 1
-                yield row
-        if work.progress:
-            print_done(total, started)
+        with work.progress_view() as progress:
+            for block in work.blocks:
+                progress.started(block)
+                rows = runner.block(block, baselines.get(baseline_key(block.specs[0])))
+                progress.finished(block, rows)
+                for row in rows:
+                    if row.arm == "baseline":
+                        baselines[(row.config_key, row.repeat)] = row
+                    yield row
 
 
 @dataclass(frozen=True)
@@ -153,9 +154,12 @@ class _Driver:
         self.serving = False  # a server block is in flight
 
     def drive(self) -> Iterator[RunRow | FailedAttempt]:
+        with self.work.progress_view() as progress:
+            yield from self._collect(progress)
+
+    def _collect(self, progress: SuiteProgress) -> Iterator[RunRow | FailedAttempt]:
         for block in self.work.blocks:
             self._submit(block, 1)
-        started, finished, total = time.perf_counter(), 0, len(self.work.specs)
         while self.pending:
             ready, _ = self.ray.wait(list(self.pending), num_returns=1)
             block, attempt = self.pending.pop(ready[0])
@@ -168,12 +172,8 @@ class _Driver:
             except self.ray.exceptions.RayError as err:
                 yield from self._failed(block, attempt, _task_error(err))
                 continue
-            if self.work.progress:
-                print_progress(finished, total, self.work.skipped, block.specs[0], started)
-            finished += len(rows)
+            progress.finished(block, rows)
             yield from rows
-        if self.work.progress and total:
-            print_done(finished, started)
 
     def _failed(self, block: Block, attempt: int, error: str) -> Iterator[FailedAttempt]:
         final = attempt > self.executor.max_retries

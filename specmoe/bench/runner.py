@@ -7,8 +7,7 @@ max_new_tokens tokens (EOS ignored, as llama-bench does), so tokens/s compare li
 
 from __future__ import annotations
 
-import sys
-import time
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -40,6 +39,8 @@ if TYPE_CHECKING:
     from specmoe.bench.executors import Executor
 
 ORACLE_PREFIX = "oracle:"
+
+log = logging.getLogger(__name__)
 
 
 class ModelPool:
@@ -213,6 +214,7 @@ class Runner:
             reason = disturbance(load, spread, spare_cores=max(0, len(own_cores()) - torch.get_num_threads()))
             if not reason or attempts > RETRIES or self._machine_busy:
                 break
+            log.debug("%s: disturbed (%s); measuring again", spec.run_id, reason)
         self._machine_busy = bool(reason)
         measure = {
             "started_at": started,
@@ -396,9 +398,14 @@ def run_suite(
         for outcome in (executor or LocalExecutor()).run(work):
             if isinstance(outcome, FailedAttempt):
                 store.add_failure(outcome, datetime.now(UTC).isoformat(timespec="seconds"))
+                again = "no attempt left" if outcome.final else "trying again"
+                log.warning(
+                    "run %s attempt %d failed: %s; %s", outcome.run_id, outcome.attempt, outcome.error, again
+                )
                 lost += [outcome] if outcome.final else []
             else:
                 store.add(outcome)
+                log.debug("stored %s (%s, %.1f tok/s)", outcome.run_id, outcome.arm, outcome.tokens_per_s)
         if lost:
             raise SpecmoeError(
                 f"{len(lost)} of {len(todo)} runs failed every attempt (first: {lost[0].run_id}: "
@@ -411,22 +418,3 @@ def run_suite(
 def plan_specs(suite: Suite) -> list[RunSpec]:
     """The suite's specs in measurement order (blocks flattened)."""
     return [spec for block in plan(suite) for spec in block.specs]
-
-
-def print_done(count: int, started: float) -> None:
-    print(f"\r{count} runs in {time.perf_counter() - started:.0f} s" + " " * 40, file=sys.stderr)
-
-
-def print_progress(index: int, total: int, skipped: int, spec: RunSpec, started: float) -> None:
-    """The one-line status on stderr before run `index` (0-based) of `total` starts."""
-    elapsed = time.perf_counter() - started
-    eta = f"{elapsed / index * (total - index):.0f} s" if index else "?"
-    what = spec.target + (f" + {spec.draft} g={spec.gamma}" if spec.draft else "")
-    kept = f", {skipped} already done" if skipped else ""
-    size = f"c={spec.concurrency}" if spec.concurrency is not None else f"B={spec.batch_size}"
-    print(
-        f"\r[{index + 1}/{total}{kept}] {spec.group} {what} {size} ETA {eta}    ",
-        end="",
-        file=sys.stderr,
-        flush=True,
-    )

@@ -1,9 +1,10 @@
-"""The table printed after a suite run: one line per SD configuration (cell), beside its baseline.
+"""SD runs compared with their baselines: one Comparison per configuration (cell) or group of them.
 
 A cell is one configuration over all its prompt batches and repeats (`RunSpec.cell_key`). Its
 speedup pairs each SD run with the baseline run of the same prompt batch and repeat (measured back
 to back, `specmoe.bench.plan`); each pair is one unit. Runs the noise guard flagged are left out of
 every number and counted beside them; a cell whose repeats of one batch disagree is marked unstable.
+The table made of these is `specmoe.bench.summary_table`.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
-from pathlib import Path
 
 from specmoe.bench.store import RunRow
 from specmoe.metrics import speedup, target_efficiency_measured
@@ -54,13 +54,25 @@ def batch_category(row: RunRow) -> str:
 def compare(rows: list[RunRow], by_category: bool = False) -> list[Comparison]:
     """One Comparison per SD cell, or per (cell, prompt category) with `by_category` (a unit counts
     under its batch's category; batches mixing categories under "mixed")."""
+    if by_category:
+        return compare_by(rows, lambda r: (cell_key(r), batch_category(r)), with_category=True)
+    return compare_by(rows, cell_key)
+
+
+def compare_by(
+    rows: list[RunRow], key: Callable[[RunRow], Hashable], with_category: bool = False
+) -> list[Comparison]:
+    """One Comparison per value of `key` over the SD rows, in order of first appearance: each SD run
+    of the group is a unit, paired with the baseline run of its prompt batch and repeat. A key
+    coarser than the cell pools cells: the speedup is then the ratio of mean rates over every unit
+    of the group. `with_category`: the groups share a prompt category (the key holds it)."""
     baselines = {(r.config_key, r.repeat): r for r in rows if r.arm == "baseline"}
-    by_cell: dict[tuple[str, str | None], list[RunRow]] = defaultdict(list)
+    groups: dict[Hashable, list[RunRow]] = defaultdict(list)
     for row in rows:
         if row.arm == "sd":
-            by_cell[(cell_key(row), batch_category(row) if by_category else None)].append(row)
+            groups[key(row)].append(row)
     comparisons = []
-    for (_, category), sd_rows in by_cell.items():
+    for sd_rows in groups.values():
         pairs = [
             (r, baselines[(r.baseline_key, r.repeat)])
             for r in sd_rows
@@ -69,7 +81,7 @@ def compare(rows: list[RunRow], by_category: bool = False) -> list[Comparison]:
         clean = [(s, b) for s, b in pairs if not (s.noisy or b.noisy)]
         if not clean:
             continue
-        comparisons.append(_comparison(pairs, clean, category))
+        comparisons.append(_comparison(pairs, clean, batch_category(sd_rows[0]) if with_category else None))
     return comparisons
 
 
@@ -133,76 +145,3 @@ def known_sum(values: Iterable[float | int | None]) -> float | int | None:
     """The sum, or None when any value is unknown (a count or time a server does not report)."""
     items = list(values)
     return None if any(v is None for v in items) else sum(items)  # type: ignore[arg-type]
-
-
-def _prompt(config: dict) -> str:
-    """The prompt set's name: a built-in's, or a file's stem; synthetic prompts as len<N>."""
-    if config.get("prompt_length"):
-        return f"len{config['prompt_length']}"
-    return Path(str(config.get("prompt_set"))).stem
-
-
-def _size(config: dict) -> str:
-    """Batch size, or "c<N>" for the concurrency of a server run."""
-    concurrency = config.get("concurrency")
-    return f"c{concurrency}" if concurrency is not None else str(config["batch_size"])
-
-
-def _unknown(value: float, spec: str) -> str:
-    return "–" if math.isnan(value) else format(value, spec)
-
-
-def _interval(estimate: Estimate) -> str:
-    """ "[1.10, 1.35] 95% n=12", or "range [1.10, 1.35] n=2": the level is never claimed below 5 units."""
-    bounds = f"[{estimate.low:.2f}, {estimate.high:.2f}]"
-    if estimate.level is not None:
-        return f"{bounds} {estimate.level:.0%} n={estimate.n}"
-    return f"range {bounds} n={estimate.n}" if estimate.n > 1 else f"n={estimate.n}"
-
-
-def format_summary(rows: list[RunRow], by_category: bool = False) -> str:
-    """The result table; `by_category` gives one line per prompt category of each configuration."""
-    header = (
-        f"{'target':<10} {'draft':<12} {'g':>2} {'prompt':<14} {'B':>3} "
-        f"{'base tok/s':>10} {'SD tok/s':>9} "
-        f"{'speedup [interval] level n':>37} {'accept':>7} {'T(1)/T(g+1)':>11} audit"
-    )
-    lines = [header, "-" * len(header)]
-    flagged: list[str] = []
-    for c in compare(rows, by_category):
-        cfg = c.config
-        prompt = c.category if by_category else _prompt(cfg)
-        what = f"{cfg['target']} + {cfg['draft']} g={cfg['gamma']} {prompt} B={_size(cfg)}"
-        marks = []
-        if c.noisy:
-            marks.append(f"{c.noisy} noisy")
-            flagged.append(f"  {what}: {c.noisy} noisy runs left out")
-        if c.unstable:
-            marks.append("UNSTABLE")
-            flagged.append(f"  {what}: unstable: {c.unstable}")
-        lines.append(
-            f"{cfg['target']:<10} {cfg['draft']:<12} {cfg['gamma']:>2} "
-            f"{prompt:<14} {_size(cfg):>3} "
-            f"{c.baseline_tokens_per_s:>10.1f} {c.sd_tokens_per_s:>9.1f} "
-            f"{c.speedup.value:>6.2f}x {_interval(c.speedup):<29} "
-            f"{_unknown(c.acceptance_rate, '.1%'):>7} {_unknown(c.target_efficiency, '.2f'):>11} "
-            f"{'ok' if not c.audit_failures else f'{c.audit_failures} FAIL'}"
-            + (f"  ({', '.join(marks)})" if marks else "")
-        )
-    lines.append("")
-    lines.append(
-        "speedup: mean SD tok/s / mean baseline tok/s over paired units (one prompt batch in one "
-        "repeat, both arms back to back); interval: t-interval at the level shown, or the range of "
-        "the units below 5 of them"
-    )
-    noisy = [r for r in rows if r.noisy]
-    if noisy or flagged:
-        lines.append(
-            f"noise guard: {len(noisy)} of {len(rows)} runs flagged noisy (left out of every number)"
-            + (f"; first: {noisy[0].measure.get('noise')}" if noisy else "")
-        )
-        lines.extend(flagged[:20])
-    failed = [r for r in rows if r.audit_verdict != "pass"]
-    lines.append(f"audit: {len(rows) - len(failed)} of {len(rows)} runs pass every invariant")
-    lines.extend(f"  FAIL {r.run_id[:12]} {r.group} {r.arm}: {r.audit_reason}" for r in failed[:20])
-    return "\n".join(lines)

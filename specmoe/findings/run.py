@@ -4,6 +4,7 @@ then write the numbers and the findings document from the exported files alone."
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -12,6 +13,8 @@ from specmoe.bench.runner import run_suite
 from specmoe.bench.store import export
 from specmoe.bench.suite import builtin_suite_path, load_suite
 from specmoe.findings.plan import PROFILES, Step, plan
+
+log = logging.getLogger(__name__)
 
 
 def run_step(step: Step, out: Path, progress: bool = True) -> Path:
@@ -41,7 +44,7 @@ def run_findings(scale: str, out: Path, doc: Path, progress: bool = True) -> int
     plan(scale)  # an unknown scale fails before anything runs
     started = time.perf_counter()
     for step in plan(scale):
-        print(f"== {step.name}: suite {step.suite}", flush=True)
+        log.info("== %s: suite %s", step.name, step.suite)
         run_step(step, out, progress)
     fits = run_profiles(out)
     for step in plan(scale):
@@ -97,7 +100,7 @@ def run_profiles(out: Path) -> Path:
     for spec in PROFILES:
         profile_path = out / "profiles" / f"{spec.name}.json"
         if not profile_path.is_file():
-            print(f"== profile {spec.name}", flush=True)
+            log.info("== profile %s", spec.name)
             started = time.perf_counter()
             profile = profile_model(
                 resolve_model(spec.model, zoo),
@@ -106,7 +109,7 @@ def run_profiles(out: Path) -> Path:
                 context=spec.context,
                 dtype=spec.dtype,
                 repeats=spec.repeats,
-                progress=lambda line: print(line, flush=True),
+                progress=log.info,
             )
             write_json(profile_path, profile)
             add_wall_time(out, "profiles", time.perf_counter() - started)

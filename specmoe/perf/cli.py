@@ -6,9 +6,11 @@ Each function takes the parsed arguments from `specmoe.cli`, calls into the pack
 from __future__ import annotations
 
 import json
-import sys
+import logging
 
 from specmoe.perf.files import write_json
+
+log = logging.getLogger(__name__)
 
 
 def run_hw(args) -> int:
@@ -27,9 +29,6 @@ def run_profile(args) -> int:
     from specmoe.api import resolve
     from specmoe.perf.profile import profile_model
 
-    def progress(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-
     profile = profile_model(
         resolve(args.model, args.zoo),
         args.batch,
@@ -40,7 +39,7 @@ def run_profile(args) -> int:
         repeats=args.repeats,
         warmup=args.warmup,
         moe_top_k=args.moe_top_k,
-        progress=None if args.quiet else progress,
+        progress=None if args.quiet else log.info,
         experts_implementation=args.experts_implementation,
         allow_pickle=args.allow_pickle,
         trust_remote_code=args.trust_remote_code,

@@ -1,0 +1,69 @@
+"""Per-request latency of server runs: time to first token and time per output token, as percentiles.
+
+A server run stores one trace record per request (`specmoe.serving.rows.request_trace`) with its
+TTFT (seconds from sending to the first token chunk) and TPOT (seconds per token after the first;
+None below 2 tokens). A configuration's latency pools the requests of all its runs, both arms
+apart, runs the noise guard flagged left out, and reports p50, p90 and p99 of each with the number
+of requests behind them: with few requests p99 is close to the slowest request, which is why the
+count is shown beside it (as vLLM's and SGLang's serving benchmarks print percentiles of requests).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specmoe.bench.store import RunRow
+
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class Latency:
+    """One server configuration (an arm at a concurrency): its requests' TTFT and TPOT percentiles."""
+
+    config: dict  # the first run's configuration
+    runs: int
+    requests: int  # requests with a first token (behind TTFT)
+    ttft_s: dict[str, float]  # "p50", "p90", "p99" -> seconds; empty without requests
+    tpot_s: dict[str, float]  # the same over requests of 2 or more tokens
+    tpot_requests: int
+
+
+def percentiles(values: Sequence[float], points: Iterable[int] = PERCENTILES) -> dict[str, float]:
+    """{"p50": ..., "p90": ..., "p99": ...} of the values (linear interpolation); {} when empty."""
+    data = np.asarray(values, dtype=float)  # [n]
+    if data.size == 0:
+        return {}
+    return {f"p{p}": float(np.percentile(data, p)) for p in points}
+
+
+def request_records(row: RunRow) -> list[dict]:
+    return [r for r in row.rounds_trace if r.get("kind") == "request"]
+
+
+def served_latency(rows: Iterable[RunRow]) -> list[Latency]:
+    """One Latency per server configuration (cell, both arms), in order of first appearance."""
+    cells: dict[str, list[RunRow]] = defaultdict(list)
+    for row in rows:
+        if row.config.get("concurrency") is not None and not row.noisy:
+            cells[row.config.get("cell_key", row.config_key)].append(row)
+    found = []
+    for cell_rows in cells.values():
+        records = [r for row in cell_rows for r in request_records(row)]
+        ttft = [r["ttft_s"] for r in records if r.get("ttft_s") is not None]
+        tpot = [r["tpot_s"] for r in records if r.get("tpot_s") is not None]
+        found.append(
+            Latency(
+                cell_rows[0].config,
+                len(cell_rows),
+                len(ttft),
+                percentiles(ttft),
+                percentiles(tpot),
+                len(tpot),
+            )
+        )
+    return found

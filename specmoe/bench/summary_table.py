@@ -1,0 +1,423 @@
+"""The result table of a store, as `specmoe bench summary` and the end of `specmoe bench run` show it.
+
+Rows are groups of SD runs (`--by`): by default one per configuration (cell), or one per value of
+the columns named, every other column pooled (the speedup is then the ratio of mean rates over all
+the group's paired units, `specmoe.bench.summary.compare_by`). The table shows the configuration
+columns that vary among its rows and no others: the ones the selection holds fixed are listed once
+above it, and the ones a coarser `--by` pools over are named with their values, so two rows never
+look alike while measuring different things. Server runs add a latency table: TTFT and TPOT
+percentiles per arm and concurrency (`specmoe.bench.latency`).
+
+The same table renders three ways: plain text (a file or a pipe), a rich table (a terminal) and
+JSON (`--json`), all from one `SummaryTable`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specmoe.bench.latency import Latency, served_latency
+from specmoe.bench.store import RunRow
+from specmoe.bench.summary import Comparison, batch_category, cell_key, compare_by
+from specmoe.errors import SpecmoeError
+from specmoe.stats import Estimate
+
+CONFIG = "config"  # --by config: one row per configuration (the default)
+CATEGORY = "category"  # --by category: the prompts' category (a batch's own, or "mixed")
+
+
+def _prompt(config: dict) -> str:
+    """The prompt set's name: a built-in's, or a file's stem; synthetic prompts as len<N>."""
+    if config.get("prompt_length"):
+        return f"len{config['prompt_length']}"
+    name = str(config.get("prompt_set")).replace("\\", "/").rsplit("/", 1)[-1]
+    return name.removesuffix(".jsonl")
+
+
+@dataclass(frozen=True)
+class Column:
+    """A configuration column: the name `--by` takes, its header, its value in a run's config."""
+
+    name: str
+    header: str
+    value: Callable[[dict], Any]
+
+
+def _key(key: str) -> Callable[[dict], Any]:
+    return lambda config: config.get(key)
+
+
+COLUMNS = (
+    Column("target", "target", _key("target")),
+    Column("draft", "draft", _key("draft")),
+    Column("gamma", "γ", _key("gamma")),
+    Column("prompt", "prompts", _prompt),
+    Column("batch", "B", _key("batch_size")),
+    Column("concurrency", "conc", _key("concurrency")),
+    Column("requests", "requests", _key("requests")),
+    Column("top_k", "top-k", _key("moe_top_k")),
+    Column("temperature", "temp", _key("temperature")),
+    Column("dtype", "dtype", _key("dtype")),
+    Column("device", "device", _key("device")),
+    Column("max_new_tokens", "max new", _key("max_new_tokens")),
+    Column("compile", "compiled", _key("compile")),
+    Column("chat", "chat", _key("chat")),
+    Column("group", "group", _key("group")),
+    Column("suite", "suite", _key("suite")),
+)
+BY_NAME = {c.name: c for c in COLUMNS}
+ALWAYS = ("target", "draft", "gamma")  # what an SD row is: shown even when the selection fixes it
+BY_CHOICES = (CONFIG, CATEGORY, *BY_NAME)
+
+
+def check_by(names: Sequence[str]) -> tuple[str, ...]:
+    """The `--by` names, checked: an unknown one is one line with the choices and a near match."""
+    for name in names:
+        if name not in BY_CHOICES:
+            near = difflib.get_close_matches(name, BY_CHOICES, n=1)
+            hint = f" (did you mean '{near[0]}'?)" if near else ""
+            raise SpecmoeError(f"unknown --by column '{name}'{hint}; choose from {', '.join(BY_CHOICES)}")
+    return tuple(dict.fromkeys(names)) or (CONFIG,)
+
+
+def show(value: Any) -> str:
+    """A configuration value as a cell: "–" for none, 0.7 not 0.70000, yes/no for flags."""
+    if value is None:
+        return "–"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return format(value, "g")
+    return str(value)
+
+
+def speedup_text(estimate: Estimate) -> str:
+    """ "1.12× [1.05, 1.19] 95% n=10"; below 5 units "0.95× [0.90, 1.01] range, n=2"; one unit "n=1"."""
+    point = f"{estimate.value:.2f}×"
+    if estimate.n < 2:
+        return f"{point} n={estimate.n}"
+    bounds = f"[{estimate.low:.2f}, {estimate.high:.2f}]"
+    if estimate.level is not None:
+        return f"{point} {bounds} {estimate.level:.0%} n={estimate.n}"
+    return f"{point} {bounds} range, n={estimate.n}"
+
+
+def _fraction(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.1%}"
+
+
+@dataclass(frozen=True)
+class SummaryTable:
+    """What the summary shows, before it is rendered."""
+
+    by: tuple[str, ...]
+    columns: tuple[Column, ...]  # configuration columns shown, in order
+    with_category: bool
+    comparisons: tuple[Comparison, ...]
+    fixed: dict[str, Any]  # column name -> the one value every SD run of the selection has
+    pooled: dict[str, list[str]]  # column name -> values pooled in each row (coarser --by)
+    latency: tuple[Latency, ...]
+    latency_columns: tuple[Column, ...]
+    rows: tuple[RunRow, ...]
+
+    @property
+    def noisy(self) -> list[RunRow]:
+        return [r for r in self.rows if r.noisy]
+
+    @property
+    def failed(self) -> list[RunRow]:
+        return [r for r in self.rows if r.audit_verdict != "pass"]
+
+
+def distinct(rows: Sequence[RunRow], column: Column) -> list[Any]:
+    """The column's values among the rows, in order of first appearance."""
+    return list(dict.fromkeys(column.value(r.config) for r in rows))
+
+
+def varying(configs: Sequence[dict], always: Sequence[str] = ()) -> tuple[Column, ...]:
+    """The columns whose value differs between configs (plus `always`), in COLUMNS order; a column
+    none of the configs has (None everywhere) is never shown."""
+    shown = []
+    for column in COLUMNS:
+        values = {show(column.value(c)) for c in configs}
+        if len(values) > 1 or (column.name in always and values != {"–"}):
+            shown.append(column)
+    return tuple(shown)
+
+
+def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable:
+    """The summary of these runs grouped by `by` (see check_by)."""
+    by = check_by(by)
+    with_category = CATEGORY in by
+    named = [BY_NAME[n] for n in by if n in BY_NAME]
+    per_config = CONFIG in by
+
+    def key(row: RunRow) -> tuple:
+        parts: list[Any] = [cell_key(row)] if per_config else []
+        parts += [show(c.value(row.config)) for c in named]
+        return (*parts, batch_category(row) if with_category else None)
+
+    comparisons = tuple(compare_by(list(rows), key, with_category))
+    sd_rows = [r for r in rows if r.arm == "sd"]
+    if per_config:
+        columns = varying([c.config for c in comparisons], ALWAYS)
+        columns += tuple(c for c in named if c not in columns)
+    else:
+        columns = tuple(named)
+    fixed, pooled = {}, {}
+    for column in COLUMNS:
+        values = distinct(sd_rows, column)
+        if column in columns or values == [None]:
+            continue
+        if len(values) == 1:
+            fixed[column.name] = values[0]
+        else:
+            pooled[column.name] = [show(v) for v in values]
+    served = tuple(served_latency(rows))
+    latency_columns = varying([s.config for s in served], (*ALWAYS, "concurrency"))
+    return SummaryTable(
+        by, columns, with_category, comparisons, fixed, pooled, served, latency_columns, tuple(rows)
+    )
+
+
+# --- rendering -----------------------------------------------------------------------------------
+
+METRIC_HEADERS = ("base tok/s", "SD tok/s", "speedup [interval] level n", "accept", "T(1)/T(g+1)", "audit")
+LATENCY_HEADERS = ("runs", "requests", "TTFT p50/p90/p99 ms", "TPOT p50/p90/p99 ms")
+SPEEDUP_NOTE = (
+    "speedup: mean SD tok/s / mean baseline tok/s over paired units (one prompt batch in one repeat, "
+    "both arms back to back); interval: t-interval at the level shown, or the range of the units below "
+    "5 of them"
+)
+
+
+def _marks(c: Comparison) -> str:
+    marks = ([f"{c.noisy} noisy"] if c.noisy else []) + (["UNSTABLE"] if c.unstable else [])
+    return ", ".join(marks)
+
+
+def header_cells(table: SummaryTable) -> list[str]:
+    return (
+        [c.header for c in table.columns] + ([CATEGORY] if table.with_category else []) + list(METRIC_HEADERS)
+    )
+
+
+def row_cells(table: SummaryTable, c: Comparison) -> list[str]:
+    audit = "ok" if not c.audit_failures else f"{c.audit_failures} FAIL"
+    marks = _marks(c)
+    return [
+        *(show(col.value(c.config)) for col in table.columns),
+        *([c.category or "–"] if table.with_category else []),
+        f"{c.baseline_tokens_per_s:.1f}",
+        f"{c.sd_tokens_per_s:.1f}",
+        speedup_text(c.speedup),
+        _fraction(c.acceptance_rate),
+        "–" if math.isnan(c.target_efficiency) else f"{c.target_efficiency:.2f}",
+        audit + (f" ({marks})" if marks else ""),
+    ]
+
+
+def _ms(values: dict[str, float]) -> str:
+    return "/".join(f"{values[p] * 1000:.0f}" for p in ("p50", "p90", "p99")) if values else "–"
+
+
+def latency_headers(table: SummaryTable) -> list[str]:
+    return [c.header for c in table.latency_columns] + list(LATENCY_HEADERS)
+
+
+def latency_cells(table: SummaryTable, lat: Latency) -> list[str]:
+    return [
+        *(show(col.value(lat.config)) for col in table.latency_columns),
+        str(lat.runs),
+        str(lat.requests),
+        _ms(lat.ttft_s),
+        _ms(lat.tpot_s),
+    ]
+
+
+def context_lines(table: SummaryTable) -> list[str]:
+    """What the table does not show: the values every row shares, and what rows pool."""
+    lines = []
+    if table.fixed:
+        lines.append("every row: " + ", ".join(f"{n} {show(v)}" for n, v in table.fixed.items()))
+    if table.pooled:
+        lines.append(
+            "pooled in each row: " + "; ".join(f"{n} {', '.join(v)}" for n, v in table.pooled.items())
+        )
+    return lines
+
+
+def note_lines(table: SummaryTable) -> list[str]:
+    """The lines under the table: the speedup's definition, the noise guard, the audit."""
+    lines = [SPEEDUP_NOTE]
+    flagged = [
+        f"  {_describe(table, c)}: {what}"
+        for c in table.comparisons
+        for what in ([f"{c.noisy} noisy runs left out"] if c.noisy else [])
+        + ([f"unstable: {c.unstable}"] if c.unstable else [])
+    ]
+    noisy, rows = table.noisy, table.rows
+    if noisy or flagged:
+        first = f"; first: {noisy[0].measure.get('noise')}" if noisy else ""
+        lines.append(
+            f"noise guard: {len(noisy)} of {len(rows)} runs flagged noisy (left out of every number){first}"
+        )
+        lines.extend(flagged[:20])
+    failed = table.failed
+    lines.append(f"audit: {len(rows) - len(failed)} of {len(rows)} runs pass every invariant")
+    lines.extend(f"  FAIL {r.run_id[:12]} {r.group} {r.arm}: {r.audit_reason}" for r in failed[:20])
+    return lines
+
+
+def _describe(table: SummaryTable, c: Comparison) -> str:
+    parts = [f"{col.name}={show(col.value(c.config))}" for col in table.columns]
+    return " ".join(parts + ([f"category={c.category}"] if table.with_category else []))
+
+
+def plain_table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
+    """Aligned text columns: numbers right, names left."""
+    widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(headers)]
+    right = [_is_number_column(i, body) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = (c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True))
+        return "  ".join(padded).rstrip()
+
+    head = line(headers)
+    return [head, "-" * len(head), *(line(r) for r in body)]
+
+
+def _is_number_column(index: int, body: Sequence[Sequence[str]]) -> bool:
+    """A column of plain numbers (or "–"), which reads best right-aligned."""
+    return all(_is_number(r[index]) for r in body if r[index] != "–")
+
+
+def _is_number(cell: str) -> bool:
+    try:
+        float(cell.rstrip("%").replace("/", ""))
+    except ValueError:
+        return False
+    return True
+
+
+def format_text(table: SummaryTable) -> str:
+    """The summary as plain text (a file, a pipe, the end of a suite run)."""
+    lines = context_lines(table)
+    lines += plain_table(header_cells(table), [row_cells(table, c) for c in table.comparisons])
+    if table.latency:
+        lines += ["", "server latency per request (ms):"]
+        lines += plain_table(latency_headers(table), [latency_cells(table, s) for s in table.latency])
+    lines += ["", *note_lines(table)]
+    return "\n".join(lines)
+
+
+def format_summary(rows: list[RunRow], by_category: bool = False) -> str:
+    """The plain-text summary of rows, one line per configuration (and prompt category)."""
+    return format_text(build(rows, (CONFIG, CATEGORY) if by_category else (CONFIG,)))
+
+
+def print_rich(table: SummaryTable, console) -> None:
+    """The summary as rich tables on a terminal (`console`: a rich Console on stdout)."""
+    from rich.table import Table
+
+    for line in context_lines(table):
+        console.print(line, style="dim", highlight=False)
+    body = [row_cells(table, c) for c in table.comparisons]
+    results = Table(show_edge=False, pad_edge=False)
+    for index, header in enumerate(header_cells(table)):
+        results.add_column(header, justify="right" if _is_number_column(index, body) else "left")
+    for c, cells in zip(table.comparisons, body, strict=True):
+        results.add_row(*cells, style="yellow" if c.unstable or c.audit_failures else None)
+    console.print(results)
+    if table.latency:
+        served = Table(title="server latency per request (ms)", show_edge=False, pad_edge=False)
+        for header in latency_headers(table):
+            served.add_column(header, justify="right")
+        for lat in table.latency:
+            served.add_row(*latency_cells(table, lat))
+        console.print(served)
+    for line in note_lines(table):
+        console.print(line, highlight=False)
+
+
+# --- JSON ----------------------------------------------------------------------------------------
+
+
+def _number(value: float | None) -> float | None:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def estimate_json(estimate: Estimate) -> dict[str, Any]:
+    return {
+        "value": estimate.value,
+        "low": estimate.low,
+        "high": estimate.high,
+        "level": estimate.level,  # null below 5 units: low and high are the units' range
+        "n": estimate.n,
+        "text": speedup_text(estimate),
+    }
+
+
+def to_json(table: SummaryTable) -> dict[str, Any]:
+    """The summary as one JSON-ready object (NaN as null)."""
+    rows = []
+    for c in table.comparisons:
+        record = {col.name: col.value(c.config) for col in table.columns}
+        if table.with_category:
+            record[CATEGORY] = c.category
+        record.update(
+            units=c.units,
+            prompts=c.prompts,
+            noisy=c.noisy,
+            baseline_tokens_per_s=c.baseline_tokens_per_s,
+            sd_tokens_per_s=c.sd_tokens_per_s,
+            speedup=estimate_json(c.speedup),
+            acceptance_rate=_number(c.acceptance_rate),
+            target_efficiency=_number(c.target_efficiency),
+            audit_failures=c.audit_failures,
+            unstable=c.unstable or None,
+        )
+        rows.append(record)
+    latency = [
+        {
+            **{col.name: col.value(s.config) for col in table.latency_columns},
+            "runs": s.runs,
+            "requests": s.requests,
+            "ttft_s": s.ttft_s,
+            "tpot_s": s.tpot_s,
+            "tpot_requests": s.tpot_requests,
+        }
+        for s in table.latency
+    ]
+    return {
+        "by": list(table.by),
+        "columns": [c.name for c in table.columns] + ([CATEGORY] if table.with_category else []),
+        "fixed": table.fixed,
+        "pooled": table.pooled,
+        "rows": rows,
+        "latency": latency,
+        "runs": {"total": len(table.rows), "noisy": len(table.noisy), "audit_failed": len(table.failed)},
+    }
+
+
+def suite_names(rows: Sequence[RunRow]) -> list[str]:
+    return list(dict.fromkeys(r.suite for r in rows))
+
+
+def select(rows: Sequence[RunRow], suite: str | None, db: Path) -> list[RunRow]:
+    """The store's rows of one suite (all with None); an empty selection is one line saying why."""
+    if not rows:
+        raise SpecmoeError(
+            f"{db} holds no runs; run a suite into it first (specmoe bench run SUITE --db {db})"
+        )
+    if suite is None:
+        return list(rows)
+    chosen = [r for r in rows if r.suite == suite]
+    if not chosen:
+        raise SpecmoeError(f"{db} holds no runs of suite '{suite}'; it holds: {', '.join(suite_names(rows))}")
+    return chosen
