@@ -109,11 +109,13 @@ class ArmResult:
     speedup: float | None  # None when the block's baseline row is not at hand (it failed)
 
 
-def block_where(spec: RunSpec) -> str:
-    """Which block: group, target, size (B or c), prompts, batch and repeat."""
+def block_where(block: Block) -> str:
+    """Which block: its groups, target, size (B or c), prompts, batch and repeat."""
+    spec = block.specs[0]
+    groups = ",".join(dict.fromkeys(s.group for s in block.specs))  # groups can share a baseline
     size = f"c={spec.concurrency}" if spec.concurrency is not None else f"B={spec.batch_size}"
     prompts = f"len{spec.prompt_length}" if spec.prompt_length else _stem(spec.prompt_set)
-    return f"{spec.group}: {spec.target} {size} {prompts} batch {spec.prompt_batch} repeat {spec.repeat}"
+    return f"{groups}: {spec.target} {size} {prompts} batch {spec.prompt_batch} repeat {spec.repeat}"
 
 
 def _stem(prompt_set: str | None) -> str:
@@ -228,7 +230,7 @@ class SuiteProgress:
         """A block starts measuring in this process: its wall time is split among its runs."""
         self.current = (block, time.perf_counter())
         if self.bar is not None and self.task is not None:
-            self.bar.update(self.task, description=block_where(block.specs[0]))
+            self.bar.update(self.task, description=block_where(block))
 
     def finished(self, block: Block, rows: Sequence[RunRow]) -> None:
         """Record a finished block: a block `started` here counts its wall time, split among its
@@ -247,7 +249,7 @@ class SuiteProgress:
             return
         eta = eta_seconds(self.seconds, self.remaining, self.elapsed)
         base, arms = block_results(rows, baseline)
-        where = block_where(block.specs[0])
+        where = block_where(block)
         log.info("%s", block_line(self.done, self.total, where, base, arms, self.elapsed, eta))
         if self.bar is not None and self.task is not None:
             deadline = None if eta is None else time.monotonic() + eta

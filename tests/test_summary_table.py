@@ -1,0 +1,233 @@
+"""`specmoe bench summary`: which columns show, how rows group, the JSON shape, the interval labels.
+
+The rows are made here (no model runs): each SD run is paired with the baseline of its batch and
+repeat, and its tokens/s are chosen, so every number in a table is known in advance.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specmoe.bench import cli as bench_cli
+from specmoe.bench.latency import percentiles, served_latency
+from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, RunRow, Store
+from specmoe.bench.summary_table import (
+    BY_CHOICES,
+    CATEGORY,
+    CONFIG,
+    build,
+    check_by,
+    format_text,
+    speedup_text,
+    to_json,
+)
+from specmoe.cli import main
+from specmoe.errors import SpecmoeError
+from specmoe.stats import Estimate, ratio_of_means
+
+BASE = {
+    "target": "moe",
+    "prompt_set": "code",
+    "prompt_length": None,
+    "batch_size": 1,
+    "temperature": 0.0,
+    "moe_top_k": 4,
+    "dtype": "float32",
+    "device": "cpu",
+    "max_new_tokens": 32,
+    "concurrency": None,
+    "requests": None,
+    "compile": False,
+    "chat": False,
+    "group": "g",
+    "suite": "s",
+}
+
+
+def pair(cell: str, batch: int, repeat: int, speedup: float, trace=(), **config) -> list[RunRow]:
+    """A baseline run and one SD run on prompt batch `batch` of configuration `cell`."""
+    base_key = f"{cell}-base-{batch}"
+    rows = []
+    for arm, rate in (("baseline", 100.0), ("sd", 100.0 * speedup)):
+        key = base_key if arm == "baseline" else f"{cell}-sd-{batch}"
+        sd = arm == "sd"
+        settings = {
+            **BASE,
+            **config,
+            "draft": config.get("draft", "draft-xs") if sd else None,
+            "gamma": config.get("gamma", 4) if sd else 0,
+        }
+        cell_key = f"{cell}-sd" if sd else f"{cell}-base"
+        rows.append(
+            RunRow(
+                run_id=f"{key}-{repeat}",
+                config_key=key,
+                baseline_key=base_key,
+                suite=settings["suite"],
+                group=settings["group"],
+                arm=arm,
+                repeat=repeat,
+                config={**settings, "cell_key": cell_key, "config_key": key},
+                env={},
+                counts={k: 8 for k in COUNT_KEYS},
+                times={k: 0.5 for k in TIME_KEYS},
+                tokens_per_s=rate,
+                acceptance_rate=0.5 if sd else None,
+                rounds_trace=list(trace),
+                audit_verdict="pass",
+                audit_reason="",
+                created_at="2026-01-01T00:00:00",
+                prompts=[{"prompt_id": f"p{batch}", "category": "code" if batch % 2 else "factual"}],
+            )
+        )
+    return rows
+
+
+def cell(name: str, units: int, speedup: float, **config) -> list[RunRow]:
+    return [row for b in range(units) for row in pair(name, b, 0, speedup, **config)]
+
+
+def sparsity_rows() -> list[RunRow]:
+    """Two configurations that differ in the MoE's top-k alone, as in the MoESD sparsity sweep."""
+    return cell("k1", 6, 1.2, moe_top_k=1) + cell("k8", 6, 0.8, moe_top_k=8)
+
+
+def test_a_column_that_varies_is_shown_and_one_that_does_not_is_listed_once():
+    table = build(sparsity_rows())
+    names = [c.name for c in table.columns]
+    assert names == ["target", "draft", "gamma", "top_k"]  # top-k varies; the identity columns always show
+    assert table.fixed["dtype"] == "float32" and table.fixed["batch"] == 1 and not table.pooled
+    text = format_text(table)
+    assert text.splitlines()[0].startswith("every row: prompt code, batch 1, temperature 0, dtype float32")
+    header = text.splitlines()[1]
+    assert "top-k" in header and "dtype" not in header and "temp" not in header
+    rows = {line.split()[3]: line for line in text.splitlines()[3:5]}  # by top-k
+    assert "1.20×" in rows["1"] and "0.80×" in rows["8"]
+
+
+def test_temperature_dtype_and_batch_show_when_they_vary():
+    rows = cell("a", 5, 1.0) + cell("b", 5, 1.1, temperature=0.7, dtype="bfloat16", batch_size=8)
+    assert [c.name for c in build(rows).columns] == [
+        "target",
+        "draft",
+        "gamma",
+        "batch",
+        "temperature",
+        "dtype",
+    ]
+    text = format_text(build(rows))
+    assert " 0.7 " in text and "bfloat16" in text
+
+
+def test_by_a_column_pools_the_others_and_says_so():
+    rows = sparsity_rows() + cell("k1g2", 6, 1.0, moe_top_k=1, gamma=2)
+    table = build(rows, ["gamma"])
+    assert [c.name for c in table.columns] == ["gamma"]
+    assert table.pooled == {"top_k": ["1", "8"]}
+    by_gamma = {c.config["gamma"]: c for c in table.comparisons}
+    assert by_gamma[4].units == 12 and by_gamma[4].speedup.value == pytest.approx(1.0)  # (120 + 80) / 200
+    assert by_gamma[2].units == 6
+    assert "pooled in each row: top_k 1, 8" in format_text(table)
+
+
+def test_by_config_and_category_splits_each_configuration_by_its_prompts():
+    table = build(cell("a", 6, 1.0), [CONFIG, CATEGORY])
+    assert sorted((c.category, c.units) for c in table.comparisons) == [("code", 3), ("factual", 3)]
+    assert "category" in format_text(table).splitlines()[1]
+
+
+def test_an_unknown_column_is_one_line_with_a_near_match():
+    with pytest.raises(SpecmoeError, match=r"unknown --by column 'topk' \(did you mean 'top_k'\?\)"):
+        check_by(["topk"])
+    assert check_by([]) == (CONFIG,)
+
+
+def test_the_help_of_by_names_every_column():
+    assert (bench_cli.CONFIG, bench_cli.CATEGORY) == (CONFIG, CATEGORY)
+    for name in BY_CHOICES:
+        assert name in bench_cli.BY_HELP
+
+
+@pytest.mark.parametrize(
+    ("estimate", "text"),
+    [
+        (Estimate(1.12, 1.05, 1.19, 10, 0.95), "1.12× [1.05, 1.19] 95% n=10"),
+        (Estimate(0.95, 0.90, 1.01, 2, None), "0.95× [0.90, 1.01] range, n=2"),
+        (Estimate(1.30, 1.30, 1.30, 1, None), "1.30× n=1"),
+    ],
+)
+def test_interval_labels_carry_level_and_n(estimate, text):
+    assert speedup_text(estimate) == text
+
+
+def test_no_level_is_claimed_below_five_units():
+    four = ratio_of_means([1.0, 1.2, 1.1, 1.3], [1.0] * 4)
+    five = ratio_of_means([1.0, 1.2, 1.1, 1.3, 1.2], [1.0] * 5)
+    assert "range, n=4" in speedup_text(four) and "95%" not in speedup_text(four)
+    assert speedup_text(five).endswith("95% n=5")
+    text = format_text(build(cell("few", 3, 1.1) + cell("many", 5, 1.1, gamma=2)))
+    assert "range, n=3" in text and "95% n=5" in text
+
+
+def test_json_shape():
+    data = to_json(build(sparsity_rows()))
+    assert set(data) == {"by", "columns", "fixed", "pooled", "rows", "latency", "runs"}
+    assert data["by"] == ["config"] and data["columns"] == ["target", "draft", "gamma", "top_k"]
+    assert data["runs"] == {"total": 24, "noisy": 0, "audit_failed": 0}
+    first = data["rows"][0]
+    assert {"target", "draft", "gamma", "top_k", "units", "prompts", "baseline_tokens_per_s"} <= set(first)
+    assert set(first["speedup"]) == {"value", "low", "high", "level", "n", "text"}
+    assert first["speedup"]["level"] == 0.95 and first["speedup"]["n"] == 6
+    assert data["latency"] == []
+    json.dumps(data, allow_nan=False)  # NaN never reaches the JSON
+
+
+def served_trace(ttft_ms: list[float]) -> list[dict]:
+    requests = [{"kind": "request", "ttft_s": t / 1000, "tpot_s": t / 10000} for t in ttft_ms]
+    return [*requests, {"kind": "server", "counters": {}}]
+
+
+def test_server_rows_get_ttft_and_tpot_percentiles_per_arm_and_concurrency():
+    rows = []
+    for concurrency in (1, 4):
+        for b in range(2):
+            trace = served_trace([10.0 * (i + 1) for i in range(concurrency)])
+            rows += pair(
+                "srv", b, concurrency, 1.5, trace=trace, concurrency=concurrency, requests=concurrency
+            )
+    for row in rows:  # one cell per arm and concurrency, as the suite's keys make them
+        row.config["cell_key"] += f"-c{row.config['concurrency']}"
+    latency = served_latency(rows)
+    assert [(s.config["draft"], s.config["concurrency"], s.requests) for s in latency] == [
+        (None, 1, 2),
+        ("draft-xs", 1, 2),
+        (None, 4, 8),
+        ("draft-xs", 4, 8),
+    ]
+    assert latency[2].ttft_s == pytest.approx({"p50": 0.025, "p90": 0.04, "p99": 0.04})
+    data = to_json(build(rows))
+    assert "concurrency" in data["columns"] and data["latency"][0]["ttft_s"]["p50"] == pytest.approx(0.01)
+    assert "TTFT p50/p90/p99 ms" in format_text(build(rows))
+
+
+def test_percentiles_of_nothing_are_empty():
+    assert percentiles([]) == {}
+    assert percentiles([1.0, 2.0, 3.0]) == {"p50": 2.0, "p90": pytest.approx(2.8), "p99": pytest.approx(2.98)}
+
+
+def test_cli_summary_prints_the_table_or_json_and_filters_by_suite(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    with Store(db) as store:
+        for row in sparsity_rows():
+            store.add(row)
+    assert main(["bench", "summary", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "top-k" in out and "1.20× [1.20, 1.20] 95% n=6" in out
+    assert main(["bench", "summary", "--db", str(db), "--json", "--by", "top_k"]) == 0
+    assert [r["top_k"] for r in json.loads(capsys.readouterr().out)["rows"]] == [1, 8]
+    assert main(["bench", "summary", "--db", str(db), "--suite", "other"]) == 2
+    assert "holds no runs of suite 'other'; it holds: s" in capsys.readouterr().err
+    assert main(["bench", "summary", "--db", str(tmp_path / "none.db")]) == 2
+    assert "results store not found" in capsys.readouterr().err
