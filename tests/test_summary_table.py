@@ -69,7 +69,7 @@ def pair(cell: str, batch: int, repeat: int, speedup: float, trace=(), **config)
                 group=settings["group"],
                 arm=arm,
                 repeat=repeat,
-                config={**settings, "cell_key": cell_key, "config_key": key},
+                config={**settings, "arm": arm, "cell_key": cell_key, "config_key": key},
                 env={},
                 counts={k: 8 for k in COUNT_KEYS},
                 times={k: 0.5 for k in TIME_KEYS},
@@ -210,6 +210,13 @@ def test_server_rows_get_ttft_and_tpot_percentiles_per_arm_and_concurrency():
     data = to_json(build(rows))
     assert "concurrency" in data["columns"] and data["latency"][0]["ttft_s"]["p50"] == pytest.approx(0.01)
     assert "TTFT p50/p90/p99 ms" in format_text(build(rows))
+    pooled = to_json(build(rows, ["concurrency"]))["latency"]  # --by: each arm at each concurrency
+    assert [(s["arm"], s["concurrency"], s["requests"]) for s in pooled] == [
+        ("baseline", 1, 2),
+        ("sd", 1, 2),
+        ("baseline", 4, 8),
+        ("sd", 4, 8),
+    ]
 
 
 def test_percentiles_of_nothing_are_empty():

@@ -11,7 +11,7 @@ count is shown beside it (as vLLM's and SGLang's serving benchmarks print percen
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,12 +45,17 @@ def request_records(row: RunRow) -> list[dict]:
     return [r for r in row.rounds_trace if r.get("kind") == "request"]
 
 
-def served_latency(rows: Iterable[RunRow]) -> list[Latency]:
-    """One Latency per server configuration (cell, both arms), in order of first appearance."""
-    cells: dict[str, list[RunRow]] = defaultdict(list)
+def cell_of(row: RunRow) -> str:
+    return row.config.get("cell_key", row.config_key)
+
+
+def served_latency(rows: Iterable[RunRow], key: Callable[[RunRow], Hashable] = cell_of) -> list[Latency]:
+    """One Latency per value of `key` over the server runs (by default per configuration, each arm
+    apart), in order of first appearance."""
+    cells: dict[Hashable, list[RunRow]] = defaultdict(list)
     for row in rows:
         if row.config.get("concurrency") is not None and not row.noisy:
-            cells[row.config.get("cell_key", row.config_key)].append(row)
+            cells[key(row)].append(row)
     found = []
     for cell_rows in cells.values():
         records = [r for row in cell_rows for r in request_records(row)]

@@ -59,7 +59,7 @@ COLUMNS = (
     Column("prompt", "prompts", _prompt),
     Column("batch", "B", _key("batch_size")),
     Column("concurrency", "conc", _key("concurrency")),
-    Column("requests", "requests", _key("requests")),
+    Column("requests", "req/run", _key("requests")),
     Column("top_k", "top-k", _key("moe_top_k")),
     Column("temperature", "temp", _key("temperature")),
     Column("dtype", "dtype", _key("dtype")),
@@ -71,6 +71,7 @@ COLUMNS = (
     Column("suite", "suite", _key("suite")),
 )
 BY_NAME = {c.name: c for c in COLUMNS}
+ARM = Column("arm", "arm", _key("arm"))  # baseline or sd: rows of the latency table grouped by --by
 ALWAYS = ("target", "draft", "gamma")  # what an SD row is: shown even when the selection fixes it
 BY_CHOICES = (CONFIG, CATEGORY, *BY_NAME)
 
@@ -178,8 +179,13 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
             fixed[column.name] = values[0]
         else:
             pooled[column.name] = [show(v) for v in values]
-    served = tuple(served_latency(rows))
-    latency_columns = varying([s.config for s in served], (*ALWAYS, "concurrency"))
+    if per_config:
+        served = tuple(served_latency(rows))
+        latency_columns = varying([s.config for s in served], (*ALWAYS, "concurrency"))
+    else:  # each arm apart, at each concurrency, within each group of --by
+        pooled_by = (ARM, *named, *([] if "concurrency" in by else [BY_NAME["concurrency"]]))
+        served = tuple(served_latency(rows, lambda r: tuple(show(c.value(r.config)) for c in pooled_by)))
+        latency_columns = pooled_by
     return SummaryTable(
         by, columns, with_category, comparisons, fixed, pooled, served, latency_columns, tuple(rows)
     )
@@ -322,27 +328,31 @@ def format_summary(rows: list[RunRow], by_category: bool = False) -> str:
 
 
 def print_rich(table: SummaryTable, console) -> None:
-    """The summary as rich tables on a terminal (`console`: a rich Console on stdout)."""
+    """The summary as rich tables on a terminal (`console`: a rich Console on stdout). Cells are
+    Text, never markup: "[1.05, 1.19]" is an interval, not a style."""
     from rich.table import Table
+    from rich.text import Text
 
     for line in context_lines(table):
-        console.print(line, style="dim", highlight=False)
+        console.print(Text(line, style="dim"))
     body = [row_cells(table, c) for c in table.comparisons]
     results = Table(show_edge=False, pad_edge=False)
     for index, header in enumerate(header_cells(table)):
-        results.add_column(header, justify="right" if _is_number_column(index, body) else "left")
+        results.add_column(Text(header), justify="right" if _is_number_column(index, body) else "left")
     for c, cells in zip(table.comparisons, body, strict=True):
-        results.add_row(*cells, style="yellow" if c.unstable or c.audit_failures else None)
+        style = "yellow" if c.unstable or c.audit_failures else None
+        results.add_row(*(Text(cell) for cell in cells), style=style)
     console.print(results)
     if table.latency:
         served = Table(title="server latency per request (ms)", show_edge=False, pad_edge=False)
-        for header in latency_headers(table):
-            served.add_column(header, justify="right")
-        for lat in table.latency:
-            served.add_row(*latency_cells(table, lat))
+        cells = [latency_cells(table, lat) for lat in table.latency]
+        for index, header in enumerate(latency_headers(table)):
+            served.add_column(Text(header), justify="right" if _is_number_column(index, cells) else "left")
+        for row in cells:
+            served.add_row(*(Text(cell) for cell in row))
         console.print(served)
     for line in note_lines(table):
-        console.print(line, highlight=False)
+        console.print(Text(line))
 
 
 # --- JSON ----------------------------------------------------------------------------------------
