@@ -74,6 +74,7 @@ class ModelPool:
                 options["moe_top_k"] = moe_top_k
             if compile:
                 options["compile"] = True
+            log.debug("loading %s from %s (%s)", name, self.path(name), options)
             self._models[key] = load_backend(self.suite.models[name].backend, str(self.path(name)), **options)
         return self._models[key]
 

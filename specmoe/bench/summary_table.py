@@ -74,6 +74,7 @@ BY_NAME = {c.name: c for c in COLUMNS}
 ARM = Column("arm", "arm", _key("arm"))  # baseline or sd: rows of the latency table grouped by --by
 ALWAYS = ("target", "draft", "gamma")  # what an SD row is: shown even when the selection fixes it
 BY_CHOICES = (CONFIG, CATEGORY, *BY_NAME)
+LOCAL_ONLY = ("batch", "dtype", "device", "compile")  # settings of local runs a server run records unused
 
 
 def check_by(names: Sequence[str]) -> tuple[str, ...]:
@@ -171,9 +172,10 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
     else:
         columns = tuple(named)
     fixed, pooled = {}, {}
+    served_only = bool(sd_rows) and all(r.config.get("concurrency") is not None for r in sd_rows)
     for column in COLUMNS:
         values = distinct(sd_rows, column)
-        if column in columns or values == [None]:
+        if column in columns or values == [None] or (served_only and column.name in LOCAL_ONLY):
             continue
         if len(values) == 1:
             fixed[column.name] = values[0]
