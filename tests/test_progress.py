@@ -11,6 +11,7 @@ import pytest
 
 from specmoe.bench.plan import Block
 from specmoe.bench.progress import SuiteProgress, apportion, block_line, block_results, duration, eta_seconds
+from specmoe.cli import main
 from specmoe.console import configure_logging
 
 
@@ -130,3 +131,32 @@ def test_an_sd_run_whose_baseline_is_stored_is_compared_with_it():
         line
         == "[2/4] g: moe | baseline 100.0 tok/s | draft-xs g=4 150.0 tok/s 1.50× | 5 s elapsed, about ? left"
     )
+
+
+def test_a_suite_run_without_a_terminal_logs_each_block_and_prints_the_summary(
+    tiny_zoo, tmp_path, capsys, restore_logging, monkeypatch
+):
+    from tiny_suites import tiny_sd_suite
+
+    monkeypatch.setenv("SPECMOE_NOISE_GUARD", "0")
+    path = tiny_sd_suite(tmp_path, "tiny", "prompts = 2\nmax_new_tokens = 4\nrepeats = 1\nwarmup = 0")
+    argv = [
+        "bench",
+        "run",
+        str(path),
+        "--db",
+        str(tmp_path / "r.db"),
+        "--zoo",
+        str(tiny_zoo),
+        "--threads",
+        "1",
+    ]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if "specmoe.bench.progress" in line]
+    assert [re.search(r"\[(\d/\d)\]", line).group(1) for line in lines[1:-1]] == ["2/4", "4/4"]
+    assert all(re.search(r"draft-xs g=2 [\d.]+ tok/s [\d.]+×", line) for line in lines[1:-1])
+    assert "\r" not in captured.err
+    assert (
+        "speedup [interval] level n" in captured.out and "progress" not in captured.out
+    )  # the table on stdout

@@ -136,9 +136,9 @@ class SummaryTable:
         return [r for r in self.rows if r.audit_verdict != "pass"]
 
 
-def distinct(rows: Sequence[RunRow], column: Column) -> list[Any]:
-    """The column's values among the rows, in order of first appearance."""
-    return list(dict.fromkeys(column.value(r.config) for r in rows))
+def distinct(configs: Sequence[dict], column: Column) -> list[Any]:
+    """The column's values among the configs, in order of first appearance."""
+    return list(dict.fromkeys(column.value(c) for c in configs))
 
 
 def varying(configs: Sequence[dict], always: Sequence[str] = ()) -> tuple[Column, ...]:
@@ -171,10 +171,13 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
         columns += tuple(c for c in named if c not in columns)
     else:
         columns = tuple(named)
+    # What the rows share or pool: over the configurations shown (one per row) or, when rows pool
+    # configurations, over every SD run behind them.
+    configs = [c.config for c in comparisons] if per_config and comparisons else [r.config for r in sd_rows]
     fixed, pooled = {}, {}
-    served_only = bool(sd_rows) and all(r.config.get("concurrency") is not None for r in sd_rows)
+    served_only = bool(configs) and all(c.get("concurrency") is not None for c in configs)
     for column in COLUMNS:
-        values = distinct(sd_rows, column)
+        values = distinct(configs, column)
         if column in columns or values == [None] or (served_only and column.name in LOCAL_ONLY):
             continue
         if len(values) == 1:
