@@ -23,7 +23,7 @@ log = logging.getLogger("specmoe")
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    configure_logging(args.verbose - args.quiet)
+    configure_logging(args.verbose - args.warnings_only)
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
@@ -82,7 +82,13 @@ def _parser() -> argparse.ArgumentParser:
         help="debug messages, and the traceback of an unexpected error",
     )
     level.add_argument(
-        "-q", "--quiet", action="store_const", const=1, default=0, help="warnings and errors only"
+        "-q",
+        "--quiet",
+        dest="warnings_only",  # not "quiet": `bench run --quiet` and `profile --quiet` have their own
+        action="store_const",
+        const=1,
+        default=0,
+        help="warnings and errors only",
     )
     commands = parser.add_subparsers(title="commands")
     _add_generate(commands)

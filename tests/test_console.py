@@ -74,3 +74,10 @@ def test_on_a_terminal_rich_handles_the_records():
     configure_logging(0, terminal=True)
     ours = [h for h in logging.getLogger().handlers if getattr(h, "_specmoe", False)]
     assert len(ours) == 1 and isinstance(ours[0], RichHandler)
+
+
+def test_global_quiet_is_not_overridden_by_a_commands_own_quiet(tmp_path, capsys):
+    # `bench run` and `profile` have a --quiet of their own; the global -q must survive their default
+    assert main(["-q", "bench", "run", "no-such-suite", "--db", str(tmp_path / "r.db")]) == 2
+    assert logging.getLogger("specmoe").level == logging.WARNING
+    assert capsys.readouterr().err.count("\n") == 1
