@@ -28,6 +28,9 @@ DRAWN = (
     "efficiency_vs_batch",
     "oracle_speedup",
     "accepted_length",
+    "time_split",
+    "acceptance_by_position",
+    "gamma_batch_speedup",
 )
 TABLES = ("baseline_throughput", "sd_results", "draft_comparison")
 MAX_NEW = 24

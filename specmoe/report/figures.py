@@ -135,6 +135,17 @@ def integer_ticks(ax: Axes, values: Sequence[float]) -> None:
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
 
 
+def count_label(count: float) -> str:
+    """A parameter or token count as people write it: 6580 -> "6.6K", 831e6 -> "831M", 12 -> "12"."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(count) >= scale:
+            value = count / scale
+            # Two significant digits below 10 ("6.6K"), whole numbers above ("831M", "76M").
+            text = f"{value:.1f}" if value < 9.95 else f"{value:.0f}"
+            return text.removesuffix(".0") + suffix
+    return f"{count:g}"
+
+
 def save_figure(drawn: Drawn, folder: Path) -> tuple[Path, Path]:
     """Write `<name>.png` and `<name>.svg` into folder; returns both paths."""
     png, svg = folder / f"{drawn.name}.png", folder / f"{drawn.name}.svg"
