@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from test_report import (
-    build_store,
     simulate,
     spec,
 )  # tests/ is on sys.path under pytest's default import mode
@@ -352,11 +351,3 @@ def test_a_served_store_renders_its_serving_views_and_concurrency_column(tmp_pat
     assert "<th>concurrency</th>" in page
     missing = page.split('<section id="not-available">')[1]
     assert "Where SD decode time goes" in missing  # servers do not report per-round times
-
-
-def test_study_store_reports_why_views(tmp_path):
-    build_store(tmp_path / "r.db", [*GRID_SPECS, *(replace(s.baseline()) for s in GRID_SPECS)])
-    page = write_report(tmp_path / "r.db", tmp_path / "out").read_text(encoding="utf-8")
-    for name in ("time_split", "acceptance_by_position", "gamma_batch_speedup"):
-        assert f'"figures/{name}.png"' in page
-    assert "No figure of this kind has data" in page.split('<section id="serving">')[1].split("</section>")[0]

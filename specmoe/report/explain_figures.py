@@ -16,7 +16,7 @@ import numpy as np
 
 from specmoe.report.figures import PAIR, Drawn, Omitted, Outcome, fixed_phrase, new_figure, series_color
 from specmoe.report.results import Results, SdResult
-from specmoe.report.slices import best_slice, group_by, label
+from specmoe.report.slices import axis_value, best_slice, group_by, label
 
 TIME_PARTS = ("draft", "verify", "overhead")  # the keys of metrics.time_shares_of, in stacking order
 TIME_COLORS = {"draft": "#fdb863", "verify": "#5e3c99", "overhead": "#b2abd2"}
@@ -30,16 +30,24 @@ class TimeSplitBar:
 
 
 def time_split_bars(results: Results, varying: Sequence[str]) -> list[TimeSplitBar]:
-    """One bar per SD configuration whose runs measured their per-round times, in store order.
+    """One bar per SD configuration whose runs measured their per-round times.
 
-    Labels name the pair, γ and every other axis that varies in the result set.
+    Labels name the pair, γ and every other axis that varies in the result set; bars are sorted by
+    those axes in that order (numbers by value), so a pair's configurations sit together.
     """
     axes = [*PAIR, "gamma", *(a for a in varying if a not in (*PAIR, "gamma"))]
-    return [
-        TimeSplitBar(label(r.config, axes), dict(r.time_shares), r.speedup.value)
-        for r in results.sd
-        if r.time_shares is not None
-    ]
+    timed = [r for r in results.sd if r.time_shares is not None]
+    timed.sort(key=lambda r: [_sort_key(axis_value(r.config, a)) for a in axes])
+    return [TimeSplitBar(label(r.config, axes), dict(r.time_shares), r.speedup.value) for r in timed]
+
+
+def _sort_key(value: object) -> tuple:
+    """Numbers before text and by value; tuples (a target and its top-k) item by item."""
+    if isinstance(value, tuple):
+        return tuple(_sort_key(v) for v in value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, value, "")
+    return (1, 0, "" if value is None else str(value))
 
 
 def time_split(results: Results, varying: Sequence[str]) -> Outcome:

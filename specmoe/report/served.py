@@ -24,6 +24,7 @@ from specmoe.report.slices import AXES, axis_value, format_axis
 from specmoe.report.tables import Table
 
 PERCENTILES = (50, 90, 99)
+NO_SERVER_RUNS = "no server runs (suites whose models have a url)"
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def serving_table(results: Results) -> Table | Omitted:
     title = "Serving latency per arm"
     pairs = arm_pairs(results)
     if not pairs:
-        return Omitted(title, "no server runs (a suite whose models have a url)")
+        return Omitted(title, NO_SERVER_RUNS)
     cells, records = [], []
     for base, sd in pairs:
         for arm in (base, sd):

@@ -28,7 +28,7 @@ from specmoe.report.figures import (
     series_color,
 )
 from specmoe.report.results import Results, SdResult
-from specmoe.report.served import ServedArm, arm_pairs, ecdf, sd_cell_key
+from specmoe.report.served import NO_SERVER_RUNS, ServedArm, arm_pairs, ecdf, sd_cell_key
 from specmoe.report.slices import Slice, best_slice, group_by, label
 
 
@@ -46,7 +46,10 @@ def _concurrency_axis(ax, items: Sequence[SdResult]) -> None:
 
 def speedup_vs_concurrency(results: Results, varying: Sequence[str]) -> Outcome:
     title = "Throughput and speedup vs concurrency (server runs)"
-    chosen = best_slice(_served(results), x="concurrency", series=PAIR, min_x=2)
+    served = _served(results)
+    if not served:
+        return Omitted(title, NO_SERVER_RUNS)
+    chosen = best_slice(served, x="concurrency", series=PAIR, min_x=2)
     if chosen is None:
         return Omitted(title, "no server pair was run at two or more concurrencies")
     fig = new_figure(10, 4.0)
@@ -105,7 +108,9 @@ def latency_cdfs(results: Results, varying: Sequence[str]) -> Outcome:
     title = "TTFT and TPOT distributions per arm (server runs)"
     curves, chosen = latency_curves(results)
     if not curves or chosen is None:
-        return Omitted(title, "no server runs with per-request times")
+        return Omitted(
+            title, NO_SERVER_RUNS if not _served(results) else "no server run kept per-request times"
+        )
     pairs = list(dict.fromkeys(c.pair for c in curves))
     levels = sorted({c.concurrency for c in curves})
     fig = new_figure(10, 3.6 * len(pairs) + 0.6)
