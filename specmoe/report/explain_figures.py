@@ -83,6 +83,7 @@ class PositionSeries:
     label: str  # the target/draft pair
     gamma: int
     shares: tuple[float, ...]  # [γ]: share of sequence-rounds that accepted position j = 1..γ
+    oracle_p: float | None = None  # an oracle draft's dialed per-position probability
 
 
 def position_series(results: Results) -> tuple[list[PositionSeries], dict]:
@@ -98,7 +99,7 @@ def position_series(results: Results) -> tuple[list[PositionSeries], dict]:
     for gamma in sorted({r.config["gamma"] for r in chosen.items}):
         for group in group_by([r for r in chosen.items if r.config["gamma"] == gamma], PAIR):
             r: SdResult = group[0]
-            series.append(PositionSeries(label(r.config, PAIR), gamma, r.position_acceptance))
+            series.append(PositionSeries(label(r.config, PAIR), gamma, r.position_acceptance, r.oracle_p))
     return series, chosen.fixed
 
 
@@ -118,6 +119,10 @@ def acceptance_by_position(results: Results, varying: Sequence[str]) -> Outcome:
             positions = range(1, len(s.shares) + 1)
             color = series_color(pairs.index(s.label))
             ax.plot(positions, [100 * v for v in s.shares], marker="o", color=color, label=s.label)
+        for p in sorted({s.oracle_p for s in series if s.gamma == gamma and s.oracle_p is not None}):
+            # An oracle accepts each position independently with p: position j survives with p^j.
+            positions = np.arange(1, gamma + 1)
+            ax.plot(positions, 100 * p**positions, ":", color="0.3", label=f"p^j for oracle p={p:g}")
         ax.set_xticks(range(1, gamma + 1))
         ax.set_ylim(0, 100)
         ax.set_title(f"γ={gamma}")
@@ -131,7 +136,7 @@ def acceptance_by_position(results: Results, varying: Sequence[str]) -> Outcome:
         f"Share of sequence-rounds whose j-th draft token the target accepted, one panel per γ{at}. "
         "A round stops at its first rejection, so the share falls with j; how fast it falls says how "
         "far ahead the draft stays in step with the target. Its sum over j is the mean accepted "
-        "draft tokens per round."
+        "draft tokens per round. Oracle drafts come with p^j, what their dialed p gives."
     )
     return Drawn("acceptance_by_position", title, caption, fig)
 

@@ -129,6 +129,19 @@ def plot_speedup_per_pair(ax: Axes, items: Sequence[SdResult], x: str) -> None:
         )
 
 
+def place_legend(ax: Axes, inside: int = 4) -> None:
+    """The axes' legend inside at its best spot for a few entries; below the axes for more, where it
+    can hide no line (the figure grows by one row of entries per two)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if len(labels) <= inside:
+        ax.legend(loc="best")
+        return
+    fig = ax.get_figure()
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width, height + 0.2 * ((len(labels) + 1) // 2))
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, frameon=False)
+
+
 def integer_ticks(ax: Axes, values: Sequence[float]) -> None:
     """Ticks at exactly the measured settings (γ, batch sizes, prompt lengths)."""
     ticks = sorted(set(values))

@@ -147,7 +147,18 @@ def _panel(ax, grid: SpeedupGrid, norm: TwoSlopeNorm):
         for row, value in enumerate(r[col] for r in grid.speedup):
             if value is not None:
                 weight = "bold" if row == best else "normal"
-                ax.text(col, row, f"{value:.2f}×", ha="center", va="center", fontsize=8, fontweight=weight)
+                # White on the darkest blues and reds, black elsewhere: readable on every cell.
+                color = "white" if abs(float(norm(value)) - 0.5) > 0.32 else "black"
+                ax.text(
+                    col,
+                    row,
+                    f"{value:.2f}×",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                    fontweight=weight,
+                    color=color,
+                )
         if batch in grid.picks:
             row = grid.gammas.index(grid.picks[batch])
             frame = Rectangle(

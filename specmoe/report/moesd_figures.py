@@ -21,6 +21,7 @@ from specmoe.report.figures import (
     fixed_phrase,
     integer_ticks,
     new_figure,
+    place_legend,
     plot_intervals,
     plot_speedup_per_pair,
     series_color,
@@ -49,7 +50,7 @@ def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
     _batch_axis(ax, chosen.items)
     ax.axhline(1.0, **NO_SPEEDUP_STYLE)
     ax.set_ylabel(SPEEDUP_LABEL)
-    ax.legend(loc="best")
+    place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         f"Measured SD speedup per target across batch sizes{at}; MoESD predicts a "
@@ -122,7 +123,7 @@ def efficiency_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
     _batch_axis(ax, chosen.items)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("target efficiency T(B,1) ÷ T(B,γ+1)")
-    ax.legend(loc="best")
+    place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         "The baseline's mean target step over the SD arm's mean verify pass (MoESD's system factor)"
@@ -181,7 +182,7 @@ def oracle_speedup(results: Results, varying: Sequence[str]) -> Outcome:
     ax.set_xlim(0, 1)
     ax.set_xlabel("per-position acceptance probability α (the oracle's p)")
     ax.set_ylabel(SPEEDUP_LABEL)
-    ax.legend(loc="best")
+    place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         f"Measured speedup of oracle drafts{at}, beside "
@@ -275,7 +276,7 @@ def experts_vs_tokens(results: Results, varying: Sequence[str]) -> Outcome:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.set_xlabel("tokens in one forward, n = B·t")
     ax.set_ylabel("distinct experts per MoE layer (mean over layers)")
-    ax.legend(loc="best")
+    place_legend(ax)
     caption = (
         "Points: distinct experts the router selected per layer, from the profiler's untimed traced "
         "passes; lines: N(n) = E·(1 − (1 − K/E)^n), the balanced i.i.d. expectation."

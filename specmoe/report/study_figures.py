@@ -28,6 +28,7 @@ from specmoe.report.figures import (
     integer_ticks,
     model_drafts,
     new_figure,
+    place_legend,
     plot_intervals,
     plot_speedup_per_pair,
     series_color,
@@ -210,7 +211,7 @@ def acceptance_vs_gamma(results: Results, varying: Sequence[str]) -> Outcome:
     ax.set_ylim(0, 100)
     ax.set_xlabel("draft length γ (tokens drafted per round)")
     ax.set_ylabel("acceptance rate (accepted ÷ drafted, %)")
-    ax.legend(loc="best")
+    place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
     caption = f"Share of drafted tokens the target accepted, pooled over repeats{at}; the axis spans 0-100%."
     return Drawn("acceptance_vs_gamma", title, caption, fig)
@@ -268,7 +269,7 @@ def speedup_vs_gamma(results: Results, varying: Sequence[str]) -> Outcome:
     ax.axhline(1.0, **NO_SPEEDUP_STYLE)
     ax.set_xlabel("draft length γ (tokens drafted per round)")
     ax.set_ylabel(SPEEDUP_LABEL)
-    ax.legend(loc="best")
+    place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
     caption = f"SD speedup per target/draft pair{at}. Dashed line: no speedup. {CI_NOTE}"
     return Drawn("speedup_vs_gamma", title, caption, fig)
