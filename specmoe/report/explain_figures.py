@@ -127,7 +127,7 @@ def acceptance_by_position(results: Results, varying: Sequence[str]) -> Outcome:
         ax.set_ylim(0, 100)
         ax.set_title(f"γ={gamma}")
         ax.set_xlabel("draft position j")
-        ax.set_ylabel("sequence-rounds accepting position j (%)")
+        ax.set_ylabel("rounds accepting position j (%)")
         ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
     for ax in axes[len(gammas) :]:
         ax.set_visible(False)
