@@ -2,8 +2,9 @@
 
 Speedup, acceptance and target efficiency come from `specmoe.bench.summary.compare`, the same
 numbers `specmoe bench run` prints; this module adds what the views need beside them: tokens/s
-intervals per arm, parameter counts, the accepted-length histogram from the round traces, and the
-mean pass times that the analytic speedup curve takes.
+intervals per arm, parameter counts, the accepted-length histogram from the round traces, the
+mean pass times that the analytic speedup curve takes, the shares of decode time spent drafting,
+verifying and in overhead, and the acceptance at each draft position.
 """
 
 from __future__ import annotations
@@ -170,10 +171,12 @@ def step_times(base_rows: list[RunRow], sd_rows: list[RunRow], gamma: int) -> St
 
 def decode_time_shares(rows: list[RunRow]) -> dict[str, float] | None:
     """Draft / verify / overhead shares of the rows' summed decode time; None when any is unknown."""
-    parts = [known_sum(r.times[key] for r in rows) for key in ("draft_s", "verify_s", "overhead_s")]
-    if any(p is None for p in parts) or sum(parts) <= 0:  # type: ignore[arg-type]
+    draft, verify, overhead = (
+        known_sum(r.times[key] for r in rows) for key in ("draft_s", "verify_s", "overhead_s")
+    )
+    if draft is None or verify is None or overhead is None or draft + verify + overhead <= 0:
         return None
-    return time_shares_of(*parts)  # type: ignore[arg-type]
+    return time_shares_of(draft, verify, overhead)
 
 
 def position_counts(rows: list[RunRow]) -> tuple[list[int], int]:
