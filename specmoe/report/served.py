@@ -20,7 +20,7 @@ from specmoe.bench.store import RunRow
 from specmoe.bench.summary import cell_key
 from specmoe.report.figures import Omitted
 from specmoe.report.results import Results
-from specmoe.report.slices import AXES, axis_value, format_axis
+from specmoe.report.slices import AXES, axis_value, format_axis, varying_axes
 from specmoe.report.tables import Table
 
 PERCENTILES = (50, 90, 99)
@@ -97,6 +97,8 @@ def serving_table(results: Results) -> Table | Omitted:
     pairs = arm_pairs(results)
     if not pairs:
         return Omitted(title, NO_SERVER_RUNS)
+    # Setting columns on the page for the axes that vary among the served runs, as in the other tables.
+    shown = [a for a in varying_axes(sd.config for _, sd in pairs) if a in _SETTINGS]
     cells, records = [], []
     for base, sd in pairs:
         for arm in (base, sd):
@@ -106,6 +108,7 @@ def serving_table(results: Results) -> Table | Omitted:
                 (
                     format_axis("target", axis_value(config, "target")),
                     str(config.get("draft")),
+                    *(format_axis(a, axis_value(config, a)) or "–" for a in shown),
                     "SD" if arm.arm == "sd" else "baseline",
                     str(arm.config.get("concurrency")),
                     str(len(arm.ttft_s)),
@@ -129,6 +132,7 @@ def serving_table(results: Results) -> Table | Omitted:
     columns = (
         "target",
         "draft server",
+        *shown,
         "arm",
         "concurrency",
         "requests",

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
 
 from specmoe.report.figures import (
     CI_NOTE,
@@ -126,7 +127,8 @@ def latency_cdfs(results: Results, varying: Sequence[str]) -> Outcome:
             tpot_ax.step(1000 * c.tpot[0], c.tpot[1], where="post", **style)
         ttft_ax.set_xlabel("time to first token (ms)")
         tpot_ax.set_xlabel("time per output token after the first (ms)")
-        for ax in (ttft_ax, tpot_ax):
+        for ax, values in ((ttft_ax, [c.ttft[0] for c in curves]), (tpot_ax, [c.tpot[0] for c in curves])):
+            _latency_axis(ax, np.concatenate(values))
             ax.set_ylim(0, 1.02)
             ax.set_ylabel("share of requests at or below")
             ax.set_title(pair)
@@ -140,9 +142,18 @@ def latency_cdfs(results: Results, varying: Sequence[str]) -> Outcome:
     caption = (
         f"Empirical CDFs over every request of each arm{at}: dashed the plain server, solid the SD "
         "server, one colour per concurrency. A curve further left is faster; the spread between the "
-        "median (0.5) and the top shows the tail the percentiles in the serving table report."
+        "median (0.5) and the top shows the tail the percentiles in the serving table report. The time "
+        "axis is logarithmic where latencies span 20× or more."
     )
     return Drawn("latency_cdf", title, caption, fig)
+
+
+def _latency_axis(ax, seconds: np.ndarray) -> None:
+    """A log x axis when latencies span 20× or more: queueing tails would squash the rest."""
+    positive = seconds[seconds > 0]
+    if positive.size and positive.max() / positive.min() >= 20:
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
 
 
 SERVING_FIGURES = (speedup_vs_concurrency, latency_cdfs)
