@@ -93,26 +93,45 @@ def decode_tokens_per_s(emitted: int, decode_s: float) -> float:
 
 def acceptance_by_position(result: DecodeResult) -> list[float]:
     """Fraction of sequence-rounds whose j-th proposal (1-based j = index + 1) was accepted."""
-    gamma = result.gamma
-    counts = [0] * gamma
+    counts = [0] * result.gamma
     rounds = 0
     for record in result.rounds:
         rounds += len(record.rows)
         for accepted in record.accepted:
             for j in range(accepted):
                 counts[j] += 1
-    return [c / rounds for c in counts] if rounds else []
+    return position_acceptance(counts, rounds)
+
+
+def position_acceptance(accepted_by_position: Sequence[int], rounds: int) -> list[float]:
+    """Share of sequence-rounds whose j-th proposal was accepted, from the raw counts.
+
+    `accepted_by_position[j - 1]` counts the sequence-rounds that accepted their j-th proposal (a
+    round stops at its first rejection, so the shares never rise with j); `rounds` counts every
+    sequence-round. Empty when no round was run.
+    """
+    return [c / rounds for c in accepted_by_position] if rounds else []
 
 
 def time_shares(result: DecodeResult) -> dict[str, float]:
     """Shares of decode wall time spent drafting, verifying, and in host overhead."""
-    draft = sum(r.draft_s for r in result.rounds)
-    verify = sum(r.verify_s for r in result.rounds)
-    overhead = sum(r.overhead_s for r in result.rounds)
-    total = draft + verify + overhead
+    return time_shares_of(
+        sum(r.draft_s for r in result.rounds),
+        sum(r.verify_s for r in result.rounds),
+        sum(r.overhead_s for r in result.rounds),
+    )
+
+
+def time_shares_of(draft_s: float, verify_s: float, overhead_s: float) -> dict[str, float]:
+    """Shares of draft, verify and host-overhead seconds in their sum (all zero when it is zero).
+
+    The decode time of an SD run is exactly these three parts (`engine.records.RoundRecord`), so the
+    shares of stored `times` (summed over runs) are the shares of decode time.
+    """
+    total = draft_s + verify_s + overhead_s
     if total <= 0:
         return {"draft": 0.0, "verify": 0.0, "overhead": 0.0}
-    return {"draft": draft / total, "verify": verify / total, "overhead": overhead / total}
+    return {"draft": draft_s / total, "verify": verify_s / total, "overhead": overhead_s / total}
 
 
 def invariant_violations(result: DecodeResult) -> list[str]:

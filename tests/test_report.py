@@ -28,6 +28,9 @@ DRAWN = (
     "efficiency_vs_batch",
     "oracle_speedup",
     "accepted_length",
+    "time_split",
+    "acceptance_by_position",
+    "gamma_batch_speedup",
 )
 TABLES = ("baseline_throughput", "sd_results", "draft_comparison")
 MAX_NEW = 24
@@ -225,6 +228,9 @@ def test_views_without_data_are_listed_not_drawn(report):
     _, html, _, _ = report
     missing = html.split('<section id="not-available">')[1]
     assert "Activated experts vs tokens" in missing
+    assert "Serving latency per arm</b>: no server runs" in missing
+    serving = html.split('<section id="serving">')[1].split("</section>")[0]
+    assert "No figure of this kind has data in this result set." in serving
     assert "Left out for lack of parameter counts: hf-local" in html
 
 

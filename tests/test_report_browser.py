@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 from test_report import build_store, study_specs  # tests/ is on sys.path under pytest's default import mode
+from test_report_explain import served_rows
 
+from specmoe.bench.store import Store
 from specmoe.report import write_report
 
 PROBE = """<script>
@@ -102,6 +104,19 @@ def test_report_loads_cleanly_in_chromium(report, tmp_path):
     assert seen["images"], "the report shows no image"
     assert [i["src"] for i in seen["images"] if i["width"] <= 0] == []
     assert seen["audit"]
+
+
+def test_serving_report_loads_cleanly_in_chromium(tmp_path):
+    chromium()
+    with Store(tmp_path / "served.sqlite") as store:
+        for row in served_rows():
+            store.add(row)
+    report = write_report(tmp_path / "served.sqlite", tmp_path / "out")
+    seen = probe_page(report, tmp_path)
+    assert seen["problems"] == []
+    sources = [i["src"] for i in seen["images"]]
+    assert {"figures/speedup_vs_concurrency.png", "figures/latency_cdf.png"} <= set(sources)
+    assert [i["src"] for i in seen["images"] if i["width"] <= 0] == []
 
 
 def test_probe_catches_a_broken_image_and_console_errors(report, tmp_path):

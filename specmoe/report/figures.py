@@ -129,10 +129,34 @@ def plot_speedup_per_pair(ax: Axes, items: Sequence[SdResult], x: str) -> None:
         )
 
 
+def place_legend(ax: Axes, inside: int = 4) -> None:
+    """The axes' legend inside at its best spot for a few entries; below the axes for more, where it
+    can hide no line (the figure grows by one row of entries per two)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if len(labels) <= inside:
+        ax.legend(loc="best")
+        return
+    fig = ax.get_figure()
+    width, height = fig.get_size_inches()
+    fig.set_size_inches(width, height + 0.2 * ((len(labels) + 1) // 2))
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, frameon=False)
+
+
 def integer_ticks(ax: Axes, values: Sequence[float]) -> None:
     """Ticks at exactly the measured settings (γ, batch sizes, prompt lengths)."""
     ticks = sorted(set(values))
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+
+
+def count_label(count: float) -> str:
+    """A parameter or token count as people write it: 6580 -> "6.6K", 831e6 -> "831M", 12 -> "12"."""
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(count) >= scale:
+            value = count / scale
+            # Two significant digits below 10 ("6.6K"), whole numbers above ("831M", "76M").
+            text = f"{value:.1f}" if value < 9.95 else f"{value:.0f}"
+            return text.removesuffix(".0") + suffix
+    return f"{count:g}"
 
 
 def save_figure(drawn: Drawn, folder: Path) -> tuple[Path, Path]:

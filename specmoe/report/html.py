@@ -37,8 +37,10 @@ class Page:
     suites: tuple[str, ...]
     shared_settings: str
     study: tuple[FigureEntry, ...]
+    explain: tuple[FigureEntry, ...]  # time split, acceptance by position, γ × B grid
     tables: tuple[TableEntry, ...]
     moesd: tuple[FigureEntry, ...]
+    serving: tuple[FigureEntry, ...]
     failed: tuple[FailedRun, ...]
     environments: tuple[Environment, ...]
     omitted: tuple[Omitted, ...]
@@ -67,8 +69,10 @@ def render(page: Page) -> str:
     sections = [
         _header(page),
         _figures_section("study", "Views of the empirical study", page.study),
+        _figures_section("explain", "Why the speedup is what it is", page.explain),
         _tables_section(page.tables),
         _figures_section("moesd", "MoESD views", page.moesd),
+        _figures_section("serving", "Serving views", page.serving),
         _audit_section(page.failed, page.runs),
         _environment_section(page.environments),
         _omitted_section(page.omitted),
@@ -94,7 +98,9 @@ def _header(page: Page) -> str:
         f'<p class="meta">Results store <code>{escape(page.source)}</code>: {page.runs} runs from '
         f"suite{'s' if len(page.suites) != 1 else ''} {escape(', '.join(page.suites))}; {audit}.</p>\n"
         f"{shared}\n"
-        '<nav><a href="#study">Study views</a><a href="#tables">Tables</a><a href="#moesd">MoESD views</a>'
+        '<nav><a href="#study">Study views</a><a href="#explain">Why this speedup</a>'
+        '<a href="#tables">Tables</a>'
+        '<a href="#moesd">MoESD views</a><a href="#serving">Serving views</a>'
         '<a href="#audit">Audit</a><a href="#environment">Environment</a>'
         '<a href="#not-available">Not available</a></nav>'
     )

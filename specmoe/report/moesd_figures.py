@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
 
 import numpy as np
 from matplotlib.ticker import FuncFormatter
 
-from specmoe.bench.suite import parse_oracle
 from specmoe.report.figures import (
     CI_NOTE,
     NO_SPEEDUP_STYLE,
@@ -23,13 +21,15 @@ from specmoe.report.figures import (
     fixed_phrase,
     integer_ticks,
     new_figure,
+    place_legend,
     plot_intervals,
     plot_speedup_per_pair,
     series_color,
 )
+from specmoe.report.modelled import modelled_pair, pair_alpha
 from specmoe.report.results import Results, SdResult, StepTimes
 from specmoe.report.slices import Slice, best_slice, group_by, label
-from specmoe.theory import expected_active_experts, per_token_alpha, sd_speedup
+from specmoe.theory import expected_active_experts, sd_speedup
 
 
 def _batch_slice(results: Results) -> Slice[SdResult] | None:
@@ -50,7 +50,7 @@ def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
     _batch_axis(ax, chosen.items)
     ax.axhline(1.0, **NO_SPEEDUP_STYLE)
     ax.set_ylabel(SPEEDUP_LABEL)
-    ax.legend(loc="best")
+    place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         f"Measured SD speedup per target across batch sizes{at}; MoESD predicts a "
@@ -66,37 +66,31 @@ def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
 
 def _model_curves(ax, items: Sequence[SdResult], fits) -> bool:
     """Dotted model curves for pairs whose target (and model draft) have fits; True if any drawn."""
-    from specmoe.perf.predict import draft_step_s, with_top_k
+    from specmoe.perf.predict import draft_step_s
 
-    by_name = {(name, dtype): times for name, dtype, times in fits}
     drawn = False
     for index, group in enumerate(group_by(items, PAIR)):
         config = group[0].config
-        target = by_name.get((config["target"], config["dtype"]))
-        top_k = config.get("moe_top_k")
-        if target is not None and top_k and target.shape.num_experts and top_k != target.shape.top_k:
-            # The sparsity what-if: the fitted constants with only K changed (docs/perf-model.md).
-            target = replace(target, shape=with_top_k(target.shape, top_k, "report"))
-        draft_name = config["draft"]
-        free = draft_name.startswith("ngram")
-        dialed = parse_oracle(draft_name)
-        # An oracle pays its cost model's forwards and accepts with its dialed per-token probability.
-        cost_model = config.get("oracle_cost") if dialed is not None else draft_name
-        draft = None if free else by_name.get((cost_model, config["dtype"]))
-        if target is None or (draft is None and not free):
+        pair = modelled_pair(config, fits)
+        if pair is None:
             continue
         gamma = config["gamma"]
-        rate = sum(r.acceptance_rate for r in group) / len(group)
-        alpha = min(dialed if dialed is not None else per_token_alpha(rate, gamma), 0.999)
+        alpha = pair_alpha(group)
         batches = sorted(r.config["batch_size"] for r in group)
         grid = np.unique(np.geomspace(batches[0], batches[-1], 32).round()).astype(int)
         speedups = [
             sd_speedup(
-                alpha, gamma, target.time(b, 1), target.time(b, gamma + 1), draft_step_s(draft, b, gamma)
+                alpha,
+                gamma,
+                pair.target.time(b, 1),
+                pair.target.time(b, gamma + 1),
+                draft_step_s(pair.draft, b, gamma),
             )
             for b in grid
         ]
-        ax.plot(grid, speedups, ":", color=series_color(index), linewidth=1.5, label=f"model, α={alpha:.2f}")
+        # The legend names the series the curve models: several pairs share one α.
+        name = f"{label(config, PAIR)}, model (α={alpha:.2f})"
+        ax.plot(grid, speedups, ":", color=series_color(index), linewidth=1.5, label=name)
         drawn = True
     return drawn
 
@@ -129,7 +123,7 @@ def efficiency_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
     _batch_axis(ax, chosen.items)
     ax.set_ylim(bottom=0)
     ax.set_ylabel("target efficiency T(B,1) ÷ T(B,γ+1)")
-    ax.legend(loc="best")
+    place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         "The baseline's mean target step over the SD arm's mean verify pass (MoESD's system factor)"
@@ -188,7 +182,7 @@ def oracle_speedup(results: Results, varying: Sequence[str]) -> Outcome:
     ax.set_xlim(0, 1)
     ax.set_xlabel("per-position acceptance probability α (the oracle's p)")
     ax.set_ylabel(SPEEDUP_LABEL)
-    ax.legend(loc="best")
+    place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         f"Measured speedup of oracle drafts{at}, beside "
@@ -282,7 +276,7 @@ def experts_vs_tokens(results: Results, varying: Sequence[str]) -> Outcome:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     ax.set_xlabel("tokens in one forward, n = B·t")
     ax.set_ylabel("distinct experts per MoE layer (mean over layers)")
-    ax.legend(loc="best")
+    place_legend(ax)
     caption = (
         "Points: distinct experts the router selected per layer, from the profiler's untimed traced "
         "passes; lines: N(n) = E·(1 − (1 − K/E)^n), the balanced i.i.d. expectation."

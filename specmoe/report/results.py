@@ -2,8 +2,9 @@
 
 Speedup, acceptance and target efficiency come from `specmoe.bench.summary.compare`, the same
 numbers `specmoe bench run` prints; this module adds what the views need beside them: tokens/s
-intervals per arm, parameter counts, the accepted-length histogram from the round traces, and the
-mean pass times that the analytic speedup curve takes.
+intervals per arm, parameter counts, the accepted-length histogram from the round traces, the
+mean pass times that the analytic speedup curve takes, the shares of decode time spent drafting,
+verifying and in overhead, and the acceptance at each draft position.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import parse_oracle
 from specmoe.bench.summary import Comparison, cell_key, compare, known_sum
-from specmoe.metrics import mean_accepted_length
+from specmoe.metrics import mean_accepted_length, position_acceptance, time_shares_of
 from specmoe.report.intervals import Interval, mean_interval
 from specmoe.report.sizes import ModelSize, is_moe_target, target_size
 
@@ -60,6 +61,12 @@ class SdResult:
     moe: bool
     accepted_counts: tuple[int, ...]  # sequence-rounds that accepted 0, 1, ..., γ proposals
     step_times: StepTimes | None  # None when a count it divides by is zero
+    # Shares of decode time (`metrics.time_shares_of`) over every run: "draft", "verify", "overhead";
+    # None for server runs, whose per-round times only the server could measure.
+    time_shares: dict[str, float] | None = None
+    # [γ]: share of sequence-rounds whose j-th proposal was accepted (`metrics.position_acceptance`);
+    # empty when the runs kept no per-position counts.
+    position_acceptance: tuple[float, ...] = ()
 
     @property
     def oracle_p(self) -> float | None:
@@ -123,6 +130,8 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
         moe=is_moe_target(config),
         accepted_counts=accepted_histogram(sd_rows, int(config.get("gamma") or 0)),
         step_times=step_times(base_rows, sd_rows, int(config.get("gamma") or 0)),
+        time_shares=decode_time_shares(sd_rows),
+        position_acceptance=tuple(position_acceptance(*position_counts(sd_rows))),
     )
 
 
@@ -158,3 +167,43 @@ def step_times(base_rows: list[RunRow], sd_rows: list[RunRow], gamma: int) -> St
         return None
     draft_step = sum(r.times["draft_s"] for r in sd_rows) / (sd_forwards * gamma)
     return StepTimes(target_step_s=target_step, verify_s=verify, draft_step_s=draft_step)
+
+
+def decode_time_shares(rows: list[RunRow]) -> dict[str, float] | None:
+    """Draft / verify / overhead shares of the rows' summed decode time; None when any is unknown."""
+    draft, verify, overhead = (
+        known_sum(r.times[key] for r in rows) for key in ("draft_s", "verify_s", "overhead_s")
+    )
+    if draft is None or verify is None or overhead is None or draft + verify + overhead <= 0:
+        return None
+    return time_shares_of(draft, verify, overhead)
+
+
+def position_counts(rows: list[RunRow]) -> tuple[list[int], int]:
+    """(sequence-rounds that accepted their j-th proposal, for j = 1..γ; all sequence-rounds).
+
+    From the per-prompt records when every row kept them (schema 2), else from the round traces
+    (a sequence-round that accepted k proposals accepted positions 1..k), else from the counters a
+    server reports (vLLM's accepted tokens per position and drafts). ([], 0) when none has them.
+    """
+    if rows and all(r.prompts for r in rows):
+        records = [p for r in rows for p in r.prompts]
+        return _summed([p["accepted_by_position"] for p in records]), sum(p["rounds"] for p in records)
+    gamma = int(rows[0].config.get("gamma") or 0) if rows else 0
+    histogram = accepted_histogram(rows, gamma)
+    if histogram:
+        tail = [sum(histogram[j:]) for j in range(1, len(histogram))]
+        return tail, sum(histogram)
+    counters = [t["counters"] for r in rows for t in r.rounds_trace if t.get("kind") == "server"]
+    if counters and all(c.get("accepted_by_position") and c.get("rounds") for c in counters):
+        return _summed([c["accepted_by_position"] for c in counters]), sum(c["rounds"] for c in counters)
+    return [], 0
+
+
+def _summed(lists: list[list[int]]) -> list[int]:
+    """Element-wise sum of count lists of possibly different lengths."""
+    total = [0] * max((len(x) for x in lists), default=0)
+    for counts in lists:
+        for j, c in enumerate(counts):
+            total[j] += c
+    return total

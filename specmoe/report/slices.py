@@ -17,7 +17,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-# The axes of a suite grid (specmoe.bench.suite), moe_top_k folded into "target".
+# The axes of a suite grid (specmoe.bench.suite), moe_top_k folded into "target". Concurrency is
+# the requests in flight of a server run (None for local runs, which have batch_size instead).
 AXES = (
     "target",
     "draft",
@@ -25,6 +26,7 @@ AXES = (
     "prompt_set",
     "prompt_length",
     "batch_size",
+    "concurrency",
     "temperature",
     "max_new_tokens",
     "dtype",
@@ -130,6 +132,7 @@ _FORMATS: dict[str, Callable[[Any], str]] = {
     "prompt_set": _prompt_set,
     "prompt_length": _prompt_length,
     "batch_size": lambda v: f"B={v}",
+    "concurrency": lambda v: "" if v is None else f"concurrency {v}",
     "temperature": lambda v: f"temperature {v}",
     "max_new_tokens": lambda v: f"{v} new tokens",
     "dtype": str,

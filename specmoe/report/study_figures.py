@@ -21,12 +21,14 @@ from specmoe.report.figures import (
     Drawn,
     Omitted,
     Outcome,
+    count_label,
     error_bars,
     family_color,
     fixed_phrase,
     integer_ticks,
     model_drafts,
     new_figure,
+    place_legend,
     plot_intervals,
     plot_speedup_per_pair,
     series_color,
@@ -67,7 +69,8 @@ def speedup_vs_active_params(results: Results, varying: Sequence[str]) -> Outcom
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         f"SD speedup against the target's active parameter count{at}. "
-        f"Stars mark MoE targets; labels give total parameters ({unit}). Dashed line: no speedup. {CI_NOTE}"
+        f"Stars mark MoE targets; labels give total and active parameters (K, M, B: thousands, millions, "
+        f"billions). Dashed line: no speedup. {CI_NOTE}"
     )
     if unsized:
         caption += f" Left out for lack of parameter counts: {', '.join(unsized)}."
@@ -82,9 +85,8 @@ def _param_points(ax: Axes, items: Sequence[SdResult], scale: float) -> list[Lin
         draft = group[0].config["draft"]
         handles.append(Line2D([], [], color=color, marker="s", linestyle="", label=f"draft {draft}"))
         for r in group:
-            x = r.size.active_params / scale
             ax.errorbar(
-                [x],
+                [r.size.active_params / scale],
                 [r.speedup.value],
                 yerr=error_bars([r.speedup]),
                 color=color,
@@ -92,13 +94,59 @@ def _param_points(ax: Axes, items: Sequence[SdResult], scale: float) -> list[Lin
                 marker="*" if r.moe else "o",
                 markersize=13 if r.moe else 7,
             )
-            note = f"{label(r.config, ['target'])}, {r.size.total_params / scale:.3g} total"
-            ax.annotate(note, (x, r.speedup.value), xytext=(6, 6), textcoords="offset points", fontsize=7)
+    _label_targets(ax, items, scale)
     return [
         *handles,
         Line2D([], [], color="black", marker="*", markersize=11, linestyle="", label="MoE target"),
         Line2D([], [], color="black", marker="o", linestyle="", label="dense target"),
     ]
+
+
+def _label_targets(ax: Axes, items: Sequence[SdResult], scale: float) -> None:
+    """One label per target, beside its highest point (its drafts share its x), never on another."""
+    anchors = []
+    for group in group_by(items, ["target"]):
+        top = max(group, key=lambda r: r.speedup.value)
+        size = top.size
+        text = f"{label(top.config, ['target'])}: {count_label(size.total_params)} total / "
+        text += f"{count_label(size.active_params)} active"
+        anchors.append((size.active_params / scale, top.speedup.value, text))
+    xs, ys = [a[0] for a in anchors], [a[1] for a in anchors]
+    spans = (max(xs) - min(xs) or 1.0, max(ys) - min(ys) or 1.0)
+    middle = (max(xs) + min(xs)) / 2
+    offsets = label_offsets(list(zip(xs, ys, strict=True)), spans)
+    for (x, y, text), (dx, dy) in zip(anchors, offsets, strict=True):
+        # Labels of points in the right half run leftwards, so none leaves the axes.
+        right = len(anchors) > 1 and x > middle
+        ax.annotate(
+            text,
+            (x, y),
+            xytext=(-dx if right else dx, dy),
+            textcoords="offset points",
+            ha="right" if right else "left",
+            fontsize=7,
+        )
+
+
+# Label offsets in points: above right first, then below right, then further above and below.
+_OFFSETS = ((6, 6), (6, -12), (6, 18), (6, -24))
+
+
+def label_offsets(points: Sequence[tuple[float, float]], spans: tuple[float, float]) -> list[tuple[int, int]]:
+    """An offset per point so that labels of nearby points (within 15% of the x span and 8% of the y
+    span) take different slots; points are visited in order, each taking the first free slot."""
+    taken: list[tuple[float, float, int]] = []
+    offsets = []
+    for x, y in points:
+        near = {
+            slot
+            for tx, ty, slot in taken
+            if abs(tx - x) <= 0.15 * spans[0] and abs(ty - y) <= 0.08 * spans[1]
+        }
+        slot = next((i for i in range(len(_OFFSETS)) if i not in near), len(taken) % len(_OFFSETS))
+        taken.append((x, y, slot))
+        offsets.append(_OFFSETS[slot])
+    return offsets
 
 
 def throughput_bars(results: Results, varying: Sequence[str]) -> Outcome:
@@ -159,12 +207,13 @@ def acceptance_vs_gamma(results: Results, varying: Sequence[str]) -> Outcome:
             label=label(group[0].config, PAIR),
         )
     integer_ticks(ax, [r.config["gamma"] for r in chosen.items])
-    ax.set_ylim(bottom=0)
+    # The whole range: an autoscaled axis turns a 0.1-point wobble near zero into a swing.
+    ax.set_ylim(0, 100)
     ax.set_xlabel("draft length γ (tokens drafted per round)")
     ax.set_ylabel("acceptance rate (accepted ÷ drafted, %)")
-    ax.legend(loc="best")
+    place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
-    caption = f"Share of drafted tokens the target accepted, pooled over repeats{at}."
+    caption = f"Share of drafted tokens the target accepted, pooled over repeats{at}; the axis spans 0-100%."
     return Drawn("acceptance_vs_gamma", title, caption, fig)
 
 
@@ -220,7 +269,7 @@ def speedup_vs_gamma(results: Results, varying: Sequence[str]) -> Outcome:
     ax.axhline(1.0, **NO_SPEEDUP_STYLE)
     ax.set_xlabel("draft length γ (tokens drafted per round)")
     ax.set_ylabel(SPEEDUP_LABEL)
-    ax.legend(loc="best")
+    place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
     caption = f"SD speedup per target/draft pair{at}. Dashed line: no speedup. {CI_NOTE}"
     return Drawn("speedup_vs_gamma", title, caption, fig)

@@ -7,6 +7,7 @@ CSV file, and `cells`, formatted strings with units, for the HTML page.
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,7 +133,7 @@ def sd_table(results: Results) -> Table | Omitted:
                 r.speedup.format(2, "×"),
                 f"{r.acceptance_rate:.1%}",
                 _optional(r.mean_accepted_length),
-                f"{r.target_efficiency:.2f}",
+                _optional(r.target_efficiency),
                 "pass" if not r.audit_failures else f"{r.audit_failures} failed",
             )
         )
@@ -177,7 +178,8 @@ def sd_table(results: Results) -> Table | Omitted:
 
 
 def _optional(value: float | None) -> str:
-    return "–" if value is None else f"{value:.2f}"
+    """Two decimals, or "–" for a value that is unknown (None, or nan for a server run's efficiency)."""
+    return "–" if value is None or math.isnan(value) else f"{value:.2f}"
 
 
 def draft_table(results: Results) -> Table | Omitted:

@@ -21,11 +21,15 @@ import matplotlib
 
 from specmoe.bench.store import Store
 from specmoe.errors import SpecmoeError
+from specmoe.report.explain_figures import EXPLAIN_FIGURES
 from specmoe.report.figures import RC_PARAMS, Drawn, Omitted, Outcome, save_figure
+from specmoe.report.gamma_batch import gamma_batch_heatmap
 from specmoe.report.html import FigureEntry, Page, TableEntry, render
 from specmoe.report.moesd_figures import MOESD_FIGURES
 from specmoe.report.results import Results, collect
 from specmoe.report.runinfo import environments, failed_runs, shared_settings, suites
+from specmoe.report.served import serving_table
+from specmoe.report.serving_figures import SERVING_FIGURES
 from specmoe.report.slices import varying_axes
 from specmoe.report.study_figures import STUDY_FIGURES
 from specmoe.report.tables import TABLES, write_csv
@@ -39,7 +43,8 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
     """Render the store at `db` into the folder `out` (created if needed); returns report.html's path.
 
     `profiles` are `specmoe profile` outputs; MoE ones add the activated-experts view. `fits` are
-    `specmoe model fit` outputs; a target's fit (and its draft's) add model curves to speedup vs batch.
+    `specmoe model fit` outputs; a target's fit (and its draft's) add model curves to speedup vs batch
+    and the performance model's pick of γ to the γ × batch-size heatmap.
     """
     db, out = Path(db), Path(out)
     if not db.is_file():
@@ -62,9 +67,11 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
     omitted: list[Omitted] = []
     with matplotlib.rc_context(RC_PARAMS):
         study = _draw(STUDY_FIGURES, results, out, omitted)
+        explain = _draw((*EXPLAIN_FIGURES, gamma_batch_heatmap), results, out, omitted)
         moesd = _draw(MOESD_FIGURES, results, out, omitted)
+        serving = _draw(SERVING_FIGURES, results, out, omitted)
     tables = []
-    for build in TABLES:
+    for build in (*TABLES, serving_table):
         table = build(results)
         if isinstance(table, Omitted):
             omitted.append(table)
@@ -76,8 +83,10 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
         suites=tuple(suites(rows)),
         shared_settings=shared_settings(rows),
         study=study,
+        explain=explain,
         tables=tuple(tables),
         moesd=moesd,
+        serving=serving,
         failed=tuple(failed_runs(rows)),
         environments=tuple(environments(rows)),
         omitted=tuple(omitted),
