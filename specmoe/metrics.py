@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from specmoe.engine.records import DecodeResult
 from specmoe.stats import Estimate, ratio_of_means
 
@@ -226,6 +228,20 @@ def request_tokens_per_s(output_tokens: int, sent_s: float, last_s: float | None
     if last_s is None or last_s <= sent_s:
         return None
     return output_tokens / (last_s - sent_s)
+
+
+LATENCY_PERCENTILES = (50, 90, 99)  # what vLLM's and SGLang's serving benchmarks print
+
+
+def latency_percentiles(
+    values: Sequence[float], points: Sequence[float] = LATENCY_PERCENTILES
+) -> dict[str, float]:
+    """{"p50": ..., "p90": ..., "p99": ...} of per-request latencies (numpy's linear interpolation,
+    as those benchmarks compute them); {} when there is no value."""
+    if len(values) == 0:
+        return {}
+    found = np.percentile(np.asarray(values, dtype=float), list(points))  # [len(points)]
+    return {f"p{p:g}": float(v) for p, v in zip(points, found, strict=True)}
 
 
 def served_run_times(

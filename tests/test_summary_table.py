@@ -11,7 +11,7 @@ import json
 import pytest
 
 from specmoe.bench import cli as bench_cli
-from specmoe.bench.latency import percentiles, served_latency
+from specmoe.bench.latency import served_latency
 from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, RunRow, Store
 from specmoe.bench.summary_table import (
     BY_CHOICES,
@@ -25,6 +25,7 @@ from specmoe.bench.summary_table import (
 )
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
+from specmoe.metrics import latency_percentiles as percentiles
 from specmoe.stats import Estimate, ratio_of_means
 
 BASE = {

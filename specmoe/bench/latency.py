@@ -11,14 +11,11 @@ count is shown beside it (as vLLM's and SGLang's serving benchmarks print percen
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
-import numpy as np
-
 from specmoe.bench.store import RunRow
-
-PERCENTILES = (50, 90, 99)
+from specmoe.metrics import latency_percentiles
 
 
 @dataclass(frozen=True)
@@ -31,14 +28,6 @@ class Latency:
     ttft_s: dict[str, float]  # "p50", "p90", "p99" -> seconds; empty without requests
     tpot_s: dict[str, float]  # the same over requests of 2 or more tokens
     tpot_requests: int
-
-
-def percentiles(values: Sequence[float], points: Iterable[int] = PERCENTILES) -> dict[str, float]:
-    """{"p50": ..., "p90": ..., "p99": ...} of the values (linear interpolation); {} when empty."""
-    data = np.asarray(values, dtype=float)  # [n]
-    if data.size == 0:
-        return {}
-    return {f"p{p}": float(np.percentile(data, p)) for p in points}
 
 
 def request_records(row: RunRow) -> list[dict]:
@@ -66,8 +55,8 @@ def served_latency(rows: Iterable[RunRow], key: Callable[[RunRow], Hashable] = c
                 cell_rows[0].config,
                 len(cell_rows),
                 len(ttft),
-                percentiles(ttft),
-                percentiles(tpot),
+                latency_percentiles(ttft),
+                latency_percentiles(tpot),
                 len(tpot),
             )
         )

@@ -16,14 +16,16 @@ from typing import Any
 
 import numpy as np
 
+from specmoe.bench.latency import request_records
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import cell_key
+from specmoe.metrics import LATENCY_PERCENTILES, latency_percentiles
 from specmoe.report.figures import Omitted
 from specmoe.report.results import Results
 from specmoe.report.slices import AXES, axis_value, format_axis, varying_axes
 from specmoe.report.tables import Table
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = LATENCY_PERCENTILES
 NO_SERVER_RUNS = "no server runs (suites whose models have a url)"
 
 
@@ -46,7 +48,7 @@ def served_arms(rows: Iterable[RunRow]) -> dict[str, ServedArm]:
 
 
 def _arm(rows: list[RunRow]) -> ServedArm:
-    requests = [t for row in rows for t in row.rounds_trace if t.get("kind") == "request"]
+    requests = [t for row in rows for t in request_records(row)]
     return ServedArm(
         config=rows[0].config,
         arm=rows[0].arm,
@@ -63,10 +65,9 @@ def ecdf(values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def percentiles(values: Sequence[float], qs: Sequence[float] = PERCENTILES) -> tuple[float | None, ...]:
-    """The qs-th percentiles (numpy's linear method); None for each when there is no value."""
-    if not values:
-        return tuple(None for _ in qs)
-    return tuple(float(v) for v in np.percentile(np.asarray(values, dtype=float), qs))
+    """`metrics.latency_percentiles` as a tuple in the order of qs; None for each without values."""
+    found = latency_percentiles(values, qs)
+    return tuple(found.get(f"p{q:g}") for q in qs)
 
 
 def sd_cell_key(config: dict[str, Any]) -> str:
