@@ -1,0 +1,15 @@
+"""The audit's verdict on a run measured inside a test, its timing checks set aside.
+
+The audit also compares a run's speedup with bounds from its acceptance and its own timings; on a
+loaded machine one disturbed baseline can push an honest speedup past them. Tests assert no timing,
+so they accept a run whose only problems are those speedup bounds, and nothing else.
+"""
+
+from __future__ import annotations
+
+
+def counts_pass(row) -> bool:
+    """True when the run passed, or failed only on a timing bound ("speedup ... exceeds ...")."""
+    if row.audit_verdict == "pass":
+        return True
+    return all(problem.startswith("speedup ") for problem in row.audit_reason.split("; "))
