@@ -109,7 +109,7 @@ ENGINE_PROFILES = (
         for model, tokens in (("draft-xs", _DRAFT_TOKENS), ("dense-s", _STUDY_TOKENS), ("moe", _STUDY_TOKENS))
     ),
 )
-LLAMACPP_THREADS = 1  # see `study_on_llamacpp`
+LLAMACPP_THREADS = 1  # see `study_on_llamacpp`; profiles run one thread on every engine
 
 # The cpu pass measures every prompt of a set as a paired unit (`prompts = 10`: the sets' 9-10
 # prompts, the 9-prompt reasoning set topped up with one numbered copy), and trims the grid instead:

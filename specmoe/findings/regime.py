@@ -41,9 +41,10 @@ def step_over_floor(profile: dict, hardware: dict) -> float | None:
     return point["median_s"] / floor_s
 
 
-def bandwidth_regime(out: Path, model: str = "moe") -> Regime:
-    """Whether the target's decode step is bandwidth-bound here (out/profiles, out/hw.json)."""
-    profiles = sorted((out / "profiles").glob(f"{model}-*.json"))
+def bandwidth_regime(out: Path, model: str = "moe", folder: str = "profiles", weights: str = "*") -> Regime:
+    """Whether the target's decode step is bandwidth-bound here (out/<folder>/<model>-<weights>.json,
+    out/hw.json)."""
+    profiles = sorted((out / folder).glob(f"{model}-{weights}.json"))
     hw_path = out / "hw.json"
     if not profiles or not hw_path.is_file():
         return Regime(

@@ -11,7 +11,7 @@ from specmoe.bench.cli import prepare_zoo
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import export
 from specmoe.bench.suite import builtin_suite_path, load_suite
-from specmoe.findings.plan import ENGINE_PROFILES, PROFILES, Profile, Step, plan
+from specmoe.findings.plan import ENGINE_PROFILES, LLAMACPP_THREADS, PROFILES, Profile, Step, plan
 
 
 def run_step(step: Step, out: Path, progress: bool = True) -> Path:
@@ -113,7 +113,8 @@ def run_profiles(out: Path, engines: tuple[str, ...] = ()) -> Path:
 
 def profile_and_fit(spec: Profile, out: Path, zoo: Path, hardware: dict) -> None:
     """out/<folder>/<model>-<dtype>.json and its fit, unless they exist. A llama.cpp profile runs
-    the zoo's GGUF export (made first, unmeasured) with one thread, as the llama.cpp study pass."""
+    the zoo's GGUF export (made first, unmeasured); every profile runs one thread, as the study
+    passes on the one core the measuring setup gives them."""
     from specmoe.perf.files import write_json
     from specmoe.perf.fit import fit_profile
     from specmoe.perf.profile import profile_model
@@ -121,14 +122,12 @@ def profile_and_fit(spec: Profile, out: Path, zoo: Path, hardware: dict) -> None
 
     profile_path = out / spec.folder / f"{spec.name}.json"
     if not profile_path.is_file():
-        llamacpp = spec.engine.startswith("llamacpp")
-        if llamacpp:
-            from specmoe.findings.plan import LLAMACPP_THREADS
+        if spec.engine.startswith("llamacpp"):
             from specmoe.zoo.gguf import zoo_gguf
 
-            model, dtype, threads = zoo_gguf(zoo, spec.model, spec.dtype), None, LLAMACPP_THREADS
+            model, dtype = zoo_gguf(zoo, spec.model, spec.dtype), None
         else:
-            model, dtype, threads = resolve_model(spec.model, zoo), spec.dtype, None
+            model, dtype = resolve_model(spec.model, zoo), spec.dtype
         print(f"== profile {spec.folder}/{spec.name}", flush=True)
         started = time.perf_counter()
         profile = profile_model(
@@ -139,7 +138,7 @@ def profile_and_fit(spec: Profile, out: Path, zoo: Path, hardware: dict) -> None
             dtype=dtype,
             repeats=spec.repeats,
             progress=lambda line: print(line, flush=True),
-            threads=threads,
+            threads=LLAMACPP_THREADS,
             hardware=hardware,
         )
         profile["model"]["path"] = f"<zoo>/{Path(model).relative_to(zoo)}"  # no machine paths shipped
