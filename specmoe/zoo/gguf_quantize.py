@@ -9,8 +9,8 @@ Q4_K_M is a recipe, not one type: most matrices become q4_K, while llama.cpp kee
 (the output matrix, attention values and half of the feed-forward down projections) and leaves norms
 and the router in f32. K-quants pack rows in super-blocks of 256 values, so a matrix whose rows are
 not a multiple of 256 cannot be q4_K: llama.cpp then falls back, per tensor, to a type whose block
-fits (q5_0 / q5_1 / q8_0 for rows of a multiple of 32, f16 otherwise). The bench zoo's widths are
-multiples of 256 except draft-moe's expert width (1152); the tiny zoo's are all smaller than 256.
+fits (q4_K becomes q5_0, q6_K becomes q8_0; f16 where 32 does not divide either). The bench zoo's
+widths are multiples of 256 except draft-moe's expert width (1152); most of the tiny zoo's are 64.
 
 Which tensor got which type is read back from the written file and kept beside it as
 `<file>.types.json` ({"types": {tensor: type}, "counts": {type: tensors}}), so nobody has to trust
