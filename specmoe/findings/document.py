@@ -18,10 +18,10 @@ from specmoe.errors import SpecmoeError
 from specmoe.findings.batch_claims import claim_e, claim_f
 from specmoe.findings.cells import Cell, cells
 from specmoe.findings.claims import LOW_ACCEPTANCE, UNSURE, claim_a, claim_b, claim_c, claim_d, extreme, x
-from specmoe.findings.engines import engines_values
+from specmoe.findings.engines import engine_regime, engines_values
 from specmoe.findings.notes import notes_values
+from specmoe.findings.plan import ENGINES
 from specmoe.findings.predictions import fitted_predictor, unfitted_table
-from specmoe.findings.regime import bandwidth_regime
 from specmoe.findings.results import read_export
 from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import get_preset
@@ -141,7 +141,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     moesd, moesd_rows = _step_cells(out, "moesd")
     family, family_rows = _step_cells(out, "family")
     predict = fitted_predictor(out / "fits")
-    regime = bandwidth_regime(out)
+    regime = engine_regime(out, ENGINES[0])  # the study pass's engine, transformers bf16
     found: dict[str, str] = {}
     for key, verdict in (
         ("a", claim_a(study)),
@@ -172,8 +172,6 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
 
 def _engine_run_values(out: Path) -> dict[str, str]:
     """Runs, audit and thread counts of the llama.cpp study passes."""
-    from specmoe.findings.plan import ENGINES
-
     found: dict[str, str] = {}
     for engine in ENGINES:
         if engine.backend == "hf":

@@ -92,10 +92,7 @@ def cost_ratios(out: Path, engine: Engine) -> CostRatios | None:
 
 
 def engine_regime(out: Path, engine: Engine) -> Regime:
-    """The bandwidth regime check on the engine's own MoE profile. The transformers pass keeps the
-    check the document's claims use (the float32 moesd profile of `profiles/`)."""
-    if engine.backend == "hf":
-        return bandwidth_regime(out)
+    """The regime check (b) and (d) need, on the engine's own MoE profile in its study weights."""
     return bandwidth_regime(out, "moe", profiles_folder(engine), engine.weights)
 
 
@@ -203,13 +200,12 @@ def dependence(found: Sequence[EngineVerdicts]) -> str:
         parts.append("Verdicts that differ between engines: " + ", ".join(f"({k})" for k in differ) + ".")
     else:
         parts.append("No verdict differs between the engines measured.")
-    regimes = "; ".join(
-        f"{e.engine.label}: {'bandwidth-bound' if e.regime.ok else 'not bandwidth-bound'}"
-        + (f" ({e.ratios.over_floor:.1f}× its floor)" if e.ratios and e.ratios.over_floor else "")
-        for e in measured
+    regimes = "; ".join(f"{e.engine.label}: {'present' if e.regime.ok else 'absent'}" for e in measured)
+    parts.append(
+        f"The amortisation regime (b) and (d) need, per engine — {regimes} (the cost-ratio table "
+        "gives each engine's step over its floor and verify over step)."
     )
-    parts.append(f"The MoE step's regime per engine — {regimes}.")
-    if same:
+    if differ and same:
         parts.append("The same on every engine: " + ", ".join(f"({k})" for k in same) + ".")
     return " ".join(parts)
 
