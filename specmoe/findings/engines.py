@@ -114,9 +114,9 @@ def engine_verdicts(
     moesd: Sequence[Cell],
     predict,
 ) -> EngineVerdicts:
-    """The six verdicts through one engine. The trained family and the moesd sweep ran through
-    transformers only, so on other engines (c) and (d) rest on the study pass alone, and (e) and (f)
-    are not measured."""
+    """The six verdicts through one engine. The trained family ran through transformers only, so on
+    other engines (c) and (d) rest on the study pass alone; (e) and (f) need the engine's moesd step,
+    judged without the transformers fits' predictions."""
     study, rows = step_cells(out, engine.study)
     regime = engine_regime(out, engine)
     on_hf = engine.backend == "hf"
@@ -126,11 +126,16 @@ def engine_verdicts(
         found["b"] = claim_b(study, sizes, regime)
         found["c"] = claim_c(study, family if on_hf else [])
         found["d"] = claim_d(study, family if on_hf else [], regime)
-    if on_hf and moesd:
-        found["e"] = claim_e(moesd, predict)
-        found["f"] = claim_f(moesd, predict)
+    sweep = moesd if on_hf else (step_cells(out, engine.moesd)[0] if engine.moesd else [])
+    if sweep:
+        found["e"] = claim_e(sweep, predict if on_hf else _no_prediction)
+        found["f"] = claim_f(sweep, predict if on_hf else _no_prediction)
     verdicts = {k: NOT_MEASURED if v is None else v.verdict for k, v in found.items()}
     return EngineVerdicts(engine, verdicts, regime, cost_ratios(out, engine), len(rows))
+
+
+def _no_prediction(target: str, batch: int, gamma: int, top_k: int | None) -> None:
+    return None
 
 
 def _ratio_text(kind: str, ratios: CostRatios | None) -> str:

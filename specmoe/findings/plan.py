@@ -30,6 +30,7 @@ class Engine:
     backend: str
     weights: str
     study: str  # the name of its study step
+    moesd: str | None = None  # the name of its moesd step, where the plan has one
 
     @property
     def runtime(self) -> str:
@@ -37,8 +38,10 @@ class Engine:
 
 
 ENGINES = (
-    Engine("transformers-bf16", "transformers bf16", "hf", "bfloat16", "study"),
-    Engine("llamacpp-q8_0", "llama.cpp Q8_0", "llamacpp", "q8_0", "study-llamacpp-q8_0"),
+    Engine("transformers-bf16", "transformers bf16", "hf", "bfloat16", "study", "moesd"),
+    Engine(
+        "llamacpp-q8_0", "llama.cpp Q8_0", "llamacpp", "q8_0", "study-llamacpp-q8_0", "moesd-llamacpp-q8_0"
+    ),
     Engine("llamacpp-q4_k_m", "llama.cpp Q4_K_M", "llamacpp", "q4_k_m", "study-llamacpp-q4_k_m"),
 )
 
@@ -171,7 +174,25 @@ def study_on_llamacpp(cpu_study: Step, gguf_type: str) -> Step:
     )
 
 
-_CPU = (*_CPU, *(study_on_llamacpp(_CPU[1], quant) for quant in ("q8_0", "q4_k_m")))
+# The moesd sweeps through llama.cpp at Q8_0 (the batch range costs about as much per pass in
+# llama.cpp as in transformers at B = 64, so one quantisation and γ = 4 alone keep it to about
+# twenty minutes): the cpu pass's batch sizes, top-k values and repeats otherwise. The moesd suite
+# runs float32, which is also what llama.cpp computes activations in.
+_MOESD_LLAMACPP = Step(
+    "moesd-llamacpp-q8_0",
+    "moesd",
+    SuiteOverrides(
+        settings=(
+            *_CPU[0].overrides.settings,
+            ("batch.gamma", [4]),
+            ("models.*.backend", "llamacpp"),
+            ("models.*.gguf", "q8_0"),
+        )
+    ),
+    engine="llamacpp-q8_0",
+    threads=LLAMACPP_THREADS,
+)
+_CPU = (*_CPU, *(study_on_llamacpp(_CPU[1], quant) for quant in ("q8_0", "q4_k_m")), _MOESD_LLAMACPP)
 
 _FULL = (Step("moesd", "moesd"), Step("study", "study"), Step("family", "family"))
 _FULL = (*_FULL, *(study_on_llamacpp(_FULL[1], quant) for quant in ("q8_0", "q4_k_m")))

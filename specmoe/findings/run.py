@@ -60,7 +60,7 @@ def run_findings(
     for step in steps:
         # The moesd report draws the fitted model's curves beside the measured speedup vs batch,
         # and the MoE's activated experts beside N(n).
-        if step.suite == "moesd":
+        if step.name == "moesd":  # the transformers fits; llama.cpp's report shows its runs alone
             report_step(
                 step,
                 out,
