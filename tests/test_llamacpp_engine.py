@@ -97,7 +97,13 @@ def test_llamacpp_study_steps_pair_with_the_transformers_step():
         assert step.suite == "study-gguf" and step.threads == 1
         assert step.overrides.groups == base.overrides.groups
         assert step.overrides.settings == (*base.overrides.settings, ("models.*.gguf", quant))
-    assert [s.name for s in plan("cpu", ("llamacpp-q8_0",))] == ["study-llamacpp-q8_0"]
+    assert [s.name for s in plan("cpu", ("llamacpp-q4_k_m",))] == ["study-llamacpp-q4_k_m"]
+    moesd = steps["moesd-llamacpp-q8_0"]  # the transformers sweep's batch sizes and top-k, γ 4 alone
+    settings = dict(moesd.overrides.settings)
+    assert moesd.suite == "moesd" and moesd.threads == 1 and settings["batch.gamma"] == [4]
+    assert (settings["models.*.backend"], settings["models.*.gguf"]) == ("llamacpp", "q8_0")
+    for key in ("batch.batch_size", "sparsity.batch_size", "sparsity.moe_top_k", "repeats"):
+        assert settings[key] == dict(steps["moesd"].overrides.settings)[key]
     with pytest.raises(SpecmoeError, match="unknown findings engine 'x'"):
         plan("cpu", ("x",))
 
