@@ -179,6 +179,8 @@ def _engine_run_values(out: Path) -> dict[str, str]:
         key = engine.name.replace("-", "_")
         _, rows = _step_cells(out, engine.study)
         found[f"{key}.summary"] = _pass_summary(key, rows) if rows else "not measured"
+        _, sweep = _step_cells(out, engine.moesd) if engine.moesd else ([], [])
+        found[f"{key}.moesd_summary"] = _pass_summary(key, sweep) if sweep else "not measured"
     return found
 
 
