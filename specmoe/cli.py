@@ -231,7 +231,7 @@ def _add_zoo(commands) -> None:
     listing.set_defaults(run=_run_zoo_list)
     export = zoo.add_parser("export-gguf", help="write zoo models as GGUF files for llama.cpp")
     export.add_argument("--zoo", type=Path, default=Path("zoo"))
-    export.add_argument("--type", default="f16", help="f32, f16, bf16 or q8_0")
+    export.add_argument("--type", default="f16", help="f32, f16, bf16, q8_0 or q4_k_m")
     export.add_argument("--model", action="append", help="a zoo model to export; repeat (default: all)")
     export.set_defaults(run=_run_zoo_export_gguf)
 
@@ -349,6 +349,13 @@ def _add_findings(commands) -> None:
         action="store_true",
         help="rewrite the document from the results folder, measure nothing",
     )
+    p.add_argument(
+        "--engine",
+        action="append",
+        default=[],
+        help="measure only this engine's steps and profiles: transformers-bf16, llamacpp-q8_0 or "
+        "llamacpp-q4_k_m; repeat (default: all)",
+    )
     p.set_defaults(run=_run_findings)
 
 
@@ -371,6 +378,10 @@ def _add_profile(commands) -> None:
     p.add_argument("--repeats", type=int, default=5, help="timed passes per point (median is kept)")
     p.add_argument("--warmup", type=int, default=2, help="untimed passes per point")
     p.add_argument("--moe-top-k", type=int, default=None, help="route to this many experts (sparsity sweeps)")
+    p.add_argument("--threads", type=int, default=None, help="torch and llama.cpp threads (default: torch's)")
+    p.add_argument(
+        "--hw", type=Path, default=None, help="a `specmoe hw` file: record each step's bandwidth floor"
+    )
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_model_options(p)
@@ -503,7 +514,7 @@ def _run_findings(args) -> int:
     if args.render_only:
         print(f"wrote {write_document(args.out, args.doc)}")
         return 0
-    return run_findings(args.scale, args.out, args.doc)
+    return run_findings(args.scale, args.out, args.doc, engines=tuple(args.engine))
 
 
 def _run_demo(args) -> int:
@@ -627,9 +638,14 @@ def _run_zoo_list(args) -> int:
 
 def _run_zoo_export_gguf(args) -> int:
     from specmoe.zoo.gguf import export_zoo
+    from specmoe.zoo.gguf_quantize import describe_types, types_path
 
     for path in export_zoo(args.zoo, args.type, args.model):
-        print(path)
+        record = types_path(path)
+        if record.is_file():  # a llama.cpp quantisation: say which tensors got which type
+            print(f"{path} ({describe_types(json.loads(record.read_text()))}; per tensor: {record})")
+        else:
+            print(path)
     return 0
 
 

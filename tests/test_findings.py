@@ -246,5 +246,13 @@ def test_the_bandwidth_regime_compares_the_one_token_step_with_its_floor(tmp_pat
     assert not regime.ok and "3.0× its bandwidth floor" in regime.why
     profile["points"][0]["median_s"] = 0.015
     (tmp_path / "profiles" / "moe-float32.json").write_text(json.dumps(profile))
+    regime = bandwidth_regime(tmp_path)  # bandwidth-bound, but no verify point to show amortisation
+    assert not regime.ok and "no 5-token verify" in regime.why
+    profile["points"].append({"batch": 1, "tokens": 5, "median_s": 0.060})  # 4 steps for 5 tokens
+    (tmp_path / "profiles" / "moe-float32.json").write_text(json.dumps(profile))
+    regime = bandwidth_regime(tmp_path)
+    assert not regime.ok and "4.0× a step" in regime.why
+    profile["points"][-1]["median_s"] = 0.024  # a 5-token verify at 1.6 steps: amortised
+    (tmp_path / "profiles" / "moe-float32.json").write_text(json.dumps(profile))
     assert bandwidth_regime(tmp_path).ok
     assert not bandwidth_regime(tmp_path / "nothing").ok

@@ -18,7 +18,8 @@ from specmoe.errors import SpecmoeError
 
 @dataclass(frozen=True)
 class SuiteOverrides:
-    # KEY is forced in [defaults] and every group; GROUP.KEY in that group alone.
+    # KEY is forced in [defaults] and every group; GROUP.KEY in that group alone; models.NAME.KEY in
+    # one [models.NAME] entry and models.*.KEY in every one (e.g. models.*.gguf = "q4_k_m").
     settings: tuple[tuple[str, Any], ...] = ()
     groups: tuple[str, ...] = ()  # keep only these groups; empty keeps all
 
@@ -56,6 +57,9 @@ def apply_overrides(raw: dict[str, Any], overrides: SuiteOverrides) -> dict[str,
         where, _, key = setting.rpartition(".")
         if key in ("name", "description"):
             raise SpecmoeError(f"--set {setting}: only run settings can be set, not a {key}")
+        if where == "models" or where.startswith("models."):
+            _set_model_key(out, setting, where.removeprefix("models").removeprefix("."), key, value)
+            continue
         if not where:
             out.setdefault("defaults", {})[key] = value
             for group in groups:
@@ -69,3 +73,21 @@ def apply_overrides(raw: dict[str, Any], overrides: SuiteOverrides) -> dict[str,
         for group in targets:
             group[key] = value
     return out
+
+
+def _set_model_key(suite: dict[str, Any], setting: str, name: str, key: str, value: Any) -> None:
+    """Set KEY in the [models.NAME] entry (NAME "*": in every entry)."""
+    models = suite.get("models")
+    entries = {k: v for k, v in models.items() if isinstance(v, dict)} if isinstance(models, dict) else {}
+    if name == "*":
+        chosen = list(entries.values())
+    elif name in entries:
+        chosen = [entries[name]]
+    else:
+        available = ", ".join(entries) or "none"
+        raise SpecmoeError(
+            f"--set {setting}: no model '{name}' in the suite's [models]; available: {available} "
+            "(or * for every model)"
+        )
+    for entry in chosen:
+        entry[key] = value

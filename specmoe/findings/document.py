@@ -18,9 +18,10 @@ from specmoe.errors import SpecmoeError
 from specmoe.findings.batch_claims import claim_e, claim_f
 from specmoe.findings.cells import Cell, cells
 from specmoe.findings.claims import LOW_ACCEPTANCE, UNSURE, claim_a, claim_b, claim_c, claim_d, extreme, x
+from specmoe.findings.engines import engine_regime, engines_values
 from specmoe.findings.notes import notes_values
+from specmoe.findings.plan import ENGINES
 from specmoe.findings.predictions import fitted_predictor, unfitted_table
-from specmoe.findings.regime import bandwidth_regime
 from specmoe.findings.results import read_export
 from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import get_preset
@@ -140,7 +141,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     moesd, moesd_rows = _step_cells(out, "moesd")
     family, family_rows = _step_cells(out, "family")
     predict = fitted_predictor(out / "fits")
-    regime = bandwidth_regime(out)
+    regime = engine_regime(out, ENGINES[0])  # the study pass's engine, transformers bf16
     found: dict[str, str] = {}
     for key, verdict in (
         ("a", claim_a(study)),
@@ -159,12 +160,41 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found.update(change_values(out, found))
     found.update(study_audit_values(study_csv))
     found.update(notes_values(out, study_rows, moesd_rows, moesd, predict))
+    found.update(engines_values(out, _step_cells, _sizes("bench"), family, moesd, predict))
+    found.update(_engine_run_values(out))
     found["elsewhere.table"] = unfitted_table(examples)
     wall = json.loads((out / "wall_time.json").read_text()) if (out / "wall_time.json").is_file() else {}
     found["wall.minutes"] = f"{sum(wall.values()) / 60:.0f}"
     found["wall.steps"] = ", ".join(f"{k} {v / 60:.0f} min" for k, v in wall.items())
     found["pct.low"] = f"{100 * LOW_ACCEPTANCE:g}%"
     return found
+
+
+def _engine_run_values(out: Path) -> dict[str, str]:
+    """Runs, audit and thread counts of the llama.cpp study passes."""
+    found: dict[str, str] = {}
+    for engine in ENGINES:
+        if engine.backend == "hf":
+            continue
+        key = engine.name.replace("-", "_")
+        _, rows = _step_cells(out, engine.study)
+        found[f"{key}.summary"] = _pass_summary(key, rows) if rows else "not measured"
+        _, sweep = _step_cells(out, engine.moesd) if engine.moesd else ([], [])
+        found[f"{key}.moesd_summary"] = _pass_summary(key, sweep) if sweep else "not measured"
+    return found
+
+
+def _pass_summary(key: str, rows: list) -> str:
+    v = _run_values(key, rows)
+    audit = f"audit {v[f'{key}.pass']} pass / {v[f'{key}.fail']} fail"
+    noisy = f"{sum(r.noisy for r in rows)} flagged noisy"
+    units = f"paired units per cell {v[f'{key}.units']}"
+    return f"{v[f'{key}.runs']} runs, {audit}, {noisy}, {units}, {_threads(rows)}"
+
+
+def _threads(rows: list) -> str:
+    threads = sorted({str(r.env.get("torch_threads")) for r in rows})
+    return f"{'/'.join(threads)} thread(s)"
 
 
 def write_document(out: Path, doc: Path, study_csv: Path = STUDY_CSV) -> Path:

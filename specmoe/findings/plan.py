@@ -16,10 +16,50 @@ from specmoe.errors import SpecmoeError
 
 
 @dataclass(frozen=True)
+class Engine:
+    """A runtime and weight type the study's claims are measured through.
+
+    `backend` is "hf" (PyTorch + transformers, `weights` its compute dtype) or "llamacpp" (the
+    zoo's GGUF export, `weights` its type). Its study step stores `<study>.db/.csv`; its profiles
+    live in `profiles-<runtime>/` and their fits in `fits-<runtime>/`, one file per model and weight
+    type, where the cost ratios beside its verdicts come from.
+    """
+
+    name: str
+    label: str  # as the findings document names it
+    backend: str
+    weights: str
+    study: str  # the name of its study step
+    moesd: str | None = None  # the name of its moesd step, where the plan has one
+
+    @property
+    def runtime(self) -> str:
+        return "transformers" if self.backend == "hf" else self.backend
+
+
+ENGINES = (
+    Engine("transformers-bf16", "transformers bf16", "hf", "bfloat16", "study", "moesd"),
+    Engine(
+        "llamacpp-q8_0", "llama.cpp Q8_0", "llamacpp", "q8_0", "study-llamacpp-q8_0", "moesd-llamacpp-q8_0"
+    ),
+    Engine("llamacpp-q4_k_m", "llama.cpp Q4_K_M", "llamacpp", "q4_k_m", "study-llamacpp-q4_k_m"),
+)
+
+
+def engine(name: str) -> Engine:
+    found = {e.name: e for e in ENGINES}
+    if name not in found:
+        raise SpecmoeError(f"unknown findings engine '{name}'; available: {', '.join(found)}")
+    return found[name]
+
+
+@dataclass(frozen=True)
 class Step:
     name: str  # also the name of the step's store and export files
     suite: str  # a shipped suite's name
     overrides: SuiteOverrides = field(default_factory=SuiteOverrides)
+    engine: str = "transformers-bf16"
+    threads: int | None = None  # forward threads; None lets the noise guard choose
 
 
 @dataclass(frozen=True)
@@ -29,13 +69,19 @@ class Profile:
     model: str
     batches: tuple[int, ...]
     tokens: tuple[int, ...]
-    dtype: str = "float32"  # as the moesd suite runs
+    dtype: str = "float32"  # compute dtype (transformers) or GGUF type (llama.cpp)
     context: int = 64
     repeats: int = 3
+    folder: str = "profiles"  # under the results folder; fits go to the matching fits folder
+    engine: str = "transformers-bf16"
 
     @property
     def name(self) -> str:
         return f"{self.model}-{self.dtype}"
+
+    @property
+    def fits_folder(self) -> str:
+        return self.folder.replace("profiles", "fits", 1)
 
 
 # The moesd suite's batch range, so its speedups are predicted inside the profiled grid. Targets
@@ -47,6 +93,26 @@ PROFILES = (
     Profile("dense-s", _PROFILE_BATCHES, (1, 2, 3, 5)),
     Profile("draft-xs", _PROFILE_BATCHES, (1, 2)),
 )
+# Per engine, the study's cost ratios: a draft step over a target step, and a verify of γ + 1 = 5
+# and 9 tokens (the study pass's γ 4 and 8) over a step. llama.cpp profiles cover the moesd batch
+# range too, so that its fits predict the same grid; the transformers bf16 ones (the study pass's
+# dtype; the float32 ones above serve moesd) stay at small batches, enough to fit.
+_STUDY_TOKENS = (1, 2, 3, 5, 9)
+_DRAFT_TOKENS = (1, 2, 3)
+ENGINE_PROFILES = (
+    *(
+        Profile(model, (1, 2, 4), tokens, "bfloat16", folder="profiles-transformers")
+        for model, tokens in (("moe", _STUDY_TOKENS), ("dense-s", _STUDY_TOKENS), ("draft-xs", _DRAFT_TOKENS))
+    ),
+    *(
+        Profile(
+            model, _PROFILE_BATCHES, tokens, quant, folder="profiles-llamacpp", engine=f"llamacpp-{quant}"
+        )
+        for quant in ("q8_0", "q4_k_m")
+        for model, tokens in (("draft-xs", _DRAFT_TOKENS), ("dense-s", _STUDY_TOKENS), ("moe", _STUDY_TOKENS))
+    ),
+)
+LLAMACPP_THREADS = 1  # see `study_on_llamacpp`; profiles run one thread on every engine
 
 # The cpu pass measures every prompt of a set as a paired unit (`prompts = 10`: the sets' 9-10
 # prompts, the 9-prompt reasoning set topped up with one numbered copy), and trims the grid instead:
@@ -88,12 +154,56 @@ _CPU = (
     Step("family", "family", SuiteOverrides(settings=(("repeats", 1), ("prompts", 10)))),
 )
 
+
+def study_on_llamacpp(cpu_study: Step, gguf_type: str) -> Step:
+    """The cpu study step through llama.cpp at one GGUF type: the same groups, drafts, γ, prompts and
+    token budget (`suites/study-gguf.toml` is `study.toml` with GGUF models), so its cells pair
+    with the transformers pass's cell for cell.
+
+    Threads: the study's harness (llama.cpp's own tools) would use its default, one thread per
+    physical core. One is used here because the measuring setup gives the measurement one core to
+    itself; both passes run one thread, so the engines are compared on equal cores.
+    """
+    settings = (*cpu_study.overrides.settings, ("models.*.gguf", gguf_type))
+    return Step(
+        f"study-llamacpp-{gguf_type}",
+        "study-gguf",
+        SuiteOverrides(settings=settings, groups=cpu_study.overrides.groups),
+        engine=f"llamacpp-{gguf_type}",
+        threads=LLAMACPP_THREADS,
+    )
+
+
+# The moesd sweeps through llama.cpp at Q8_0 (the batch range costs about as much per pass in
+# llama.cpp as in transformers at B = 64, so one quantisation and γ = 4 alone keep it to about
+# twenty minutes): the cpu pass's batch sizes, top-k values and repeats otherwise. The moesd suite
+# runs float32, which is also what llama.cpp computes activations in.
+_MOESD_LLAMACPP = Step(
+    "moesd-llamacpp-q8_0",
+    "moesd",
+    SuiteOverrides(
+        settings=(
+            *_CPU[0].overrides.settings,
+            ("batch.gamma", [4]),
+            ("models.*.backend", "llamacpp"),
+            ("models.*.gguf", "q8_0"),
+        )
+    ),
+    engine="llamacpp-q8_0",
+    threads=LLAMACPP_THREADS,
+)
+_CPU = (*_CPU, *(study_on_llamacpp(_CPU[1], quant) for quant in ("q8_0", "q4_k_m")), _MOESD_LLAMACPP)
+
 _FULL = (Step("moesd", "moesd"), Step("study", "study"), Step("family", "family"))
+_FULL = (*_FULL, *(study_on_llamacpp(_FULL[1], quant) for quant in ("q8_0", "q4_k_m")))
 
 SCALES: dict[str, tuple[Step, ...]] = {"cpu": _CPU, "full": _FULL}
 
 
-def plan(scale: str) -> tuple[Step, ...]:
+def plan(scale: str, engines: tuple[str, ...] = ()) -> tuple[Step, ...]:
+    """The scale's steps, only those of `engines` when some are named."""
     if scale not in SCALES:
         raise SpecmoeError(f"unknown findings scale '{scale}'; available: {', '.join(SCALES)}")
-    return SCALES[scale]
+    for name in engines:
+        engine(name)  # an unknown engine fails in one line
+    return tuple(s for s in SCALES[scale] if not engines or s.engine in engines)

@@ -12,22 +12,30 @@ from specmoe.bench.cli import prepare_zoo
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import export
 from specmoe.bench.suite import builtin_suite_path, load_suite
-from specmoe.findings.plan import PROFILES, Step, plan
+from specmoe.findings.plan import ENGINE_PROFILES, LLAMACPP_THREADS, PROFILES, Profile, Step, plan
 
 log = logging.getLogger(__name__)
 
 
 def run_step(step: Step, out: Path, progress: bool = True) -> Path:
-    """Measure one step into out/<name>.db (resuming), export out/<name>.csv; returns the CSV."""
+    """Measure one step into out/<name>.db (resuming), export out/<name>.csv; returns the CSV.
+
+    A step whose export is in the results folder without its store (the repository ships exports,
+    not stores) is kept as it is: measuring it again would replace shipped numbers. Delete the CSV
+    to measure it anew.
+    """
     out.mkdir(parents=True, exist_ok=True)
     suite = load_suite(builtin_suite_path(step.suite), step.overrides)
     db = out / f"{step.name}.db"
+    csv_path = out / f"{step.name}.csv"
+    if csv_path.is_file() and not db.is_file():
+        log.info("kept the exported %s (no store to resume; delete it to measure again)", csv_path.name)
+        return csv_path
     before = _stored(db)
     started = time.perf_counter()
-    rows = run_suite(suite, db, prepare_zoo(suite, None), progress=progress)
+    rows = run_suite(suite, db, prepare_zoo(suite, None), progress=progress, threads=step.threads)
     if len(rows) > before:
         add_wall_time(out, step.name, time.perf_counter() - started)
-    csv_path = out / f"{step.name}.csv"
     export(db, csv_path, "csv")
     return csv_path
 
@@ -35,22 +43,27 @@ def run_step(step: Step, out: Path, progress: bool = True) -> Path:
 def report_step(step: Step, out: Path, fits: tuple[Path, ...] = (), profiles: tuple[Path, ...] = ()) -> Path:
     from specmoe.report import write_report
 
+    if not (out / f"{step.name}.db").is_file():  # a kept export: its shipped report stays
+        return out / "reports" / step.name
     return write_report(out / f"{step.name}.db", out / "reports" / step.name, profiles=profiles, fits=fits)
 
 
-def run_findings(scale: str, out: Path, doc: Path, progress: bool = True) -> int:
+def run_findings(
+    scale: str, out: Path, doc: Path, progress: bool = True, engines: tuple[str, ...] = ()
+) -> int:
+    """Measure the plan's steps (only those of `engines` when named), profile, report, write `doc`."""
     from specmoe.findings.document import write_document
 
-    plan(scale)  # an unknown scale fails before anything runs
+    steps = plan(scale, engines)  # an unknown scale or engine fails before anything runs
     started = time.perf_counter()
-    for step in plan(scale):
+    for step in steps:
         log.info("== %s: suite %s", step.name, step.suite)
         run_step(step, out, progress)
-    fits = run_profiles(out)
-    for step in plan(scale):
+    fits = run_profiles(out, engines)
+    for step in steps:
         # The moesd report draws the fitted model's curves beside the measured speedup vs batch,
         # and the MoE's activated experts beside N(n).
-        if step.suite == "moesd":
+        if step.name == "moesd":  # the transformers fits; llama.cpp's report shows its runs alone
             report_step(
                 step,
                 out,
@@ -81,14 +94,12 @@ def add_wall_time(out: Path, name: str, seconds: float) -> None:
     path.write_text(json.dumps(wall, indent=1) + "\n")
 
 
-def run_profiles(out: Path) -> Path:
-    """Profile and fit the bench models the predictions need (resuming: existing files are kept);
-    returns the folder of fits and draft profiles."""
+def run_profiles(out: Path, engines: tuple[str, ...] = ()) -> Path:
+    """Profile and fit the bench models the predictions and cost ratios need (resuming: existing
+    files are kept), only those of `engines` when named; returns the folder of the moesd fits."""
     from specmoe.bench.cli import default_zoo_dir
     from specmoe.perf.files import write_json
-    from specmoe.perf.fit import fit_profile
-    from specmoe.perf.profile import profile_model
-    from specmoe.zoo import build_zoo, resolve_model
+    from specmoe.zoo import build_zoo
 
     zoo = default_zoo_dir("bench", 0)
     build_zoo("bench", zoo, seed=0)
@@ -96,24 +107,46 @@ def run_profiles(out: Path) -> Path:
         from specmoe.perf.hardware import measure_hardware
 
         write_json(out / "hw.json", measure_hardware("cpu"))
-    fits = out / "fits"
-    for spec in PROFILES:
-        profile_path = out / "profiles" / f"{spec.name}.json"
-        if not profile_path.is_file():
-            log.info("== profile %s", spec.name)
-            started = time.perf_counter()
-            profile = profile_model(
-                resolve_model(spec.model, zoo),
-                list(spec.batches),
-                list(spec.tokens),
-                context=spec.context,
-                dtype=spec.dtype,
-                repeats=spec.repeats,
-                progress=log.info,
-            )
-            write_json(profile_path, profile)
-            add_wall_time(out, "profiles", time.perf_counter() - started)
-        fit_path = fits / f"{spec.name}.json"
-        if not fit_path.is_file():
-            write_json(fit_path, fit_profile(json.loads(profile_path.read_text()), where=str(profile_path)))
-    return fits
+    hardware = json.loads((out / "hw.json").read_text(encoding="utf-8"))
+    for spec in (*PROFILES, *ENGINE_PROFILES):
+        if not engines or spec.engine in engines:
+            profile_and_fit(spec, out, zoo, hardware)
+    return out / "fits"
+
+
+def profile_and_fit(spec: Profile, out: Path, zoo: Path, hardware: dict) -> None:
+    """out/<folder>/<model>-<dtype>.json and its fit, unless they exist. A llama.cpp profile runs
+    the zoo's GGUF export (made first, unmeasured); every profile runs one thread, as the study
+    passes on the one core the measuring setup gives them."""
+    from specmoe.perf.files import write_json
+    from specmoe.perf.fit import fit_profile
+    from specmoe.perf.profile import profile_model
+    from specmoe.zoo import resolve_model
+
+    profile_path = out / spec.folder / f"{spec.name}.json"
+    if not profile_path.is_file():
+        if spec.engine.startswith("llamacpp"):
+            from specmoe.zoo.gguf import zoo_gguf
+
+            model, dtype = zoo_gguf(zoo, spec.model, spec.dtype), None
+        else:
+            model, dtype = resolve_model(spec.model, zoo), spec.dtype
+        log.info("== profile %s/%s", spec.folder, spec.name)
+        started = time.perf_counter()
+        profile = profile_model(
+            model,
+            list(spec.batches),
+            list(spec.tokens),
+            context=spec.context,
+            dtype=dtype,
+            repeats=spec.repeats,
+            progress=log.info,
+            threads=LLAMACPP_THREADS,
+            hardware=hardware,
+        )
+        profile["model"]["path"] = f"<zoo>/{Path(model).relative_to(zoo)}"  # no machine paths shipped
+        write_json(profile_path, profile)
+        add_wall_time(out, "profiles", time.perf_counter() - started)
+    fit_path = out / spec.fits_folder / f"{spec.name}.json"
+    if not fit_path.is_file():
+        write_json(fit_path, fit_profile(json.loads(profile_path.read_text()), where=str(profile_path)))

@@ -27,6 +27,7 @@ def run_hw(args) -> int:
 
 def run_profile(args) -> int:
     from specmoe.api import resolve
+    from specmoe.perf.hardware import load_hardware
     from specmoe.perf.profile import profile_model
 
     profile = profile_model(
@@ -40,12 +41,22 @@ def run_profile(args) -> int:
         warmup=args.warmup,
         moe_top_k=args.moe_top_k,
         progress=None if args.quiet else log.info,
+        threads=args.threads,
+        hardware=_hardware_json(args.hw, load_hardware),
         experts_implementation=args.experts_implementation,
         allow_pickle=args.allow_pickle,
         trust_remote_code=args.trust_remote_code,
     )
     print(f"wrote {write_json(args.out, profile)} ({len(profile['points'])} points)")
     return 0
+
+
+def _hardware_json(path, load_hardware) -> dict | None:
+    """The `specmoe hw` file as JSON, validated by the hardware loader first (one-line errors)."""
+    if path is None:
+        return None
+    load_hardware(path)
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def run_fit(args) -> int:

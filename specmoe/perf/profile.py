@@ -15,6 +15,12 @@ For MoE models a separate, untimed pass per (B, t) runs under the router trace (
 and records how many distinct experts each layer selected, beside the balanced-routing expectation
 N(n) = E·(1 − (1 − K/E)^n). Raw times are kept in the JSON; medians and spreads are derived here
 once, for convenience, and can be recomputed from the raw lists.
+
+Both backends are profiled alike: a directory through transformers, a .gguf file through llama.cpp
+(its KV cache sized to the profile's context, `threads` for its decode threads as for torch's).
+llama.cpp has no hook on its expert selection, so its MoE profiles carry no expert counts
+(`experts_note` says so). Given a `specmoe hw` result, each point also records its bandwidth floor
+and the fraction of it the step reaches (`specmoe.perf.floor`).
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import torch
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.files import SCHEMA, parse_counts, read_json
+from specmoe.perf.floor import add_floors
 from specmoe.perf.structure import moe_shape
 from specmoe.theory import expected_active_experts
 
@@ -51,14 +58,18 @@ def profile_model(
     moe_top_k: int | None = None,
     seed: int = 0,
     progress=None,
+    threads: int | None = None,
+    hardware: dict | None = None,
     **load_options,
 ) -> dict:
     """Load the model at `model_dir` and profile it; returns the profile JSON (a dict).
 
     `load_options` go to the backend loader (experts_implementation, allow_pickle, ...);
-    `progress`, when given, is called with one line of text per batch size.
+    `progress`, when given, is called with one line of text per batch size; `threads` sets torch's
+    and llama.cpp's thread count (default: torch's); `hardware`, a `specmoe hw` result, adds each
+    point's bandwidth floor.
     """
-    from specmoe.api import load_model
+    from specmoe.api import backend_for, load_model
 
     batch_sizes = parse_counts(batch_sizes, "--batch")
     tokens = parse_counts(tokens, "--tokens")
@@ -67,6 +78,18 @@ def profile_model(
             f"need context >= 0, repeats >= 1, warmup >= 0, trace samples >= 1; "
             f"got {context}, {repeats}, {warmup}, {trace_samples}"
         )
+    if threads is not None:
+        if threads < 1:
+            raise SpecmoeError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+    engine = backend_for(model_dir)
+    if engine == "llamacpp":
+        # llama.cpp allocates its KV cache up front: size it to the profile, not to 4096 positions
+        # per sequence, so that batch 64 fits in memory.
+        load_options = _llamacpp_options(load_options) | {
+            "n_threads": torch.get_num_threads(),
+            "n_ctx": context + max(tokens),
+        }
     backend = load_model(model_dir, dtype=dtype, device=device, moe_top_k=moe_top_k, **load_options)
     if context + max(tokens) > backend.max_context:
         raise SpecmoeError(
@@ -76,13 +99,15 @@ def profile_model(
     profile = {
         "schema": SCHEMA,
         "kind": KIND,
-        "model": describe_backend(backend, Path(model_dir)),
+        "model": describe_backend(backend, Path(model_dir), moe_top_k),
+        "engine": engine,
         "context": context,
         "repeats": repeats,
         "warmup": warmup,
         "settings": {
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
+            **_engine_versions(engine),
             "seed": seed,
             "load_average_start": _load_average(),
         },
@@ -98,7 +123,9 @@ def profile_model(
                 f"B={batch}: " + ", ".join(f"t={p['tokens']} {p['median_s'] * 1e3:.2f} ms" for p in points)
             )
     profile["settings"]["load_average_end"] = _load_average()
-    if profile["model"]["is_moe"]:
+    if profile["model"]["is_moe"] and backend.router_trace() is None:
+        profile["experts_note"] = f"the {engine} backend exposes no hook on expert selection"
+    elif profile["model"]["is_moe"]:
         profile["experts"] = [
             row
             for batch in batch_sizes
@@ -106,7 +133,21 @@ def profile_model(
                 backend, batch, tokens, context, trace_samples, generator, profile["model"]
             )
         ]
-    return profile
+    return profile if hardware is None else add_floors(profile, hardware)
+
+
+def _llamacpp_options(options: dict) -> dict:
+    """The shared loader options minus those only transformers has (off by default)."""
+    dropped = ("experts_implementation", "allow_pickle", "trust_remote_code")
+    return {k: v for k, v in options.items() if k not in dropped}
+
+
+def _engine_versions(engine: str) -> dict:
+    if engine != "llamacpp":
+        return {}
+    from specmoe.backends.llamacpp import llama_lib
+
+    return {"llama_cpp_python": getattr(llama_lib(), "__version__", "?")}
 
 
 def _load_average() -> float | None:
@@ -114,9 +155,15 @@ def _load_average() -> float | None:
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
-def describe_backend(backend, path: Path) -> dict:
-    """Name, dtype, MoE shape and weight bytes of a loaded model (bytes need an HF backend)."""
+def describe_backend(backend, path: Path, moe_top_k: int | None = None) -> dict:
+    """Name, dtype, MoE shape and weight bytes of a loaded model (transformers or a GGUF file)."""
     model = getattr(backend, "model", None)
+    if model is None and str(path).endswith(".gguf"):
+        from specmoe.perf.gguf_bytes import describe_gguf
+
+        return {"name": backend.name, "path": str(path), "device": str(backend.device)} | describe_gguf(
+            path, moe_top_k
+        )
     config = model.config.to_dict() if model is not None else {}
     experts, top_k = moe_shape(config, where=str(path / "config.json"))
     info = {

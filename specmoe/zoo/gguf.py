@@ -11,7 +11,10 @@ Weight types (`GGUF_TYPES`):
     f32   the bf16 checkpoint widened, bit for bit: the reference when comparing runtimes;
     f16   bf16 values rounded to f16 (exact for all but values below f16's range, ~6e-8);
     bf16  the checkpoint's own bits;
-    q8_0  llama.cpp's 8-bit blocks of 32 (the study's Q8_0); rows not divisible by 32 stay f16.
+    q8_0  llama.cpp's 8-bit blocks of 32 (the study's Q8_0); rows not divisible by 32 stay f16;
+    q4_k_m  llama.cpp's Q4_K_M recipe (the study's Q4), made by llama.cpp's own quantiser from an
+          f32 export (`specmoe.zoo.gguf_quantize`, which says what happens to rows k-quants cannot
+          hold); the type each tensor got is kept beside the file as `<file>.types.json`.
 
 The tokenizer is written as a GPT-2 style byte-level BPE (`tokenizer.ggml.model = "gpt2"`) with
 llama.cpp's `qwen2` pre-tokenizer, whose split regex is the zoo tokenizer's own (checked on export).
@@ -32,7 +35,7 @@ import numpy as np
 from specmoe.errors import SpecmoeError
 from specmoe.zoo.files import sha256_file
 
-GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
 DEFAULT_GGUF_TYPE = "f16"
 EXPORT_VERSION = 1  # bump when the written file changes for the same checkpoint
 GGUF_DIR = "gguf"  # inside a zoo directory
@@ -89,8 +92,17 @@ def export_gguf(
     """
     import gguf
 
+    from specmoe.zoo.gguf_quantize import KQUANT_TYPES, quantize_gguf
+
     model_dir, out_path = Path(model_dir), Path(out_path)
     _check_type(gguf_type)
+    if gguf_type in KQUANT_TYPES:  # gguf-py has no k-quant encoder: llama.cpp quantises an f32 export
+        source = out_path.with_name(out_path.name + ".f32.partial")
+        try:
+            export_gguf(model_dir, source, "f32", source_sha256)
+            return quantize_gguf(source, out_path, gguf_type)
+        finally:
+            source.unlink(missing_ok=True)
     config = _read_json(model_dir / "config.json")
     arch = _architecture(config, model_dir)
     tokenizer = _read_json(model_dir / "tokenizer.json")
