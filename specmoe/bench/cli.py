@@ -1,4 +1,4 @@
-"""`specmoe bench run` and `specmoe demo`: the harness's command-line entry points."""
+"""`specmoe bench run`, `specmoe bench quick` and `specmoe demo`: the harness's command-line entry points."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 
 from specmoe.bench.executors import Executor
 from specmoe.bench.overrides import SuiteOverrides
+from specmoe.bench.quick import QuickArgs, build_quick_suite
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import export
 from specmoe.bench.suite import builtin_suite_path, load_suite, resolve_suite_path
@@ -45,6 +46,15 @@ def run_bench(
     zoo = prepare_zoo(suite, zoo)
     rows = run_suite(suite, db, zoo, progress=progress, executor=executor, threads=threads)
     print(format_summary(rows, by_category))
+    return 0
+
+
+def run_quick(args: QuickArgs, progress: bool = True, threads: int | None = None) -> int:
+    """`specmoe bench quick`: build, write and run the suite of the arguments; print the summary."""
+    suite, path = build_quick_suite(args)
+    print(f"suite written to {path}; rerun or edit it with `specmoe bench run {path} --db {args.db}`")
+    rows = run_suite(suite, args.db, None, progress=progress, threads=threads)
+    print(format_summary(rows))
     return 0
 
 

@@ -365,6 +365,13 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
         raise SpecmoeError(f"{path}: not UTF-8 text; save the suite file as UTF-8") from None
     if overrides:
         raw = apply_overrides(raw, overrides)
+    return parse_suite(raw, path)
+
+
+def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
+    """Validate a suite given as the parsed TOML table, as if read from `path` (relative paths are
+    taken from its folder, errors name it): `load_suite` after reading, and `specmoe bench quick`,
+    which builds the table from its arguments."""
     ctx = _Ctx(path)
     _check_keys(ctx, "", raw, _TOP_KEYS)
     _check_schema(ctx, raw)
@@ -475,9 +482,23 @@ def _parse_model(
     if "gguf" in entry:
         ctx.fail(f"{where}.gguf", "gguf = picks a zoo model's export; a path names its .gguf file itself")
     text = _string(ctx, f"{where}.path", entry["path"])
-    resolved = (base_dir / Path(text).expanduser()).resolve()
+    resolved = _model_path(ctx, f"{where}.path", text, base_dir)
     backend = _backend(ctx, where, entry, "llamacpp" if text.endswith(".gguf") else "hf")
     return ModelSpec(name, None, str(resolved), backend)
+
+
+def _model_path(ctx: _Ctx, key: str, text: str, base_dir: Path) -> Path:
+    """A path relative to the suite file, or a hub ID ("org/name") no such path exists for, found in
+    the local Hugging Face cache without network (`specmoe.zoo.hub_cache`)."""
+    from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
+
+    resolved = (base_dir / Path(text).expanduser()).resolve()
+    if resolved.exists() or not looks_like_hub_id(text):
+        return resolved
+    try:
+        return resolve_hub_id(text)
+    except SpecmoeError as err:
+        ctx.fail(key, str(err))
 
 
 def _gguf_type(ctx: _Ctx, where: str, entry: dict[str, Any], backend: str) -> str | None:
@@ -1020,5 +1041,6 @@ __all__ = [
     "load_suite",
     "parse_ngram",
     "parse_oracle",
+    "parse_suite",
     "resolve_suite_path",
 ]
