@@ -424,6 +424,8 @@ def print_progress(index: int, total: int, skipped: int, spec: RunSpec, started:
     what = spec.target + (f" + {spec.draft} g={spec.gamma}" if spec.draft else "")
     kept = f", {skipped} already done" if skipped else ""
     size = f"c={spec.concurrency}" if spec.concurrency is not None else f"B={spec.batch_size}"
+    if spec.request_rate is not None:
+        size += f" rate={spec.request_rate}/s"
     print(
         f"\r[{index + 1}/{total}{kept}] {spec.group} {what} {size} ETA {eta}    ",
         end="",

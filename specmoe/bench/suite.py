@@ -15,6 +15,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
@@ -45,6 +46,7 @@ _AXES = (
     "prompt_length",
     "batch_size",
     "concurrency",
+    "request_rate",
     "moe_top_k",
     "temperature",
     "max_new_tokens",
@@ -65,7 +67,8 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "draft": [],
     "prompt_set": "factual",
     "batch_size": 1,
-    "concurrency": None,  # served targets only; 1 when unset
+    "concurrency": None,  # served targets only; 1 when unset (closed loop), `requests` when open loop
+    "request_rate": None,  # served targets only: requests/s of Poisson arrivals (open loop); None: closed
     "moe_top_k": None,
     "temperature": 0.0,
     "max_new_tokens": 64,
@@ -138,6 +141,7 @@ class Group:
     warmup: int
     oracle_cost: str
     concurrency: tuple[int | None, ...] = (None,)  # (None,) for local targets
+    request_rate: tuple[float | None, ...] = (None,)  # requests/s (math.inf: all at once); (None,): closed
     requests: int | None = None  # requests per served run; None: the concurrency
     cpus: float = 1.0  # per run, for the Ray executor
     gpus: float | None = None  # per run; None: 1 on cuda devices, else 0
@@ -195,7 +199,9 @@ class RunSpec:
     target_model: ModelSpec = field(repr=False)
     draft_model: ModelSpec | None = field(default=None, repr=False)
     oracle_cost: str | None = None  # model name whose forwards an oracle draft pays for; else None
-    concurrency: int | None = None  # served targets: requests in flight; None for local targets
+    concurrency: int | None = None  # served targets: requests in flight (open loop: at most); None: local
+    request_rate: float | None = None  # open loop: Poisson arrivals at this many requests/s (inf: all
+    # at once), capped at `concurrency` in flight; None: closed loop (served) or a local run
     requests: int | None = None  # served targets: requests per run; None: the concurrency
     prompts: int | None = None  # prompts of the set the grid point measures; None: all of them
     prompt_batch: int = 0  # which batch of B prompts of that selection this run decodes (0-based)
@@ -243,6 +249,8 @@ class RunSpec:
             # Server runs only: leaving the keys out otherwise keeps every local run's key unchanged.
             fields["concurrency"] = self.concurrency
             fields["requests"] = self.requests
+        if self.request_rate is not None:  # open-loop runs only, so closed-loop keys stay as they were
+            fields["request_rate"] = rate_text(self.request_rate)
         # Which prompts the run decodes: batch `prompt_batch` of the set's selection of `prompts`. Left
         # out at their defaults (all prompts, batch 0), whose prompts are the first B of the set, as
         # every run decoded before batches existed: those runs keep their keys and resume.
@@ -284,6 +292,8 @@ class RunSpec:
         """Every field plus the derived keys, JSON-ready (for the store's `config` column)."""
         return {
             **asdict(self),
+            # JSON has no infinity: an all-at-once rate is stored as "inf", as the suite spells it.
+            "request_rate": None if self.request_rate is None else rate_text(self.request_rate),
             "config_key": self.config_key,
             "run_id": self.run_id,
             "baseline_key": self.baseline_key,
@@ -295,6 +305,11 @@ class RunSpec:
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, no NaN: the same value always gives the same bytes."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def rate_text(rate: float) -> str | float:
+    """A request rate as stored and keyed: "inf" for all at once (JSON has no infinity), else itself."""
+    return "inf" if math.isinf(rate) else rate
 
 
 def parse_oracle(draft: str | None) -> float | None:
@@ -626,6 +641,7 @@ def _parse_group(
         return _int(ctx, k, v, minimum=1)
 
     requests = merged["requests"]
+    request_rate = _request_rates(ctx, key, merged, served)
     return Group(
         name=name,
         description=_string(ctx, f"{where}.description", raw.get("description", "")),
@@ -645,15 +661,47 @@ def _parse_group(
         repeats=_int(ctx, key("repeats"), merged["repeats"], minimum=1),
         warmup=_int(ctx, key("warmup"), merged["warmup"], minimum=0),
         oracle_cost=oracle_cost,
-        concurrency=(
-            _axis(ctx, key("concurrency"), _or(merged["concurrency"], 1), positive) if served else (None,)
-        ),
+        concurrency=_concurrency(ctx, key, merged, served, request_rate),
+        request_rate=request_rate,
         requests=positive(key("requests"), requests) if served and requests is not None else None,
         cpus=_resource(ctx, key("cpus"), merged["cpus"], minimum=0.001),
         prompts=_prompt_count(ctx, key("prompts"), merged["prompts"]),
         compile=_flag(ctx, key("compile"), merged["compile"]),
         chat=_chat(ctx, key, merged, prompt_length),
         gpus=None if merged["gpus"] is None else _resource(ctx, key("gpus"), merged["gpus"], minimum=0.0),
+    )
+
+
+def _request_rates(ctx: _Ctx, key, merged: dict[str, Any], served: bool) -> tuple[float | None, ...]:
+    """Open-loop arrival rates (requests/s, "inf" for all at once); (None,) for a closed loop."""
+    if merged["request_rate"] is None or not served:
+        return (None,)  # a local group was refused by _check_serving when it set one itself
+    if merged["requests"] is None:
+        ctx.fail(
+            key("request_rate"),
+            "an open-loop run (request_rate) needs requests = N, the requests sent per run; add it",
+        )
+
+    def rate(k: str, v: Any) -> float:
+        if v == "inf" or (isinstance(v, float) and v == math.inf):  # TOML's bare inf too
+            return math.inf
+        if isinstance(v, str) or _float(ctx, k, v) <= 0:
+            ctx.fail(k, f'request_rate must be a number of requests/s > 0 or "inf", got {v!r}')
+        return float(v)
+
+    return _axis(ctx, key("request_rate"), merged["request_rate"], rate)
+
+
+def _concurrency(
+    ctx: _Ctx, key, merged: dict[str, Any], served: bool, rates: tuple[float | None, ...]
+) -> tuple[int | None, ...]:
+    """Requests in flight: 1 by default in a closed loop; in an open loop a cap, by default none (as
+    many as the run sends)."""
+    if not served:
+        return (None,)
+    default = merged["requests"] if rates != (None,) else 1
+    return _axis(
+        ctx, key("concurrency"), _or(merged["concurrency"], default), lambda k, v: _int(ctx, k, v, 1)
     )
 
 
@@ -709,7 +757,7 @@ def _check_serving(
         for name in draft:
             if name in models and models[name].server is not None:
                 ctx.fail(key("draft"), f"'{name}' is a server: only a served target's SD arm can be")
-        for k in ("concurrency", "requests"):
+        for k in ("concurrency", "requests", "request_rate"):
             if k in raw:
                 ctx.fail(key(k), f"{k} applies to served targets (url =) only; local targets use batch_size")
         return False
@@ -963,6 +1011,7 @@ def _grid(suite: Suite, group: Group):
         group.prompt_length,
         group.batch_size,
         group.concurrency,
+        group.request_rate,
         group.moe_top_k,
         group.temperature,
         group.max_new_tokens,
@@ -977,6 +1026,7 @@ def _grid(suite: Suite, group: Group):
         length,
         batch,
         concurrency,
+        rate,
         top_k,
         temperature,
         new_tokens,
@@ -1008,6 +1058,7 @@ def _grid(suite: Suite, group: Group):
             target_model=target_model,
             draft_model=draft_model,
             concurrency=concurrency,
+            request_rate=rate,
             requests=group.requests,
             prompts=None if concurrency is not None else group.prompts,
             compile=group.compile and concurrency is None,

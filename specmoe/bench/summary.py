@@ -143,9 +143,11 @@ def _prompt(config: dict) -> str:
 
 
 def _size(config: dict) -> str:
-    """Batch size, or "c<N>" for the concurrency of a server run."""
-    concurrency = config.get("concurrency")
-    return f"c{concurrency}" if concurrency is not None else str(config["batch_size"])
+    """Batch size, or "c<N>" for the concurrency of a server run ("c<N>@<R>/s" in an open loop)."""
+    concurrency, rate = config.get("concurrency"), config.get("request_rate")
+    if concurrency is None:
+        return str(config["batch_size"])
+    return f"c{concurrency}" if rate is None else f"c{concurrency}@{rate}/s"
 
 
 def _unknown(value: float, spec: str) -> str:

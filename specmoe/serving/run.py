@@ -11,6 +11,7 @@ from specmoe.bench.prompts import batch_prompts, load_prompt_set
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import RunSpec
 from specmoe.serving import client
+from specmoe.serving.arrivals import arrival_times
 from specmoe.serving.load import run_requests
 from specmoe.serving.rows import served_row
 from specmoe.serving.spec import ServerSpec
@@ -39,9 +40,20 @@ class ServedRunner:
         assert spec.prompt_set is not None and spec.concurrency is not None
         prompts = batch_prompts(load_prompt_set(spec.prompt_set), spec.requests or spec.concurrency)
 
+        # Open loop: the same seeded schedule for both arms of a pair; each repeat draws its own.
+        arrivals = (
+            None if spec.request_rate is None else arrival_times(len(prompts), spec.request_rate, spec.repeat)
+        )
+
         def measure():
             return run_requests(
-                server, prompts, spec.concurrency, spec.max_new_tokens, spec.temperature, seed=spec.repeat
+                server,
+                prompts,
+                spec.concurrency,
+                spec.max_new_tokens,
+                spec.temperature,
+                seed=spec.repeat,
+                arrivals=arrivals,
             )
 
         if spec.config_key not in self._warm:
