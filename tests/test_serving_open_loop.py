@@ -14,6 +14,7 @@ from test_serving_suite import GROUP, LOCAL, SERVERS, error, load
 from specmoe.bench.runner import run_suite
 from specmoe.bench.store import Store
 from specmoe.bench.suite import expand, load_suite
+from specmoe.errors import SpecmoeError
 from specmoe.serving.arrivals import arrival_times
 
 OPEN = GROUP.replace("concurrency = [1, 4, 16]\n", 'request_rate = [2.0, "inf"]\nrequests = 8\n')
@@ -87,3 +88,38 @@ def test_open_loop_run_sends_on_schedule_and_stores_it(tmp_path):
         assert [r["scheduled_s"] for r in requests] == schedule  # both arms face the same arrivals
         assert all(r["sent_s"] >= r["scheduled_s"] for r in requests)  # never sent early
     assert max(plain.config.max_in_flight, sd.config.max_in_flight) <= 2
+
+
+def _synthetic_suite(tmp_path, plain_url: str, sd_url: str, tokenizer: str, endpoint: str = "completions"):
+    path = tmp_path / "len.toml"
+    server = f'model = "m"\nengine = "vllm"\ntokenizer = "{tokenizer}"\nendpoint = "{endpoint}"\n'
+    path.write_text(
+        f'schema = 1\n[models.plain]\nurl = "{plain_url}"\n{server}[models.spec]\nurl = "{sd_url}"\n{server}'
+        '[[groups]]\nname = "len"\ntarget = "plain"\ndraft = "spec"\ngamma = 3\n'
+        "prompt_length = [5, 9]\nconcurrency = 3\nmax_new_tokens = 4\n",
+        encoding="utf-8",
+    )
+    return path
+
+
+def test_synthetic_prompts_for_servers_are_exact_token_ids(tmp_path, tiny_zoo):
+    plain = StubServer(StubConfig(model="m", step_s=0.001))
+    sd = StubServer(StubConfig(model="m", step_s=0.001, gamma=3, accepted=2))
+    with plain, sd:
+        suite = load_suite(_synthetic_suite(tmp_path, plain.url, sd.url, str(tiny_zoo / "moe")))
+        specs = expand(suite)
+        assert {(s.prompt_length, s.prompt_set) for s in specs} == {(5, None), (9, None)}
+        assert all(s.target_model.identity["tokenizer"] == str(tiny_zoo / "moe") for s in specs)
+        run_suite(suite, tmp_path / "r.db", None, progress=False)
+    sent = [body["prompt"] for body in plain.config.requests + sd.config.requests]
+    assert all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in sent)
+    assert {len(p) for p in sent} == {5, 9}
+    # Each request of a run has its own prompt (seed = its index), the same in both arms.
+    five = [p for p in plain.config.requests if len(p["prompt"]) == 5]
+    assert len({tuple(p["prompt"]) for p in five}) == 3
+
+
+def test_synthetic_server_prompts_need_completions(tmp_path, tiny_zoo):
+    path = _synthetic_suite(tmp_path, "http://h:1", "http://h:2", str(tiny_zoo / "moe"), endpoint="chat")
+    with pytest.raises(SpecmoeError, match=r"synthetic prompts are token ids, sent to /v1/completions"):
+        load_suite(path)

@@ -56,7 +56,7 @@ _AXES = (
 _SETTINGS = ("prompts", "repeats", "warmup", "oracle_cost", "requests", "cpus", "gpus", "compile", "chat")
 _TOP_KEYS = ("schema", "name", "description", "zoo", "defaults", "models", "groups")
 _ZOO_KEYS = ("preset", "seed")
-_SERVER_KEYS = ("url", "model", "engine", "endpoint", "api_key_env", "timeout_s")
+_SERVER_KEYS = ("url", "model", "engine", "endpoint", "api_key_env", "timeout_s", "tokenizer")
 _MODEL_KEYS = ("zoo", "path", "backend", "gguf", *_SERVER_KEYS)
 LLAMACPP_BACKEND = "llamacpp"
 SERVING_BACKEND = "openai"  # a model behind an OpenAI-compatible server (specmoe.serving)
@@ -569,6 +569,16 @@ def _parse_served_model(ctx: _Ctx, where: str, name: str, entry: dict[str, Any])
             "not an environment variable name; give the name of the variable that holds the key "
             "(e.g. OPENAI_API_KEY), never the key itself",
         )
+    tokenizer = None
+    if "tokenizer" in entry:  # only for synthetic prompts (prompt_length): the ids are made here
+        tokenizer = str(
+            _model_path(
+                ctx,
+                f"{where}.tokenizer",
+                _string(ctx, f"{where}.tokenizer", entry["tokenizer"]),
+                ctx.path.parent,
+            )
+        )
     timeout = entry.get("timeout_s", DEFAULT_TIMEOUT_S)
     if _float(ctx, f"{where}.timeout_s", timeout) <= 0:
         ctx.fail(f"{where}.timeout_s", f"timeout_s must be > 0, got {timeout}")
@@ -579,6 +589,7 @@ def _parse_served_model(ctx: _Ctx, where: str, name: str, entry: dict[str, Any])
         endpoint=_choice(ctx, f"{where}.endpoint", entry.get("endpoint", "completions"), ENDPOINTS),
         api_key_env=key_env,
         timeout_s=float(timeout),
+        tokenizer=tokenizer,
     )
     return ModelSpec(name, None, None, SERVING_BACKEND, server=server)
 
@@ -778,12 +789,33 @@ def _check_serving(
                     "both arms must serve the same model",
                 )
     if prompt_length != (None,):
-        ctx.fail(key("prompt_length"), "servers take text prompts: use prompt_set, not prompt_length")
+        _check_served_lengths(ctx, key("prompt_length"), (*target, *draft), models)
     if raw.get("batch_size", 1) not in (1, [1]):
         ctx.fail(key("batch_size"), "servers batch requests themselves: set concurrency = [...] instead")
     if moe_top_k != (None,):
         ctx.fail(key("moe_top_k"), "moe_top_k cannot change a served model; remove it from this group")
     return True
+
+
+def _check_served_lengths(ctx: _Ctx, key: str, names: tuple[str, ...], models: dict[str, ModelSpec]) -> None:
+    """Synthetic prompts for servers are token ids made with the served model's tokenizer and sent as
+    a completions prompt, so every server of the group needs `tokenizer =` and the completions
+    endpoint (a chat message is text, whose token count the server's template would change)."""
+    for name in names:
+        server = models[name].server
+        assert server is not None
+        if server.tokenizer is None:
+            ctx.fail(
+                key,
+                f"synthetic prompts for server '{name}' need its tokenizer: add tokenizer = \"<HF dir or "
+                f'hub ID>" to [models.{name}], or use prompt_set',
+            )
+        if server.endpoint != "completions":
+            ctx.fail(
+                key,
+                f"synthetic prompts are token ids, sent to /v1/completions; server '{name}' uses "
+                f'endpoint = "{server.endpoint}": set endpoint = "completions" or use prompt_set',
+            )
 
 
 def _prompts(

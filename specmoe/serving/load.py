@@ -51,8 +51,15 @@ class ServedRun:
 
 
 def request_body(
-    server: ServerSpec, engine: EngineMetrics, prompt: str, max_tokens: int, temperature: float, seed: int
+    server: ServerSpec,
+    engine: EngineMetrics,
+    prompt: str | list[int],
+    max_tokens: int,
+    temperature: float,
+    seed: int,
 ) -> dict[str, Any]:
+    """A streaming request. A prompt of token ids goes to /v1/completions as is (the OpenAI API
+    takes a list of ids as `prompt`), so the server decodes exactly those tokens."""
     body: dict[str, Any] = {
         "model": server.model,
         "max_tokens": max_tokens,
@@ -75,7 +82,7 @@ def request_body(
 
 def run_requests(
     server: ServerSpec,
-    prompts: list[str],
+    prompts: Sequence[str | list[int]],
     concurrency: int,
     max_tokens: int,
     temperature: float = 0.0,
