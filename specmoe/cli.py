@@ -340,10 +340,22 @@ def _add_bench_quick(bench) -> None:
 
 def _add_audit(commands) -> None:
     p = commands.add_parser(
-        "audit", help="check a foreign result set (CSV or llama.cpp logs) for impossible claims"
+        "audit",
+        help="check a foreign result set (study CSV, llama.cpp logs, vLLM or SGLang benchmark "
+        "results) for impossible speedup claims",
     )
     p.add_argument(
-        "path", type=Path, help="a CSV shaped like the study's runs.csv, or a folder of llama.cpp logs"
+        "path",
+        type=Path,
+        help="a CSV shaped like the study's runs.csv; a vLLM `--save-result` JSON; an SGLang "
+        "bench_speculative JSONL; a llama.cpp log; or a folder of them",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="the same tool's result without a draft, for SD runs the files cannot pair themselves "
+        "(logs that do not print the model name, a vLLM result on its own)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_run_audit)
@@ -534,9 +546,10 @@ def _run_report(args) -> int:
 
 
 def _run_audit(args) -> int:
-    from specmoe.bench.audit_foreign import audit_path, format_rows, rows_to_json
+    from specmoe.bench.audit_foreign import format_rows, rows_to_json
+    from specmoe.bench.audit_input import audit_input
 
-    rows = audit_path(args.path)
+    rows = audit_input(args.path, args.baseline)
     print(json.dumps(rows_to_json(rows), ensure_ascii=False) if args.json else format_rows(rows))
     return 0
 
