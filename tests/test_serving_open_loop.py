@@ -123,3 +123,9 @@ def test_synthetic_server_prompts_need_completions(tmp_path, tiny_zoo):
     path = _synthetic_suite(tmp_path, "http://h:1", "http://h:2", str(tiny_zoo / "moe"), endpoint="chat")
     with pytest.raises(SpecmoeError, match=r"synthetic prompts are token ids, sent to /v1/completions"):
         load_suite(path)
+
+
+def test_missing_server_tokenizer_is_one_line(tmp_path):
+    path = _synthetic_suite(tmp_path, "http://h:1", "http://h:2", str(tmp_path / "no-such-dir"))
+    with pytest.raises(SpecmoeError, match=r"models\.plain\.tokenizer: no model directory at"):
+        load_suite(path)

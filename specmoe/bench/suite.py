@@ -571,14 +571,14 @@ def _parse_served_model(ctx: _Ctx, where: str, name: str, entry: dict[str, Any])
         )
     tokenizer = None
     if "tokenizer" in entry:  # only for synthetic prompts (prompt_length): the ids are made here
-        tokenizer = str(
-            _model_path(
-                ctx,
+        text = _string(ctx, f"{where}.tokenizer", entry["tokenizer"])
+        found = _model_path(ctx, f"{where}.tokenizer", text, ctx.path.parent)
+        if not found.is_dir():
+            ctx.fail(
                 f"{where}.tokenizer",
-                _string(ctx, f"{where}.tokenizer", entry["tokenizer"]),
-                ctx.path.parent,
+                f"no model directory at {found}; give the served model's HF directory or hub ID",
             )
-        )
+        tokenizer = str(found)
     timeout = entry.get("timeout_s", DEFAULT_TIMEOUT_S)
     if _float(ctx, f"{where}.timeout_s", timeout) <= 0:
         ctx.fail(f"{where}.timeout_s", f"timeout_s must be > 0, got {timeout}")
