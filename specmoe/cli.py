@@ -114,6 +114,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    """A whole number >= 1 (prompts, tokens, repeats)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype",
@@ -318,14 +329,14 @@ def _add_bench_quick(bench) -> None:
         'or {"text": ...} lines (default: factual)',
     )
     quick.add_argument(
-        "--num-prompts", type=int, default=None, help="prompts measured per configuration (default: all)"
+        "--num-prompts", type=_count, default=None, help="prompts measured per configuration (default: all)"
     )
-    quick.add_argument("--max-new-tokens", type=int, default=64)
+    quick.add_argument("--max-new-tokens", type=_count, default=64)
     quick.add_argument("--temperature", type=_finite_float, default=0.0, help="0 is greedy")
     quick.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16"], default="float32")
     quick.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
-    quick.add_argument("--repeats", type=int, default=1, help="timed runs of every configuration")
-    quick.add_argument("--warmup", type=int, default=1, help="untimed runs of each arm first")
+    quick.add_argument("--repeats", type=_count, default=1, help="timed runs of every configuration")
+    quick.add_argument("--warmup", type=_positive_int, default=1, help="untimed runs of each arm first")
     quick.add_argument("--chat", action="store_true", help="prompts through the target's chat template")
     quick.add_argument("--db", type=Path, default=Path("results.db"))
     quick.add_argument("--quiet", action="store_true", help="no progress line")

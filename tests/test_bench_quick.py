@@ -104,12 +104,17 @@ def test_cli_runs_stores_and_prints_the_summary(tiny_zoo, tmp_path, capsys):
         (["--gamma", "2,-1"], "--gamma '2,-1': give whole numbers"),
         (["--dataset", "missing.jsonl"], "--dataset missing.jsonl: no such file"),
         (["--model", "specmoe-test/absent"], "not in the local Hugging Face cache"),
+        (["--num-prompts", "0"], "argument --num-prompts: must be >= 1, got 0"),
     ],
 )
 def test_cli_bad_input_is_one_line(tiny_zoo, tmp_path, capsys, monkeypatch, extra, message):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     model = str(tiny_zoo / "moe")
     argv = ["bench", "quick", "--model", model, "--draft", "ngram", "--db", str(tmp_path / "x.db")]
-    assert main(argv + extra) == 2
+    try:
+        code = main(argv + extra)
+    except SystemExit as stop:  # argparse's own usage errors
+        code = stop.code
+    assert code == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
