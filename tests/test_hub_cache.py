@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specmoe.bench.overrides import SuiteOverrides
+from specmoe.bench.preflight import preflight
 from specmoe.bench.suite import load_suite
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
@@ -91,16 +92,29 @@ def test_suite_path_and_set_take_a_hub_id(hub_cache, tmp_path):
     )
     snapshot = str(hub_cache / "models--specmoe-test--tiny-moe" / "snapshots" / COMMIT)
     assert load_suite(suite_file).models["moe"].path == snapshot
-    with pytest.raises(SpecmoeError, match=r"models\.moe\.path: model 'specmoe-test/missing'"):
-        load_suite(suite_file, SuiteOverrides(settings=(("models.moe.path", "specmoe-test/missing"),)))
+    missing = load_suite(suite_file, SuiteOverrides(settings=(("models.moe.path", "specmoe-test/missing"),)))
+    assert missing.models["moe"].hub_id == "specmoe-test/missing"
+    with pytest.raises(SpecmoeError, match=r"models\.moe\.path: model 'specmoe-test/missing' is not"):
+        preflight(missing, tmp_path / "r.db", None)
 
 
-def test_suite_with_absent_hub_id_names_the_key(hub_cache, tmp_path):
+def test_suite_with_absent_hub_id_fails_before_its_first_run(hub_cache, tmp_path, capsys):
     suite_file = tmp_path / "s.toml"
     suite_file.write_text(
         'schema = 1\n[models.moe]\npath = "specmoe-test/missing"\n[[groups]]\nname = "g"\ntarget = "moe"\n',
         encoding="utf-8",
     )
-    expected = r"s\.toml: models\.moe\.path: model 'specmoe-test/missing' is not"
-    with pytest.raises(SpecmoeError, match=expected):
-        load_suite(suite_file)
+    assert main(["bench", "run", str(suite_file), "--db", str(tmp_path / "r.db"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "models.moe.path: model 'specmoe-test/missing' is not a local directory" in err
+    assert err.count("\n") == 1 and not (tmp_path / "r.db").exists()
+
+
+def test_a_relative_path_that_does_not_exist_yet_still_loads(hub_cache, tmp_path):
+    # "models/mine" reads like a hub ID too; the suite loads, and preflight names the path later.
+    suite_file = tmp_path / "s.toml"
+    suite_file.write_text(
+        'schema = 1\n[models.mine]\npath = "models/mine"\n[[groups]]\nname = "g"\ntarget = "mine"\n',
+        encoding="utf-8",
+    )
+    assert load_suite(suite_file).models["mine"].path == str(tmp_path / "models" / "mine")

@@ -22,6 +22,7 @@ from specmoe.bench.overrides import command_line_path
 from specmoe.bench.prompts import is_builtin, load_prompts
 from specmoe.bench.suite import NGRAM, SCHEMA_VERSION, Suite, parse_suite
 from specmoe.errors import SpecmoeError
+from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
 SUITE_NAME = "bench-quick"
 GROUP_NAME = "quick"
@@ -77,6 +78,15 @@ def _is_ngram(draft: str) -> bool:
     return draft == NGRAM or draft.startswith(NGRAM + ":")
 
 
+def _model_source(spec: str) -> str:
+    """An absolute path, or a hub ID kept as written once the local cache is found to hold it (so
+    an absent model is one line before anything is written)."""
+    source = command_line_path(spec)
+    if source == spec and looks_like_hub_id(spec):
+        resolve_hub_id(spec)
+    return source
+
+
 def _dataset(text: str) -> str:
     """A built-in set's name, or the absolute path of a JSONL file after reading it once (a bad
     file is one line naming the file and line, before anything is written)."""
@@ -110,7 +120,7 @@ def quick_table(args: QuickArgs) -> dict[str, Any]:
         while name in models:
             name, count = f"{base}-{count}", count + 1
         names[spec] = name
-        models[name] = {"path": command_line_path(spec)}
+        models[name] = {"path": _model_source(spec)}
     drafts = [spec if _is_ngram(spec) else names[spec] for spec in args.drafts]
     group: dict[str, Any] = {
         "name": GROUP_NAME,

@@ -102,6 +102,9 @@ class ModelSpec:
     zoo_seed: int | None = None
     server: ServerSpec | None = None  # set for served models only
     gguf: str | None = None  # GGUF weight type of a zoo model run by llamacpp (its zoo export)
+    # A path that names no local file but reads as a hub ID ("org/name") the local Hugging Face cache
+    # does not hold (yet): preflight says so in one line. Not part of the identity (the path is).
+    hub_id: str | None = None
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -497,23 +500,28 @@ def _parse_model(
     if "gguf" in entry:
         ctx.fail(f"{where}.gguf", "gguf = picks a zoo model's export; a path names its .gguf file itself")
     text = _string(ctx, f"{where}.path", entry["path"])
-    resolved = _model_path(ctx, f"{where}.path", text, base_dir)
+    resolved, hub_id = _model_path(text, base_dir)
     backend = _backend(ctx, where, entry, "llamacpp" if text.endswith(".gguf") else "hf")
-    return ModelSpec(name, None, str(resolved), backend)
+    return ModelSpec(name, None, str(resolved), backend, hub_id=hub_id)
 
 
-def _model_path(ctx: _Ctx, key: str, text: str, base_dir: Path) -> Path:
-    """A path relative to the suite file, or a hub ID ("org/name") no such path exists for, found in
-    the local Hugging Face cache without network (`specmoe.zoo.hub_cache`)."""
+def _model_path(text: str, base_dir: Path) -> tuple[Path, str | None]:
+    """A path relative to the suite file, or for a hub ID ("org/name") no such path exists for, its
+    snapshot in the local Hugging Face cache (`specmoe.zoo.hub_cache`, never the network).
+
+    Returns the path and, when `text` reads as a hub ID the cache does not hold, that ID: the path
+    may still appear before the suite runs (a folder the suite's own setup writes), so loading the
+    suite does not fail; preflight names the ID if the path is still missing then.
+    """
     from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
     resolved = (base_dir / Path(text).expanduser()).resolve()
     if resolved.exists() or not looks_like_hub_id(text):
-        return resolved
+        return resolved, None
     try:
-        return resolve_hub_id(text)
-    except SpecmoeError as err:
-        ctx.fail(key, str(err))
+        return resolve_hub_id(text), None
+    except SpecmoeError:
+        return resolved, text
 
 
 def _gguf_type(ctx: _Ctx, where: str, entry: dict[str, Any], backend: str) -> str | None:
@@ -572,7 +580,14 @@ def _parse_served_model(ctx: _Ctx, where: str, name: str, entry: dict[str, Any])
     tokenizer = None
     if "tokenizer" in entry:  # only for synthetic prompts (prompt_length): the ids are made here
         text = _string(ctx, f"{where}.tokenizer", entry["tokenizer"])
-        found = _model_path(ctx, f"{where}.tokenizer", text, ctx.path.parent)
+        found, hub_id = _model_path(text, ctx.path.parent)
+        if hub_id is not None:
+            from specmoe.zoo.hub_cache import resolve_hub_id
+
+            try:
+                resolve_hub_id(hub_id)  # not cached: its one line says where it looked and what to do
+            except SpecmoeError as err:
+                ctx.fail(f"{where}.tokenizer", str(err))
         if not found.is_dir():
             ctx.fail(
                 f"{where}.tokenizer",
