@@ -133,6 +133,17 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _count(text: str) -> int:
+    """A whole number >= 1 (prompts, tokens, repeats)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype",
@@ -281,6 +292,7 @@ def _add_bench(commands) -> None:
         help="forward threads for local runs (default: the cores other processes leave free)",
     )
     run.set_defaults(run=_run_bench)
+    _add_bench_quick(bench)
     export = bench.add_parser("export", help="export a results store as CSV or Parquet")
     export.add_argument("--db", type=Path, required=True)
     export.add_argument("--format", choices=["csv", "parquet"], default="csv")
@@ -316,12 +328,69 @@ def _add_bench(commands) -> None:
     add_summary_parser(bench)
 
 
+def _add_bench_quick(bench) -> None:
+    quick = bench.add_parser(
+        "quick",
+        help="sweep a target against drafts over gamma and batch size, no suite file needed",
+        description="Builds a one-group suite from the arguments, writes it beside the store as "
+        "DB.suite.toml (rerun or edit it with `specmoe bench run`), runs it and prints the summary. "
+        "Models: a directory, a .gguf file or a hub ID (org/name) in the local Hugging Face cache.",
+    )
+    quick.add_argument("--model", required=True, help="target: directory, .gguf file or hub ID")
+    quick.add_argument(
+        "--draft",
+        dest="drafts",
+        action="append",
+        required=True,
+        help="a draft: directory, .gguf file, hub ID, or ngram[:MIN-MAX]; repeatable",
+    )
+    quick.add_argument("--gamma", default="4", help="tokens drafted per round, comma-separated (2,4,8)")
+    quick.add_argument("--batch", default="1", help="batch sizes, comma-separated (1,8)")
+    quick.add_argument(
+        "--dataset",
+        default="factual",
+        help='a built-in prompt set (factual, code, reasoning, chinese) or a .jsonl file of {"prompt": ...} '
+        'or {"text": ...} lines (default: factual)',
+    )
+    quick.add_argument(
+        "--num-prompts", type=_count, default=None, help="prompts measured per configuration (default: all)"
+    )
+    quick.add_argument("--max-new-tokens", type=_count, default=64)
+    quick.add_argument("--temperature", type=_finite_float, default=0.0, help="0 is greedy")
+    quick.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16"], default="float32")
+    quick.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
+    quick.add_argument("--repeats", type=_count, default=1, help="timed runs of every configuration")
+    quick.add_argument("--warmup", type=_positive_int, default=1, help="untimed runs of each arm first")
+    quick.add_argument("--chat", action="store_true", help="prompts through the target's chat template")
+    quick.add_argument("--db", type=Path, default=Path("results.db"))
+    quick.add_argument("--quiet", action="store_true", help="no progress line")
+    quick.add_argument(
+        "--threads",
+        type=_positive_int,
+        default=None,
+        help="forward threads (default: the cores other processes leave free)",
+    )
+    quick.set_defaults(run=_run_bench_quick)
+
+
 def _add_audit(commands) -> None:
     p = commands.add_parser(
-        "audit", help="check a foreign result set (CSV or llama.cpp logs) for impossible claims"
+        "audit",
+        help="check a foreign result set (study CSV, llama.cpp logs, vLLM or SGLang benchmark "
+        "results) for impossible speedup claims",
     )
     p.add_argument(
-        "path", type=Path, help="a CSV shaped like the study's runs.csv, or a folder of llama.cpp logs"
+        "path",
+        type=Path,
+        help="a CSV shaped like the study's runs.csv; a vLLM `--save-result` JSON; an SGLang "
+        "bench_speculative JSONL; a llama.cpp log; or a folder of them",
+    )
+    p.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="the same tool's result without a draft, for SD runs the files cannot pair themselves "
+        "(logs that do not print the model name, a vLLM result on its own)",
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_run_audit)
@@ -481,6 +550,29 @@ def _run_bench(args) -> int:
     )
 
 
+def _run_bench_quick(args) -> int:
+    from specmoe.bench.cli import run_quick
+    from specmoe.bench.quick import QuickArgs, parse_int_list
+
+    quick = QuickArgs(
+        model=args.model,
+        drafts=tuple(args.drafts),
+        gammas=parse_int_list(args.gamma, "--gamma"),
+        batches=parse_int_list(args.batch, "--batch"),
+        db=args.db,
+        dataset=args.dataset,
+        num_prompts=args.num_prompts,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        dtype=args.dtype,
+        device=args.device,
+        repeats=args.repeats,
+        warmup=args.warmup,
+        chat=args.chat,
+    )
+    return run_quick(quick, progress=not args.quiet, threads=args.threads)
+
+
 def _run_export(args) -> int:
     from specmoe.bench.per_prompt import export_per_prompt
     from specmoe.bench.store import export
@@ -500,9 +592,10 @@ def _run_report(args) -> int:
 
 
 def _run_audit(args) -> int:
-    from specmoe.bench.audit_foreign import audit_path, format_rows, rows_to_json
+    from specmoe.bench.audit_foreign import format_rows, rows_to_json
+    from specmoe.bench.audit_input import audit_input
 
-    rows = audit_path(args.path)
+    rows = audit_input(args.path, args.baseline)
     print(json.dumps(rows_to_json(rows), ensure_ascii=False) if args.json else format_rows(rows))
     return 0
 

@@ -61,3 +61,39 @@ def test_group_qualified_setting_changes_that_group_only():
     assert out["defaults"] == {"repeats": 3}
     with pytest.raises(SpecmoeError, match=r"no group 'c'.*available: a, b"):
         apply_overrides(raw, SuiteOverrides(settings=(("c.gamma", [2]),)))
+
+
+def test_set_model_path_replaces_a_zoo_model(tiny_zoo, monkeypatch):
+    monkeypatch.chdir(tiny_zoo)
+    suite = load_suite(builtin_suite_path("quick"), SuiteOverrides(settings=(("models.moe.path", "moe"),)))
+    moe = suite.models["moe"]
+    # A relative path on the command line is taken from the current directory, not the suite's.
+    mine = str((tiny_zoo / "moe").resolve())
+    assert (moe.zoo, moe.path) == (None, mine)
+    assert suite.models["dense-s"].zoo == "dense-s"
+    moe_runs = [s for s in expand(suite) if s.target == "moe"]
+    assert moe_runs
+    assert all(s.target_model.identity == {"path": mine, "backend": "hf"} for s in moe_runs)
+
+
+def test_set_model_key_on_a_dotted_name_and_other_keys():
+    raw = {"models": {"qwen2.5": {"zoo": "moe"}}, "groups": []}
+    out = apply_overrides(raw, SuiteOverrides(settings=(("models.qwen2.5.backend", "llamacpp"),)))
+    assert out["models"]["qwen2.5"] == {"zoo": "moe", "backend": "llamacpp"}
+    out = apply_overrides(raw, SuiteOverrides(settings=(("models.qwen2.5.url", "http://h:8000"),)))
+    assert out["models"]["qwen2.5"] == {"url": "http://h:8000"}
+
+
+def test_set_unknown_model_is_one_line_with_did_you_mean():
+    with pytest.raises(SpecmoeError) as info:
+        load_suite(builtin_suite_path("quick"), SuiteOverrides(settings=(("models.mo.path", "/x"),)))
+    message = str(info.value)
+    assert message.startswith("--set models.mo.path: no model 'mo' in the suite (did you mean 'moe'?)")
+    assert "available: moe" in message and "\n" not in message
+    with pytest.raises(SpecmoeError, match=r"expected models\.NAME\.KEY=VALUE"):
+        load_suite(builtin_suite_path("quick"), SuiteOverrides(settings=(("models.moe", "/x"),)))
+
+
+def test_set_unknown_model_key_is_the_suite_error():
+    with pytest.raises(SpecmoeError, match=r"models\.moe\.pth: unknown key 'pth'; did you mean 'path'\?"):
+        load_suite(builtin_suite_path("quick"), SuiteOverrides(settings=(("models.moe.pth", "/x"),)))

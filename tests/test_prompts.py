@@ -62,6 +62,12 @@ def test_spec_bench_format_takes_the_first_turn(tmp_path):
     assert load_prompt_set(str(path)) == ["first turn", "another question"]
 
 
+def test_text_field_is_a_prompt_too(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"text": "a"}\n{"prompt": "b", "text": "ignored"}\n', encoding="utf-8")
+    assert load_prompt_set(path) == ["a", "b"]
+
+
 def test_plain_format_skips_blank_lines(tmp_path):
     path = tmp_path / "mine.jsonl"
     path.write_text('{"prompt": "a"}\n\n   \n{"prompt": "b"}\n', encoding="utf-8")
@@ -70,7 +76,7 @@ def test_plain_format_skips_blank_lines(tmp_path):
 
 @pytest.mark.parametrize(
     "bad_line",
-    ['{"prompt": "a"', '["a"]', '{"text": "a"}', '{"prompt": 3}', '{"turns": []}', '{"turns": [1]}'],
+    ['{"prompt": "a"', '["a"]', '{"text": 1}', '{"prompt": 3}', '{"turns": []}', '{"turns": [1]}'],
 )
 def test_bad_line_names_file_and_line(tmp_path, bad_line):
     path = tmp_path / "bad.jsonl"

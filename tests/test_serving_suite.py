@@ -157,7 +157,8 @@ LOCAL = '[zoo]\npreset = "tiny"\n[models.moe]\nzoo = "moe"\n[models.draft-xs]\nz
         ('target = "plain"\nbatch_size = [8]',
          "groups[0].batch_size: servers batch requests themselves: set concurrency = [...] instead"),
         ('target = "plain"\nprompt_length = [64]',
-         "groups[0].prompt_length: servers take text prompts: use prompt_set, not prompt_length"),
+         "groups[0].prompt_length: synthetic prompts for server 'plain' need its tokenizer: add "
+         'tokenizer = "<HF dir or hub ID>" to [models.plain], or use prompt_set'),
         ('target = "plain"\nmoe_top_k = [2]',
          "groups[0].moe_top_k: moe_top_k cannot change a served model; remove it from this group"),
         ('target = "plain"\nconcurrency = [0]', "groups[0].concurrency: concurrency must be >= 1, got 0"),

@@ -311,7 +311,9 @@ def _sd_bound(log: SpeculativeLog, alpha: float) -> tuple[float, str]:
     return bound, how
 
 
-def _audit_speculative(name: str, log: SpeculativeLog, baselines: list[_Baseline]) -> AuditRow:
+def _audit_speculative(
+    name: str, log: SpeculativeLog, baselines: list[_Baseline], forced: _Baseline | None = None
+) -> AuditRow:
     alpha = log.acceptance
     rate = log.decoded.tokens_per_s if log.decoded else None
     fields = {"tool": log.tool, "end_to_end_tokens_per_s": rate, "acceptance": alpha}
@@ -325,7 +327,7 @@ def _audit_speculative(name: str, log: SpeculativeLog, baselines: list[_Baseline
     if rate is None or rate <= 0:
         reason = "no 'decoded … t/s' line: the log has no end-to-end rate to check"
         return AuditRow(name, "unverifiable", reason, None, bound, **fields)
-    baseline = _pick_baseline(log.target, baselines)
+    baseline = forced or _pick_baseline(log.target, baselines)
     if baseline is None:
         reason = (
             f"no baseline for target {log.target.label} in the folder; its SD rate {rate:.2f} t/s must stay "
@@ -396,24 +398,55 @@ def _audit_plain(name: str, log: PlainDecodeLog) -> AuditRow:
     )
 
 
-def audit_logs(folder: str | Path) -> list[AuditRow]:
+def audit_logs(folder: str | Path, baseline: str | Path | None = None) -> list[AuditRow]:
     """Audit every file directly in `folder` as a llama.cpp log; rows follow file-name order.
 
     SD logs (llama-speculative, llama-speculative-simple) are checked against the bound using the
     fastest baseline of the same target found in the folder (a llama-bench tg result or a plain
-    decode log); baseline logs get one row each; files in no known format are "unverifiable" with
-    reason "unrecognised format".
+    decode log), or the one in `baseline` when given; baseline logs get one row each; files in no
+    known format are "unverifiable" with reason "unrecognised format".
     """
     folder = Path(folder)
     if not folder.is_dir():
         raise SpecmoeError(f"{folder} is not a folder; pass a folder of llama.cpp log files")
     files = sorted(p for p in folder.iterdir() if p.is_file() and not p.name.startswith("."))
-    parsed = [(p.name, parse_log(p.read_text(encoding="utf-8", errors="replace"))) for p in files]
+    return audit_log_files(files, baseline)
+
+
+def _read_log(path: Path) -> ParsedLog:
+    try:
+        return parse_log(path.read_text(encoding="utf-8", errors="replace"))
+    except OSError as err:
+        raise SpecmoeError(f"cannot read {path} ({err.strerror}); check the path") from None
+
+
+def given_baseline(path: str | Path) -> _Baseline:
+    """The plain-decode rate in a baseline file named on the command line (`--baseline`): the
+    fastest decode rate a llama-bench output or a plain decode log holds. It pairs SD logs whose
+    target the logs do not name in a way the folder's baselines match."""
+    path = Path(path)
+    if not path.is_file():
+        raise SpecmoeError(
+            f"--baseline {path}: no such file; pass a llama-bench output or a plain decode log"
+        )
+    found = _baselines([(path.name, _read_log(path))])
+    if not found:
+        raise SpecmoeError(
+            f"--baseline {path}: no plain decode rate in it; pass a llama-bench output with a tg test "
+            "or a plain decode log (llama-simple, llama-cli)"
+        )
+    return max(found, key=lambda b: b.tokens_per_s)
+
+
+def audit_log_files(files: list[Path], baseline: str | Path | None = None) -> list[AuditRow]:
+    """`audit_logs` on a list of files (a folder's, or one SD log with `--baseline`)."""
+    forced = given_baseline(baseline) if baseline is not None else None
+    parsed = [(p.name, _read_log(p)) for p in files]
     baselines = _baselines(parsed)
     rows: list[AuditRow] = []
     for name, log in parsed:
         if isinstance(log, SpeculativeLog):
-            rows.append(_audit_speculative(name, log, baselines))
+            rows.append(_audit_speculative(name, log, baselines, forced))
         elif isinstance(log, BenchLog):
             rows += _audit_bench(name, log)
         elif isinstance(log, PlainDecodeLog):

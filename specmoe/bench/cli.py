@@ -1,5 +1,5 @@
-"""`specmoe bench run`, `specmoe bench summary` and `specmoe demo`: the harness's command-line entry
-points. A command's output (the summary, the paths written) goes to stdout; progress and other news
+"""`specmoe bench run`, `bench summary`, `bench quick` and `specmoe demo`: the harness's command-line
+entry points. A command's output (the summary, the paths written) goes to stdout; progress and other news
 are log records on stderr (`specmoe.console`).
 
 The harness (torch, scipy) is imported inside the functions: `specmoe`'s parser adds the summary
@@ -23,6 +23,7 @@ from specmoe.errors import SpecmoeError
 if TYPE_CHECKING:
     from specmoe.bench.executors import Executor
     from specmoe.bench.overrides import SuiteOverrides
+    from specmoe.bench.quick import QuickArgs
     from specmoe.bench.store import RunRow
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ CONFIG, CATEGORY = "config", "category"  # as specmoe.bench.summary_table names 
 BY_HELP = (
     "one row per value of these columns, every other column pooled; repeatable. config (the default): "
     "one row per configuration; category: the prompts' category; or a configuration column: target, "
-    "draft, gamma, prompt, batch, concurrency, requests, top_k, temperature, dtype, device, "
+    "draft, gamma, prompt, batch, concurrency, request_rate, requests, top_k, temperature, dtype, device, "
     "max_new_tokens, compile, chat, group, suite"
 )
 
@@ -113,6 +114,18 @@ def run_summary(args: argparse.Namespace) -> int:
     with Store(args.db) as store:
         rows = select(store.rows(), args.suite, args.db)
     print_summary(rows, by, args.json)
+    return 0
+
+
+def run_quick(args: QuickArgs, progress: bool = True, threads: int | None = None) -> int:
+    """`specmoe bench quick`: build, write and run the suite of the arguments; print the summary."""
+    from specmoe.bench.quick import build_quick_suite
+    from specmoe.bench.runner import run_suite
+
+    suite, path = build_quick_suite(args)
+    print(f"suite written to {path}; rerun or edit it with `specmoe bench run {path} --db {args.db}`")
+    rows = run_suite(suite, args.db, None, progress=progress, threads=threads)
+    print_summary(rows)
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Command-line changes to a suite: `--set [GROUP.]KEY=VALUE` and `--group NAME`, applied before
-validation.
+"""Command-line changes to a suite: `--set [GROUP.]KEY=VALUE`, `--set models.NAME.KEY=VALUE` and
+`--group NAME`, applied before validation.
 
 A shipped suite describes the full experiment; a shorter pass of the same design (fewer tokens or
 repeats, a subset of groups) is the same file with a few settings forced, so the run's rows still
@@ -9,11 +9,21 @@ carry every setting in their config and the suite's own checks still apply.
 from __future__ import annotations
 
 import copy
+import difflib
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from specmoe.errors import SpecmoeError
+
+MODELS_PREFIX = "models."
+# A model has exactly one of these: setting one replaces the others (and what belongs to them).
+_SOURCE_KEYS = {
+    "path": ("zoo", "url", "gguf", "model", "engine", "endpoint", "api_key_env", "timeout_s"),
+    "zoo": ("path", "url", "model", "engine", "endpoint", "api_key_env", "timeout_s"),
+    "url": ("zoo", "path", "gguf"),
+}
 
 
 @dataclass(frozen=True)
@@ -54,12 +64,12 @@ def apply_overrides(raw: dict[str, Any], overrides: SuiteOverrides) -> dict[str,
         out["groups"] = [g for g in groups if isinstance(g, dict) and g.get("name") in overrides.groups]
     groups = [g for g in out.get("groups", []) if isinstance(g, dict)]
     for setting, value in overrides.settings:
+        if setting.startswith(MODELS_PREFIX):
+            _set_model_key(out, setting, value)
+            continue
         where, _, key = setting.rpartition(".")
         if key in ("name", "description"):
             raise SpecmoeError(f"--set {setting}: only run settings can be set, not a {key}")
-        if where == "models" or where.startswith("models."):
-            _set_model_key(out, setting, where.removeprefix("models").removeprefix("."), key, value)
-            continue
         if not where:
             out.setdefault("defaults", {})[key] = value
             for group in groups:
@@ -75,19 +85,47 @@ def apply_overrides(raw: dict[str, Any], overrides: SuiteOverrides) -> dict[str,
     return out
 
 
-def _set_model_key(suite: dict[str, Any], setting: str, name: str, key: str, value: Any) -> None:
-    """Set KEY in the [models.NAME] entry (NAME "*": in every entry)."""
-    models = suite.get("models")
-    entries = {k: v for k, v in models.items() if isinstance(v, dict)} if isinstance(models, dict) else {}
+def _set_model_key(raw: dict[str, Any], setting: str, value: Any) -> None:
+    """`models.NAME.KEY=VALUE` on a model the suite defines (NAME may itself hold dots), or on
+    every model with NAME `*` (e.g. `models.*.gguf=q4_k_m`).
+
+    A new source (`path`, `zoo`, `url`) replaces the model's old one, so `--set
+    models.moe.path=DIR` points a zoo model at a directory; a relative path is taken from the
+    current directory, as any path on a command line (a suite's own paths are relative to it).
+    """
+    name, _, key = setting[len(MODELS_PREFIX) :].rpartition(".")
+    models = raw.get("models")
+    models = models if isinstance(models, dict) else {}
+    if not name or not key:
+        raise SpecmoeError(f"--set {setting}: expected models.NAME.KEY=VALUE, e.g. models.moe.path=DIR")
     if name == "*":
-        chosen = list(entries.values())
-    elif name in entries:
-        chosen = [entries[name]]
-    else:
-        available = ", ".join(entries) or "none"
+        for entry in models.values():
+            if isinstance(entry, dict):
+                _set_entry(entry, key, value)
+        return
+    if name not in models or not isinstance(models[name], dict):
+        close = difflib.get_close_matches(name, list(models), n=1, cutoff=0.6)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise SpecmoeError(
-            f"--set {setting}: no model '{name}' in the suite's [models]; available: {available} "
-            "(or * for every model)"
+            f"--set {setting}: no model '{name}' in the suite{hint}; available: {', '.join(models) or 'none'}"
         )
-    for entry in chosen:
-        entry[key] = value
+    _set_entry(models[name], key, value)
+
+
+def _set_entry(entry: dict[str, Any], key: str, value: Any) -> None:
+    for other in _SOURCE_KEYS.get(key, ()):
+        entry.pop(other, None)
+    if key == "path" and isinstance(value, str):
+        value = command_line_path(value)
+    entry[key] = value
+
+
+def command_line_path(text: str) -> str:
+    """An existing or relative-looking path made absolute from the current directory; a hub ID
+    ("org/name") that is no local path is kept as written for the suite to look up."""
+    from specmoe.zoo.hub_cache import looks_like_hub_id
+
+    path = Path(text).expanduser()
+    if not path.exists() and looks_like_hub_id(text):
+        return text
+    return str(path.resolve())

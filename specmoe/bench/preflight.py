@@ -77,12 +77,26 @@ def _local_models(specs: list[RunSpec]) -> dict[str, str]:
 def _model_path(model: ModelSpec, zoo_dir: Path | None) -> Path | None:
     """Where the model's files are; None for a zoo model's GGUF export, which is made on first use."""
     if model.path is not None:
+        if model.hub_id is not None and not Path(model.path).exists():
+            return _hub_snapshot(model)
         return Path(model.path)
     if model.gguf is not None:
         return None
     from specmoe.zoo import resolve_model
 
     return resolve_model(model.zoo, zoo_dir)
+
+
+def _hub_snapshot(model: ModelSpec) -> Path:
+    """The cached snapshot of a model the suite names by hub ID; the cache did not hold it when the
+    suite was loaded, so this is most likely the one line that says so, under the model's key."""
+    from specmoe.zoo.hub_cache import resolve_hub_id
+
+    assert model.hub_id is not None
+    try:
+        return resolve_hub_id(model.hub_id)
+    except SpecmoeError as err:
+        raise SpecmoeError(f"models.{model.name}.path: {err}") from None
 
 
 def _check_files(model: ModelSpec, path: Path | None) -> int | None:

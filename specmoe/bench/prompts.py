@@ -20,7 +20,7 @@ from specmoe.errors import SpecmoeError
 PROMPT_SETS_DIR = Path(__file__).parent / "prompt_sets"
 # Fixed order: synthetic prompts concatenate the sets in this order, so it is part of their content.
 BUILTIN_PROMPT_SETS: tuple[str, ...] = ("factual", "code", "reasoning", "chinese")
-_FORMAT_HINT = 'each line must be {"prompt": "..."} or Spec-Bench\'s {"turns": ["...", ...]}'
+_FORMAT_HINT = 'each line must be {"prompt": "..."}, {"text": "..."} or Spec-Bench\'s {"turns": ["...", ...]}'
 
 
 class Tokenizer(Protocol):
@@ -49,9 +49,9 @@ class Prompt:
 def load_prompts(name_or_path: str | Path) -> list[Prompt]:
     """The prompts of a built-in set (by name) or of a JSONL file, in file order.
 
-    A file may use plain `{"prompt": ...}` lines or Spec-Bench's question format
-    (`{"question_id", "category", "turns": [...]}`), of which the first turn is taken. Blank lines
-    are skipped.
+    A file may use plain `{"prompt": ...}` or `{"text": ...}` lines (`prompt` wins when a line has
+    both) or Spec-Bench's question format (`{"question_id", "category", "turns": [...]}`), of which
+    the first turn is taken. Blank lines are skipped.
     """
     name = str(name_or_path)
     path = builtin_path(name) if is_builtin(name) else Path(name_or_path).expanduser()
@@ -105,6 +105,8 @@ def _parse_line(line: str, path: Path, lineno: int, set_name: str, index: int) -
             text = turns[0]
         elif "turns" not in record and isinstance(record.get("prompt"), str):
             text = record["prompt"]
+        elif "turns" not in record and "prompt" not in record and isinstance(record.get("text"), str):
+            text = record["text"]  # the field plain-text corpora and many JSONL exports use
         if text is not None:
             qid = record.get("question_id")
             category = record.get("category")

@@ -15,6 +15,7 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import re
 import tomllib
 from dataclasses import asdict, dataclass, field, replace
@@ -45,6 +46,7 @@ _AXES = (
     "prompt_length",
     "batch_size",
     "concurrency",
+    "request_rate",
     "moe_top_k",
     "temperature",
     "max_new_tokens",
@@ -54,7 +56,7 @@ _AXES = (
 _SETTINGS = ("prompts", "repeats", "warmup", "oracle_cost", "requests", "cpus", "gpus", "compile", "chat")
 _TOP_KEYS = ("schema", "name", "description", "zoo", "defaults", "models", "groups")
 _ZOO_KEYS = ("preset", "seed")
-_SERVER_KEYS = ("url", "model", "engine", "endpoint", "api_key_env", "timeout_s")
+_SERVER_KEYS = ("url", "model", "engine", "endpoint", "api_key_env", "timeout_s", "tokenizer")
 _MODEL_KEYS = ("zoo", "path", "backend", "gguf", *_SERVER_KEYS)
 LLAMACPP_BACKEND = "llamacpp"
 SERVING_BACKEND = "openai"  # a model behind an OpenAI-compatible server (specmoe.serving)
@@ -65,7 +67,8 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "draft": [],
     "prompt_set": "factual",
     "batch_size": 1,
-    "concurrency": None,  # served targets only; 1 when unset
+    "concurrency": None,  # served targets only; 1 when unset (closed loop), `requests` when open loop
+    "request_rate": None,  # served targets only: requests/s of Poisson arrivals (open loop); None: closed
     "moe_top_k": None,
     "temperature": 0.0,
     "max_new_tokens": 64,
@@ -99,6 +102,9 @@ class ModelSpec:
     zoo_seed: int | None = None
     server: ServerSpec | None = None  # set for served models only
     gguf: str | None = None  # GGUF weight type of a zoo model run by llamacpp (its zoo export)
+    # A path that names no local file but reads as a hub ID ("org/name") the local Hugging Face cache
+    # does not hold (yet): preflight says so in one line. Not part of the identity (the path is).
+    hub_id: str | None = None
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -138,6 +144,7 @@ class Group:
     warmup: int
     oracle_cost: str
     concurrency: tuple[int | None, ...] = (None,)  # (None,) for local targets
+    request_rate: tuple[float | None, ...] = (None,)  # requests/s (math.inf: all at once); (None,): closed
     requests: int | None = None  # requests per served run; None: the concurrency
     cpus: float = 1.0  # per run, for the Ray executor
     gpus: float | None = None  # per run; None: 1 on cuda devices, else 0
@@ -195,7 +202,9 @@ class RunSpec:
     target_model: ModelSpec = field(repr=False)
     draft_model: ModelSpec | None = field(default=None, repr=False)
     oracle_cost: str | None = None  # model name whose forwards an oracle draft pays for; else None
-    concurrency: int | None = None  # served targets: requests in flight; None for local targets
+    concurrency: int | None = None  # served targets: requests in flight (open loop: at most); None: local
+    request_rate: float | None = None  # open loop: Poisson arrivals at this many requests/s (inf: all
+    # at once), capped at `concurrency` in flight; None: closed loop (served) or a local run
     requests: int | None = None  # served targets: requests per run; None: the concurrency
     prompts: int | None = None  # prompts of the set the grid point measures; None: all of them
     prompt_batch: int = 0  # which batch of B prompts of that selection this run decodes (0-based)
@@ -243,6 +252,8 @@ class RunSpec:
             # Server runs only: leaving the keys out otherwise keeps every local run's key unchanged.
             fields["concurrency"] = self.concurrency
             fields["requests"] = self.requests
+        if self.request_rate is not None:  # open-loop runs only, so closed-loop keys stay as they were
+            fields["request_rate"] = rate_text(self.request_rate)
         # Which prompts the run decodes: batch `prompt_batch` of the set's selection of `prompts`. Left
         # out at their defaults (all prompts, batch 0), whose prompts are the first B of the set, as
         # every run decoded before batches existed: those runs keep their keys and resume.
@@ -284,6 +295,8 @@ class RunSpec:
         """Every field plus the derived keys, JSON-ready (for the store's `config` column)."""
         return {
             **asdict(self),
+            # JSON has no infinity: an all-at-once rate is stored as "inf", as the suite spells it.
+            "request_rate": None if self.request_rate is None else rate_text(self.request_rate),
             "config_key": self.config_key,
             "run_id": self.run_id,
             "baseline_key": self.baseline_key,
@@ -295,6 +308,11 @@ class RunSpec:
 def canonical_json(value: Any) -> str:
     """Sorted keys, no whitespace, no NaN: the same value always gives the same bytes."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def rate_text(rate: float) -> str | float:
+    """A request rate as stored and keyed: "inf" for all at once (JSON has no infinity), else itself."""
+    return "inf" if math.isinf(rate) else rate
 
 
 def parse_oracle(draft: str | None) -> float | None:
@@ -365,6 +383,13 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
         raise SpecmoeError(f"{path}: not UTF-8 text; save the suite file as UTF-8") from None
     if overrides:
         raw = apply_overrides(raw, overrides)
+    return parse_suite(raw, path)
+
+
+def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
+    """Validate a suite given as the parsed TOML table, as if read from `path` (relative paths are
+    taken from its folder, errors name it): `load_suite` after reading, and `specmoe bench quick`,
+    which builds the table from its arguments."""
     ctx = _Ctx(path)
     _check_keys(ctx, "", raw, _TOP_KEYS)
     _check_schema(ctx, raw)
@@ -475,9 +500,28 @@ def _parse_model(
     if "gguf" in entry:
         ctx.fail(f"{where}.gguf", "gguf = picks a zoo model's export; a path names its .gguf file itself")
     text = _string(ctx, f"{where}.path", entry["path"])
-    resolved = (base_dir / Path(text).expanduser()).resolve()
+    resolved, hub_id = _model_path(text, base_dir)
     backend = _backend(ctx, where, entry, "llamacpp" if text.endswith(".gguf") else "hf")
-    return ModelSpec(name, None, str(resolved), backend)
+    return ModelSpec(name, None, str(resolved), backend, hub_id=hub_id)
+
+
+def _model_path(text: str, base_dir: Path) -> tuple[Path, str | None]:
+    """A path relative to the suite file, or for a hub ID ("org/name") no such path exists for, its
+    snapshot in the local Hugging Face cache (`specmoe.zoo.hub_cache`, never the network).
+
+    Returns the path and, when `text` reads as a hub ID the cache does not hold, that ID: the path
+    may still appear before the suite runs (a folder the suite's own setup writes), so loading the
+    suite does not fail; preflight names the ID if the path is still missing then.
+    """
+    from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
+
+    resolved = (base_dir / Path(text).expanduser()).resolve()
+    if resolved.exists() or not looks_like_hub_id(text):
+        return resolved, None
+    try:
+        return resolve_hub_id(text), None
+    except SpecmoeError:
+        return resolved, text
 
 
 def _gguf_type(ctx: _Ctx, where: str, entry: dict[str, Any], backend: str) -> str | None:
@@ -533,6 +577,23 @@ def _parse_served_model(ctx: _Ctx, where: str, name: str, entry: dict[str, Any])
             "not an environment variable name; give the name of the variable that holds the key "
             "(e.g. OPENAI_API_KEY), never the key itself",
         )
+    tokenizer = None
+    if "tokenizer" in entry:  # only for synthetic prompts (prompt_length): the ids are made here
+        text = _string(ctx, f"{where}.tokenizer", entry["tokenizer"])
+        found, hub_id = _model_path(text, ctx.path.parent)
+        if hub_id is not None:
+            from specmoe.zoo.hub_cache import resolve_hub_id
+
+            try:
+                resolve_hub_id(hub_id)  # not cached: its one line says where it looked and what to do
+            except SpecmoeError as err:
+                ctx.fail(f"{where}.tokenizer", str(err))
+        if not found.is_dir():
+            ctx.fail(
+                f"{where}.tokenizer",
+                f"no model directory at {found}; give the served model's HF directory or hub ID",
+            )
+        tokenizer = str(found)
     timeout = entry.get("timeout_s", DEFAULT_TIMEOUT_S)
     if _float(ctx, f"{where}.timeout_s", timeout) <= 0:
         ctx.fail(f"{where}.timeout_s", f"timeout_s must be > 0, got {timeout}")
@@ -543,6 +604,7 @@ def _parse_served_model(ctx: _Ctx, where: str, name: str, entry: dict[str, Any])
         endpoint=_choice(ctx, f"{where}.endpoint", entry.get("endpoint", "completions"), ENDPOINTS),
         api_key_env=key_env,
         timeout_s=float(timeout),
+        tokenizer=tokenizer,
     )
     return ModelSpec(name, None, None, SERVING_BACKEND, server=server)
 
@@ -605,6 +667,7 @@ def _parse_group(
         return _int(ctx, k, v, minimum=1)
 
     requests = merged["requests"]
+    request_rate = _request_rates(ctx, key, merged, served)
     return Group(
         name=name,
         description=_string(ctx, f"{where}.description", raw.get("description", "")),
@@ -624,15 +687,47 @@ def _parse_group(
         repeats=_int(ctx, key("repeats"), merged["repeats"], minimum=1),
         warmup=_int(ctx, key("warmup"), merged["warmup"], minimum=0),
         oracle_cost=oracle_cost,
-        concurrency=(
-            _axis(ctx, key("concurrency"), _or(merged["concurrency"], 1), positive) if served else (None,)
-        ),
+        concurrency=_concurrency(ctx, key, merged, served, request_rate),
+        request_rate=request_rate,
         requests=positive(key("requests"), requests) if served and requests is not None else None,
         cpus=_resource(ctx, key("cpus"), merged["cpus"], minimum=0.001),
         prompts=_prompt_count(ctx, key("prompts"), merged["prompts"]),
         compile=_flag(ctx, key("compile"), merged["compile"]),
         chat=_chat(ctx, key, merged, prompt_length),
         gpus=None if merged["gpus"] is None else _resource(ctx, key("gpus"), merged["gpus"], minimum=0.0),
+    )
+
+
+def _request_rates(ctx: _Ctx, key, merged: dict[str, Any], served: bool) -> tuple[float | None, ...]:
+    """Open-loop arrival rates (requests/s, "inf" for all at once); (None,) for a closed loop."""
+    if merged["request_rate"] is None or not served:
+        return (None,)  # a local group was refused by _check_serving when it set one itself
+    if merged["requests"] is None:
+        ctx.fail(
+            key("request_rate"),
+            "an open-loop run (request_rate) needs requests = N, the requests sent per run; add it",
+        )
+
+    def rate(k: str, v: Any) -> float:
+        if v == "inf" or (isinstance(v, float) and v == math.inf):  # TOML's bare inf too
+            return math.inf
+        if isinstance(v, str) or _float(ctx, k, v) <= 0:
+            ctx.fail(k, f'request_rate must be a number of requests/s > 0 or "inf", got {v!r}')
+        return float(v)
+
+    return _axis(ctx, key("request_rate"), merged["request_rate"], rate)
+
+
+def _concurrency(
+    ctx: _Ctx, key, merged: dict[str, Any], served: bool, rates: tuple[float | None, ...]
+) -> tuple[int | None, ...]:
+    """Requests in flight: 1 by default in a closed loop; in an open loop a cap, by default none (as
+    many as the run sends)."""
+    if not served:
+        return (None,)
+    default = merged["requests"] if rates != (None,) else 1
+    return _axis(
+        ctx, key("concurrency"), _or(merged["concurrency"], default), lambda k, v: _int(ctx, k, v, 1)
     )
 
 
@@ -688,7 +783,7 @@ def _check_serving(
         for name in draft:
             if name in models and models[name].server is not None:
                 ctx.fail(key("draft"), f"'{name}' is a server: only a served target's SD arm can be")
-        for k in ("concurrency", "requests"):
+        for k in ("concurrency", "requests", "request_rate"):
             if k in raw:
                 ctx.fail(key(k), f"{k} applies to served targets (url =) only; local targets use batch_size")
         return False
@@ -709,12 +804,33 @@ def _check_serving(
                     "both arms must serve the same model",
                 )
     if prompt_length != (None,):
-        ctx.fail(key("prompt_length"), "servers take text prompts: use prompt_set, not prompt_length")
+        _check_served_lengths(ctx, key("prompt_length"), (*target, *draft), models)
     if raw.get("batch_size", 1) not in (1, [1]):
         ctx.fail(key("batch_size"), "servers batch requests themselves: set concurrency = [...] instead")
     if moe_top_k != (None,):
         ctx.fail(key("moe_top_k"), "moe_top_k cannot change a served model; remove it from this group")
     return True
+
+
+def _check_served_lengths(ctx: _Ctx, key: str, names: tuple[str, ...], models: dict[str, ModelSpec]) -> None:
+    """Synthetic prompts for servers are token ids made with the served model's tokenizer and sent as
+    a completions prompt, so every server of the group needs `tokenizer =` and the completions
+    endpoint (a chat message is text, whose token count the server's template would change)."""
+    for name in names:
+        server = models[name].server
+        assert server is not None
+        if server.tokenizer is None:
+            ctx.fail(
+                key,
+                f"synthetic prompts for server '{name}' need its tokenizer: add tokenizer = \"<HF dir or "
+                f'hub ID>" to [models.{name}], or use prompt_set',
+            )
+        if server.endpoint != "completions":
+            ctx.fail(
+                key,
+                f"synthetic prompts are token ids, sent to /v1/completions; server '{name}' uses "
+                f'endpoint = "{server.endpoint}": set endpoint = "completions" or use prompt_set',
+            )
 
 
 def _prompts(
@@ -942,6 +1058,7 @@ def _grid(suite: Suite, group: Group):
         group.prompt_length,
         group.batch_size,
         group.concurrency,
+        group.request_rate,
         group.moe_top_k,
         group.temperature,
         group.max_new_tokens,
@@ -956,6 +1073,7 @@ def _grid(suite: Suite, group: Group):
         length,
         batch,
         concurrency,
+        rate,
         top_k,
         temperature,
         new_tokens,
@@ -987,6 +1105,7 @@ def _grid(suite: Suite, group: Group):
             target_model=target_model,
             draft_model=draft_model,
             concurrency=concurrency,
+            request_rate=rate,
             requests=group.requests,
             prompts=None if concurrency is not None else group.prompts,
             compile=group.compile and concurrency is None,
@@ -1020,5 +1139,6 @@ __all__ = [
     "load_suite",
     "parse_ngram",
     "parse_oracle",
+    "parse_suite",
     "resolve_suite_path",
 ]

@@ -59,6 +59,7 @@ COLUMNS = (
     Column("prompt", "prompts", _prompt),
     Column("batch", "B", _key("batch_size")),
     Column("concurrency", "conc", _key("concurrency")),
+    Column("request_rate", "req/s", _key("request_rate")),  # open loop; None in a closed loop
     Column("requests", "req/run", _key("requests")),
     Column("top_k", "top-k", _key("moe_top_k")),
     Column("temperature", "temp", _key("temperature")),
@@ -188,7 +189,8 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
         served = tuple(served_latency(rows))
         latency_columns = varying([s.config for s in served], (*ALWAYS, "concurrency"))
     else:  # each arm apart, at each concurrency, within each group of --by
-        pooled_by = (ARM, *named, *([] if "concurrency" in by else [BY_NAME["concurrency"]]))
+        load = [BY_NAME[n] for n in ("concurrency", "request_rate") if n not in by]  # never pooled
+        pooled_by = (ARM, *named, *load)
         served = tuple(served_latency(rows, lambda r: tuple(show(c.value(r.config)) for c in pooled_by)))
         latency_columns = pooled_by
     return SummaryTable(

@@ -10,7 +10,8 @@ modules, one concept each:
 - `prometheus`: reading those counters from a `/metrics` text.
 - `sse`: reading a streamed response (server-sent events, OpenAI chunk objects).
 - `client`: HTTP with timeouts, retries and one-line errors.
-- `load`: one run: N requests at concurrency c, counters read before and after.
+- `arrivals`: when each request of an open-loop run is sent (Poisson arrivals at `request_rate`).
+- `load`: one run: N requests at concurrency c (or on an open-loop schedule), counters read around it.
 - `rows`: a run as a store row, with the same columns and metric definitions as local runs.
 - `run`: what the harness calls per suite run: check the server once, warm up, measure, make the row.
 """

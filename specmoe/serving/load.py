@@ -1,13 +1,17 @@
 """One run against a server: N prompts at concurrency c, each response streamed and timed.
 
 Concurrency is the serving analog of batch size: c client threads each keep one request in flight,
-so the server batches up to c sequences. Counters are read from `/metrics` just before the first
-request and just after the last response, outside the timed window.
+so the server batches up to c sequences (a closed loop). An open loop instead sends each request at
+a time fixed in advance (`specmoe.serving.arrivals`), with c as a cap on requests in flight: a
+request due while c are in flight waits for one to finish, and its time to first token counts from
+when it was sent. Counters are read from `/metrics` just before the first request and just after the
+last response, outside the timed window.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +39,7 @@ class RequestRecord:
     retries: int  # connection attempts that failed before this one went out
     response_drafted: int | None  # from the response itself (llama-server's timings), else None
     response_accepted: int | None
+    scheduled_s: float | None = None  # open loop: when the request was due; None in a closed loop
 
 
 @dataclass(frozen=True)
@@ -46,8 +51,15 @@ class ServedRun:
 
 
 def request_body(
-    server: ServerSpec, engine: EngineMetrics, prompt: str, max_tokens: int, temperature: float, seed: int
+    server: ServerSpec,
+    engine: EngineMetrics,
+    prompt: str | list[int],
+    max_tokens: int,
+    temperature: float,
+    seed: int,
 ) -> dict[str, Any]:
+    """A streaming request. A prompt of token ids goes to /v1/completions as is (the OpenAI API
+    takes a list of ids as `prompt`), so the server decodes exactly those tokens."""
     body: dict[str, Any] = {
         "model": server.model,
         "max_tokens": max_tokens,
@@ -70,29 +82,35 @@ def request_body(
 
 def run_requests(
     server: ServerSpec,
-    prompts: list[str],
+    prompts: Sequence[str | list[int]],
     concurrency: int,
     max_tokens: int,
     temperature: float = 0.0,
     seed: int = 0,
+    arrivals: Sequence[float] | None = None,
 ) -> ServedRun:
-    """Send every prompt once, at most `concurrency` at a time, and read the counters around it."""
+    """Send every prompt once, at most `concurrency` at a time, and read the counters around it.
+    arrivals: open loop, each prompt's send time in seconds from the start (non-decreasing); None
+    sends the next prompt as soon as one of the `concurrency` slots is free (closed loop)."""
     engine = engine_metrics(server.engine)
     notes: list[str] = []
     before = _snapshot(server, engine, notes)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        futures = [
-            pool.submit(client.stream, server, request_body(server, engine, p, max_tokens, temperature, seed))
-            for p in prompts
-        ]
+        futures = []
         try:
+            for index, prompt in enumerate(prompts):
+                if arrivals is not None:
+                    _sleep_until(start + arrivals[index])
+                body = request_body(server, engine, prompt, max_tokens, temperature, seed)
+                futures.append(pool.submit(client.stream, server, body))
             times = [f.result() for f in futures]
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
     after = _snapshot(server, engine, notes)
-    records = tuple(_record(i, t, start, engine) for i, t in enumerate(times))
+    scheduled = list(arrivals) if arrivals is not None else [None] * len(times)
+    records = tuple(_record(i, t, start, engine, scheduled[i]) for i, t in enumerate(times))
     counters = _counters(engine, before, after, records, notes)
     gauges = after.gauges if after is not None else {}
     return ServedRun(records, counters, gauges, tuple(dict.fromkeys(notes)))
@@ -108,7 +126,15 @@ def _snapshot(server: ServerSpec, engine: EngineMetrics, notes: list[str]) -> Sn
     return snapshot(text, engine)
 
 
-def _record(index: int, times: client.StreamTimes, start: float, engine: EngineMetrics) -> RequestRecord:
+def _sleep_until(deadline: float) -> None:
+    delay = deadline - time.perf_counter()
+    if delay > 0:
+        time.sleep(delay)
+
+
+def _record(
+    index: int, times: client.StreamTimes, start: float, engine: EngineMetrics, scheduled_s: float | None
+) -> RequestRecord:
     counted_by = "usage" if times.usage_tokens is not None else "chunks"
     return RequestRecord(
         index=index,
@@ -123,6 +149,7 @@ def _record(index: int, times: client.StreamTimes, start: float, engine: EngineM
         retries=times.retries,
         response_drafted=_response_count(times.final, engine.response_drafted),
         response_accepted=_response_count(times.final, engine.response_accepted),
+        scheduled_s=scheduled_s,
     )
 
 

@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import specmoe
-from specmoe.bench.prompts import batch_prompts, load_prompt_set
+from specmoe.bench.prompts import batch_prompts, load_prompt_set, synthetic_prompt
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import RunSpec
 from specmoe.serving import client
+from specmoe.serving.arrivals import arrival_times
 from specmoe.serving.load import run_requests
 from specmoe.serving.rows import served_row
 from specmoe.serving.spec import ServerSpec
@@ -36,12 +37,23 @@ class ServedRunner:
         if (server.url, server.model) not in self._checked:
             client.check_model(server)
             self._checked.add((server.url, server.model))
-        assert spec.prompt_set is not None and spec.concurrency is not None
-        prompts = batch_prompts(load_prompt_set(spec.prompt_set), spec.requests or spec.concurrency)
+        assert spec.concurrency is not None
+        prompts = served_prompts(spec, server, spec.requests or spec.concurrency)
+
+        # Open loop: the same seeded schedule for both arms of a pair; each repeat draws its own.
+        arrivals = (
+            None if spec.request_rate is None else arrival_times(len(prompts), spec.request_rate, spec.repeat)
+        )
 
         def measure():
             return run_requests(
-                server, prompts, spec.concurrency, spec.max_new_tokens, spec.temperature, seed=spec.repeat
+                server,
+                prompts,
+                spec.concurrency,
+                spec.max_new_tokens,
+                spec.temperature,
+                seed=spec.repeat,
+                arrivals=arrivals,
             )
 
         if spec.config_key not in self._warm:
@@ -51,6 +63,20 @@ class ServedRunner:
         run = measure()
         created_at = datetime.now(UTC).isoformat(timespec="seconds")
         return served_row(spec, server, run, baseline, served_environment(server), created_at)
+
+
+def served_prompts(spec: RunSpec, server: ServerSpec, count: int) -> list[str] | list[list[int]]:
+    """The run's prompts: the first `count` texts of its set (cycling, as a local batch takes them),
+    or for `prompt_length` the token ids of `count` synthetic prompts of exactly that many tokens,
+    made with the server's tokenizer, request i from seed i (as row i of a local batch)."""
+    if spec.prompt_length is None:
+        assert spec.prompt_set is not None
+        return batch_prompts(load_prompt_set(spec.prompt_set), count)
+    from specmoe.api import load_tokenizer
+
+    assert server.tokenizer is not None, "checked when the suite was loaded"
+    tokenizer = load_tokenizer(server.tokenizer)
+    return [synthetic_prompt(tokenizer, spec.prompt_length, seed=i) for i in range(count)]
 
 
 def served_environment(server: ServerSpec) -> dict[str, Any]:

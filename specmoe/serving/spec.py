@@ -25,6 +25,7 @@ class ServerSpec:
     endpoint: str = "completions"  # one of ENDPOINTS
     api_key_env: str | None = None
     timeout_s: float = DEFAULT_TIMEOUT_S  # per request: connect, and the wait for each streamed line
+    tokenizer: str | None = None  # the served model's tokenizer (a directory): synthetic prompts only
 
     def __post_init__(self) -> None:
         # However the spec was made, no credential reaches a run's key, the store or a message.
@@ -33,7 +34,9 @@ class ServerSpec:
     @property
     def identity(self) -> dict[str, Any]:
         """What decides the measured work: part of every run's key (timeouts and keys are not)."""
-        return {"url": self.url, "model": self.model, "engine": self.engine, "endpoint": self.endpoint}
+        identity = {"url": self.url, "model": self.model, "engine": self.engine, "endpoint": self.endpoint}
+        # Only when set (synthetic prompts are made with it), so other server runs keep their keys.
+        return identity if self.tokenizer is None else {**identity, "tokenizer": self.tokenizer}
 
     @property
     def path(self) -> str:

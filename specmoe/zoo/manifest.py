@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from specmoe.errors import SpecmoeError
+from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
 MANIFEST_NAME = "zoo.json"
 IN_PROGRESS_NAME = ".zoo-build.json"
@@ -105,13 +106,17 @@ def format_zoo_table(rows: list[dict]) -> str:
 
 
 def resolve_model(spec: str, zoo_dir: Path | None) -> Path:
-    """A model directory from a path, or from a zoo model name looked up in zoo_dir's manifest.
+    """A model directory from a path, from a zoo model name looked up in zoo_dir's manifest, or from
+    a hub ID ("org/name") found in the local Hugging Face cache (`specmoe.zoo.hub_cache`).
 
-    A path wins when it is a model directory (has config.json); otherwise the name is looked up.
+    A path wins when it is a model directory (has config.json); a hub ID is looked up only when no
+    such path exists; otherwise the name is looked up in the zoo.
     """
     path = Path(spec).expanduser()
     if (path / "config.json").is_file():
         return path
+    if not path.exists() and looks_like_hub_id(spec):
+        return resolve_hub_id(spec)
     zoo_dir = None if zoo_dir is None else Path(zoo_dir)
     if zoo_dir is not None and (zoo_dir / MANIFEST_NAME).is_file():
         models = load_manifest(zoo_dir)["models"]
