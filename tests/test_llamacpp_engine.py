@@ -108,13 +108,14 @@ def test_llamacpp_study_steps_pair_with_the_transformers_step():
         plan("cpu", ("x",))
 
 
-def test_a_shipped_export_without_its_store_is_kept(tmp_path, capsys):
+def test_a_shipped_export_without_its_store_is_kept(tmp_path, caplog):
     from specmoe.findings.run import run_step
 
     step = next(s for s in plan("cpu") if s.name == "study")
     (tmp_path / "study.csv").write_text("shipped\n")
-    assert run_step(step, tmp_path).read_text() == "shipped\n"
-    assert "kept the exported study.csv" in capsys.readouterr().out
+    with caplog.at_level("INFO", logger="specmoe"):
+        assert run_step(step, tmp_path).read_text() == "shipped\n"
+    assert "kept the exported study.csv" in caplog.text
 
 
 def _profile(tmp_path: Path, folder: str, name: str, times: dict[int, float], moe: bool) -> None:
