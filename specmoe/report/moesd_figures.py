@@ -66,7 +66,8 @@ def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
 
 def _model_curves(ax, items: Sequence[SdResult], fits) -> bool:
     """Dotted model curves for pairs whose target (and model draft) have fits; True if any drawn."""
-    from specmoe.perf.predict import draft_step_s, with_top_k
+    from specmoe.perf.compose import expected_speedup
+    from specmoe.perf.predict import charged_draft, with_top_k
 
     by_name = {(name, dtype): times for name, dtype, times in fits}
     drawn = False
@@ -90,12 +91,7 @@ def _model_curves(ax, items: Sequence[SdResult], fits) -> bool:
         alpha = min(dialed if dialed is not None else per_token_alpha(rate, gamma), 0.999)
         batches = sorted(r.config["batch_size"] for r in group)
         grid = np.unique(np.geomspace(batches[0], batches[-1], 32).round()).astype(int)
-        speedups = [
-            sd_speedup(
-                alpha, gamma, target.time(b, 1), target.time(b, gamma + 1), draft_step_s(draft, b, gamma)
-            )
-            for b in grid
-        ]
+        speedups = [expected_speedup(target, charged_draft(draft), alpha, gamma, int(b)) for b in grid]
         ax.plot(grid, speedups, ":", color=series_color(index), linewidth=1.5, label=f"model, α={alpha:.2f}")
         drawn = True
     return drawn
