@@ -9,7 +9,7 @@ and `advise`'s γ against the measured best γ. Not a test: writes a table (Mark
 
 `--runs` takes stores (`.db`, with round traces: the exact schedule) or exported CSV files (counts
 only: the schedule estimated from them); `--fits` folders of fits named as
-`specmoe.findings.model_check.FitLibrary` expects. `--profile` first measures (resuming) the
+`specmoe.findings.model_check.ModelLibrary` expects. `--profile` first measures (resuming) the
 profiles in PROFILES that the findings' own fits do not cover and fits them into the first --fits
 folder; run it under one thread on a quiet core. How the prediction is composed:
 `specmoe/findings/model_check.py` and docs/perf-model.md.
@@ -23,7 +23,14 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from specmoe.findings.model_check import AdviceCheck, Checked, FitLibrary, check_advice, check_rows, read_rows
+from specmoe.findings.model_check import (
+    AdviceCheck,
+    Checked,
+    ModelLibrary,
+    check_advice,
+    check_rows,
+    read_rows,
+)
 
 ENGINES = {"hf": "transformers", "llamacpp": "llama.cpp"}
 GOAL_MEDIAN, GOAL_WORST = 0.10, 0.25
@@ -96,6 +103,9 @@ def summary(cells: list[Checked]) -> dict[str, dict]:
     for engine in sorted({c.engine for c in cells}):
         errors = [abs(c.error) for c in cells if c.engine == engine]
         median, worst = statistics.median(errors), max(errors)
+        profiled = [
+            abs(c.from_profiles / c.measured - 1) for c in cells if c.engine == engine and c.from_profiles
+        ]
         out[engine] = {
             "cells": len(errors),
             "median_abs_error": median,
@@ -103,6 +113,11 @@ def summary(cells: list[Checked]) -> dict[str, dict]:
             "within_10": sum(e <= GOAL_MEDIAN for e in errors),
             "within_25": sum(e <= GOAL_WORST for e in errors),
             "goal_met": median <= GOAL_MEDIAN and worst <= GOAL_WORST,
+            "from_profiles": {
+                "cells": len(profiled),
+                "median_abs_error": statistics.median(profiled) if profiled else None,
+                "worst_abs_error": max(profiled, default=None),
+            },
         }
     return out
 
@@ -130,6 +145,12 @@ def leaves_out(cell: Checked) -> str:
     return f"{name} {worst:+.0%}: the fit's forward times against the runs'"
 
 
+def _profiled(cell: Checked) -> str:
+    if cell.from_profiles is None:
+        return "–"
+    return f"{cell.from_profiles:.2f}× ({cell.from_profiles / cell.measured - 1:+.1%})"
+
+
 def _num(value: float | None, fmt: str) -> str:
     return "–" if value is None else format(value, fmt)
 
@@ -142,29 +163,37 @@ def markdown(cells: list[Checked], advice: list[AdviceCheck], totals: dict[str, 
         "Predicted: fitted forward times composed with each run's measured acceptance, round schedule "
         "and host time (docs/perf-model.md). Error: predicted ÷ measured − 1. Parts: the composed "
         "seconds of the SD arm's verify and draft passes and of the plain arm's steps against the "
-        "runs' own clocks.",
+        "runs' own clocks. From profiles: the same composition from the profiled (measured) forward "
+        "times instead of the fits, where a profile holds the run's shapes; it separates what the "
+        "fit misses from what the composition misses.",
         "",
         "| engine | cells | median abs. error | worst abs. error | within 10% | within 25% "
-        "| goal (≤ 10% / ≤ 25%) |",
-        "|---|---|---|---|---|---|---|",
+        "| goal (≤ 10% / ≤ 25%) | from profiles: cells, median, worst |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for engine, t in totals.items():
+        p = t["from_profiles"]
+        profiled = (
+            f"{p['cells']}, {p['median_abs_error']:.1%}, {p['worst_abs_error']:.1%}" if p["cells"] else "–"
+        )
         lines.append(
             f"| {engine} | {t['cells']} | {t['median_abs_error']:.1%} | {t['worst_abs_error']:.1%} | "
-            f"{t['within_10']} | {t['within_25']} | {'met' if t['goal_met'] else 'missed'} |"
+            f"{t['within_10']} | {t['within_25']} | {'met' if t['goal_met'] else 'missed'} | {profiled} |"
         )
     lines += [
         "",
         "| engine | suite | target | draft | dtype | γ | B | top-k | prompts | acceptance | measured "
-        "| predicted | error | verify | draft | plain | host share | what the model leaves out |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| predicted | error | verify | draft | plain | host share | from profiles "
+        "| what the model leaves out |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         lines.append(
             f"| {c.engine} | {c.suite} | {c.target} | {c.draft} | {c.dtype} | {c.gamma} | {c.batch} | "
             f"{_num(c.top_k, 'd')} | {c.prompt} | {c.acceptance:.1%} | {c.interval()} | "
             f"{c.predicted:.2f}× | {c.error:+.1%} | {c.verify_error:+.1%} | "
-            f"{_num(c.draft_error, '+.1%')} | {c.plain_error:+.1%} | {c.host_share:.1%} | {leaves_out(c)} |"
+            f"{_num(c.draft_error, '+.1%')} | {c.plain_error:+.1%} | {c.host_share:.1%} | "
+            f"{_profiled(c)} | {leaves_out(c)} |"
         )
     lines += [
         "",
@@ -210,19 +239,29 @@ def main() -> None:
         "--runs", type=Path, action="append", required=True, help="a store (.db) or CSV export"
     )
     parser.add_argument("--fits", type=Path, action="append", required=True, help="a folder of fits")
+    parser.add_argument(
+        "--profiles",
+        type=Path,
+        action="append",
+        help="a folder of profiles (default: each --fits folder with 'fits' replaced by 'profiles')",
+    )
     parser.add_argument("--out", type=Path, required=True, help="folder for predictions.md and .json")
     parser.add_argument("--profile", action="store_true", help="measure missing profiles first")
     args = parser.parse_args()
     if args.profile:
         args.fits[0].mkdir(parents=True, exist_ok=True)
         measure_profiles(args.fits[0])
-    library = FitLibrary(args.fits)
+    library = ModelLibrary(args.fits)
+    profiled = ModelLibrary(
+        args.profiles or [f.parent / f.name.replace("fits", "profiles") for f in args.fits], True
+    )
     cells: list[Checked] = []
     for path in args.runs:
         rows = read_rows(path)
         engines = {engine_of(r.config) for r in rows}
         for engine in sorted(engines):
-            cells += check_rows([r for r in rows if engine_of(r.config) == engine], library, engine)
+            subset = [r for r in rows if engine_of(r.config) == engine]
+            cells += check_rows(subset, library, engine, profiled)
     cells.sort(key=lambda c: (c.engine, c.suite, c.target, c.draft, c.batch, c.top_k or 0, c.prompt, c.gamma))
     advice = check_advice(cells, library)
     totals = summary(cells)

@@ -56,6 +56,7 @@ class Checked:
     level: float | None  # None: fewer than 5 units, low/high are their range
     units: int
     predicted: float
+    from_profiles: float | None  # the same composition from profiled (measured) forward times
     acceptance: float  # accepted / drafted, measured
     verify_error: float  # composed verify seconds / measured verify seconds − 1
     draft_error: float | None  # the same for the draft's forwards; None for a drafter without a model
@@ -160,8 +161,20 @@ def _mean_error(predicted: Sequence[float], measured: Sequence[float]) -> float:
     return sum(predicted) / sum(measured) - 1
 
 
-def check_rows(rows: Sequence[RunRow], models: Models, engine: str) -> list[Checked]:
-    """Every SD cell of `rows` whose models `models` knows, measured beside predicted."""
+def _predicted(found, schedules: Sequence[tuple[SDSchedule, PlainSchedule]]) -> float:
+    """The cell's speedup from composed seconds, through the measurement's estimator."""
+    target, draft = found
+    sd_rate = [sd.emitted / sd_seconds(target, draft, sd) for sd, _ in schedules]
+    plain_rate = [plain.emitted / plain_seconds(target, plain) for _, plain in schedules]
+    return ratio_of_means(sd_rate, plain_rate).value
+
+
+def check_rows(
+    rows: Sequence[RunRow], models: Models, engine: str, profiled: Models | None = None
+) -> list[Checked]:
+    """Every SD cell of `rows` whose models `models` knows, measured beside predicted; with
+    `profiled` (measured forward times), also the composition from those, which isolates the
+    composition's error from the fit's."""
     units = _paired_units(rows)
     out = []
     for comparison in compare(list(rows)):
@@ -171,11 +184,10 @@ def check_rows(rows: Sequence[RunRow], models: Models, engine: str) -> list[Chec
         if found is None or not pairs:
             continue
         target, draft = found
-        sd_rate, plain_rate, verify, draft_s, plain = [], [], ([], []), ([], []), ([], [])
+        verify, draft_s, plain = ([], []), ([], []), ([], [])
         schedules = [(sd_schedule(s), plain_schedule(b)) for s, b in pairs]
+        measured_times = profiled(config) if profiled is not None else None
         for (sd_row, base_row), (schedule, base) in zip(pairs, schedules, strict=True):
-            sd_rate.append(schedule.emitted / sd_seconds(target, draft, schedule))
-            plain_rate.append(base.emitted / plain_seconds(target, base))
             no_draft = SDSchedule(schedule.gamma, schedule.groups, schedule.emitted)
             verify[0].append(sd_seconds(target, None, no_draft))
             verify[1].append(sd_row.times["verify_s"])
@@ -191,7 +203,7 @@ def check_rows(rows: Sequence[RunRow], models: Models, engine: str) -> list[Chec
                 suite=str(config["suite"]),
                 target=str(config["target"]),
                 draft=str(config["draft"]),
-                dtype=str(config["dtype"]),
+                dtype=str((config.get("target_model") or {}).get("gguf") or config["dtype"]),
                 gamma=int(config["gamma"]),
                 batch=int(config["batch_size"]),
                 top_k=config.get("moe_top_k"),
@@ -201,7 +213,8 @@ def check_rows(rows: Sequence[RunRow], models: Models, engine: str) -> list[Chec
                 high=measured.high,
                 level=measured.level,
                 units=comparison.units,
-                predicted=ratio_of_means(sd_rate, plain_rate).value,
+                predicted=_predicted(found, schedules),
+                from_profiles=None if measured_times is None else _predicted(measured_times, schedules),
                 acceptance=comparison.acceptance_rate,
                 verify_error=_mean_error(*verify),
                 draft_error=None if draft is None else _mean_error(*draft_s),
@@ -278,16 +291,19 @@ def read_rows(path: Path) -> list[RunRow]:
     return read_export(path)
 
 
-class FitLibrary:
-    """Forward-time models for a run's config, from fit files in one or more folders.
+class ModelLibrary:
+    """Forward-time models for a run's config, from fits (the model) or profiles (measured times,
+    interpolated in log B) in one or more folders.
 
-    A model is looked up as `{zoo preset}-{name}-{dtype}.json` (`{preset}-{name}-top{K}-{dtype}.json`
-    first when the run rerouted an MoE to K experts), then `{name}-{dtype}.json` for the bench zoo
-    (the findings' own fits). A fit of the same MoE at another K is used as the sparsity what-if
-    (`specmoe.perf.predict.with_top_k`); a run whose models have no fit is left out."""
+    A model is looked up as `{zoo preset}-{name}-{dtype}.json`, dtype being the GGUF weight type for
+    a llama.cpp run; `{preset}-{name}-top{K}-{dtype}.json` first when the run rerouted an MoE to K
+    experts; and `{name}-{dtype}.json` last for the bench zoo (the findings' own files). A fit of the
+    same MoE at another K serves as the sparsity what-if (`specmoe.perf.predict.with_top_k`); a
+    profile must be at the run's K. A run whose models are not found is left out."""
 
-    def __init__(self, folders: Sequence[Path]) -> None:
+    def __init__(self, folders: Sequence[Path], measured: bool = False) -> None:
         self.folders = [Path(f) for f in folders]
+        self.measured = measured
         self._cache: dict[tuple, object] = {}
 
     def _path(self, preset: str | None, name: str, dtype: str, top_k: int | None) -> Path | None:
@@ -301,25 +317,32 @@ class FitLibrary:
         return None
 
     def _times(self, preset: str | None, name: str, dtype: str, top_k: int | None = None):
-        from specmoe.perf.fit import load_fit
-        from specmoe.perf.predict import fit_times
-
         key = (preset, name, dtype, top_k)
         if key not in self._cache:
             path = self._path(preset, name, dtype, top_k)
-            if path is None:
-                self._cache[key] = None
-            else:
-                fit = load_fit(path)
-                built = fit["shape"].get("top_k") or None
-                what_if = top_k if top_k and built and top_k != built else None
-                self._cache[key] = fit_times(fit, path.name, what_if)
+            self._cache[key] = None if path is None else self._load(path, top_k)
         return self._cache[key]
+
+    def _load(self, path: Path, top_k: int | None):
+        import json
+
+        from specmoe.perf.fit import load_fit
+        from specmoe.perf.predict import fit_times, profile_times
+
+        if self.measured:
+            profile = json.loads(path.read_text())
+            built = profile["model"].get("top_k") or None
+            return None if top_k and built and top_k != built else profile_times(profile, path.name)
+        fit = load_fit(path)
+        built = fit["shape"].get("top_k") or None
+        return fit_times(fit, path.name, top_k if top_k and built and top_k != built else None)
 
     def __call__(self, config: dict):
         target_model = config.get("target_model") or {}
         preset = target_model.get("zoo_preset")
-        target = self._times(preset, str(config["target"]), str(config["dtype"]), config.get("moe_top_k"))
+        # A GGUF model is named by its weight type (q8_0): llama.cpp ignores the run's dtype.
+        dtype = str(target_model.get("gguf") or config["dtype"])
+        target = self._times(preset, str(config["target"]), dtype, config.get("moe_top_k"))
         draft_name = str(config["draft"])
         if target is None:
             return None
@@ -327,5 +350,6 @@ class FitLibrary:
             return target, None
         draft_model = config.get("draft_model") or {}
         name = config.get("oracle_cost") if draft_name.startswith("oracle:") else draft_name
-        draft = self._times(draft_model.get("zoo_preset"), str(name), str(config["dtype"]))
+        draft_dtype = str(draft_model.get("gguf") or config["dtype"])
+        draft = self._times(draft_model.get("zoo_preset"), str(name), draft_dtype)
         return None if draft is None else (target, draft)
