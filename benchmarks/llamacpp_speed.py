@@ -3,7 +3,7 @@ Not a test: prints figures and writes JSON.
 
     SPECMOE_LLAMA_SPECULATIVE=/tmp/llama-build/bin/llama-speculative \
     python benchmarks/llamacpp_speed.py --zoo ~/.cache/specmoe/zoo/bench-seed0 \
-        --out docs/results/cpu/llamacpp_speed.json
+        --out docs/results/cpu/llamacpp_speed.json      # and llamacpp_speed.md beside it
 
 Same GGUF pair (the bench zoo's `moe` with `draft-xs`, and with itself as a draft, exported by
 `specmoe.zoo.gguf` as Q8_0), same prompt, gamma, thread count and token budget, greedy, EOS
@@ -133,6 +133,34 @@ def compare(target, draft, paths, prompt_ids, gamma: int, args, binary: str | No
     return row
 
 
+def markdown(report: dict) -> str:
+    """The table docs/llamacpp.md shows: both tools' decode and end-to-end tokens/s and their ratios."""
+    lines = [
+        "<!-- Written by benchmarks/llamacpp_speed.py; do not edit. -->",
+        f"Target {report['target']}, {report['threads']} thread(s), {report['new_tokens']} new tokens, "
+        f"a {report['prompt_tokens']}-token prompt, greedy; medians of {report['repeats']} alternating runs.",
+        "",
+        "| draft | γ | acceptance | specmoe tok/s | llama-speculative tok/s | ratio (decode) "
+        "| ratio (end to end) | same text | host overhead share | per round |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["results"]:
+        ours, theirs = row["ours"], row.get("llama_speculative")
+        their_rate = f"{theirs['decode_tokens_per_s']:.2f}" if theirs else "–"
+        ratios = (
+            f"{row['ratio_decode_tokens_per_s']:.3f} | {row['ratio_end_to_end_tokens_per_s']:.3f} | "
+            f"{'yes' if row['same_text'] else 'no'}"
+            if theirs
+            else "– | – | –"
+        )
+        lines.append(
+            f"| {Path(row['draft']).stem} | {row['gamma']} | {ours['acceptance_rate']:.2f} | "
+            f"{ours['decode_tokens_per_s']:.2f} | {their_rate} | {ratios} | "
+            f"{ours['host_overhead_share']:.1%} | {ours['host_overhead_per_round_ms']:.2f} ms |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -179,6 +207,7 @@ def main() -> None:
             print(json.dumps(row, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
+        args.out.with_suffix(".md").write_text(markdown(report))
 
 
 if __name__ == "__main__":
