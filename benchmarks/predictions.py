@@ -234,8 +234,11 @@ def markdown(cells: list[Checked], advice: list[AdviceCheck], totals: dict[str, 
 
 
 def engine_of(config: dict) -> str:
-    backend = (config.get("target_model") or {}).get("backend") or "hf"
-    return ENGINES.get(backend, backend)
+    """The engine, with the GGUF weight type for llama.cpp: "llama.cpp Q8_0"."""
+    model = config.get("target_model") or {}
+    backend = model.get("backend") or "hf"
+    name = ENGINES.get(backend, backend)
+    return f"{name} {model['gguf'].upper()}" if model.get("gguf") else name
 
 
 def main() -> None:
