@@ -103,6 +103,12 @@ def theirs_once(command: list[str]) -> dict:
     }
 
 
+def shown(command: list[str]) -> str:
+    """The command as the results show it: the tool by name, paths under the home folder as ~."""
+    home = str(Path.home())
+    return " ".join([Path(command[0]).name, *(a.replace(home, "~") for a in command[1:])])
+
+
 def medians(runs: list[dict]) -> dict:
     """Counts from the first run (greedy: every run emits the same), medians of everything timed."""
     first = runs[0]
@@ -125,7 +131,7 @@ def compare(target, draft, paths, prompt_ids, gamma: int, args, binary: str | No
             theirs.append(theirs_once(command))
     row: dict = {"draft": paths[1].name, "gamma": gamma, "ours": medians(mine)}
     if theirs:
-        row["llama_speculative"] = {"command": " ".join(command), **medians(theirs)}
+        row["llama_speculative"] = {"command": shown(command), **medians(theirs)}
         # greedy decoding of the same files: their (longer) output continues ours
         row["same_text"] = tokenizer.decode_bytes(mine[0]["token_ids"]) in theirs[0]["printed"]
         for clock in ("decode_tokens_per_s", "end_to_end_tokens_per_s"):
