@@ -3,7 +3,7 @@ Not a test: prints figures and writes JSON.
 
     SPECMOE_LLAMA_SPECULATIVE=/tmp/llama-build/bin/llama-speculative \
     python benchmarks/llamacpp_speed.py --zoo ~/.cache/specmoe/zoo/bench-seed0 \
-        --out docs/results/cpu/llamacpp_speed.json
+        --out docs/results/cpu/llamacpp_speed.json      # and llamacpp_speed.md beside it
 
 Same GGUF pair (the bench zoo's `moe` with `draft-xs`, and with itself as a draft, exported by
 `specmoe.zoo.gguf` as Q8_0), same prompt, gamma, thread count and token budget, greedy, EOS
@@ -103,6 +103,12 @@ def theirs_once(command: list[str]) -> dict:
     }
 
 
+def shown(command: list[str]) -> str:
+    """The command as the results show it: the tool by name, paths under the home folder as ~."""
+    home = str(Path.home())
+    return " ".join([Path(command[0]).name, *(a.replace(home, "~") for a in command[1:])])
+
+
 def medians(runs: list[dict]) -> dict:
     """Counts from the first run (greedy: every run emits the same), medians of everything timed."""
     first = runs[0]
@@ -125,12 +131,40 @@ def compare(target, draft, paths, prompt_ids, gamma: int, args, binary: str | No
             theirs.append(theirs_once(command))
     row: dict = {"draft": paths[1].name, "gamma": gamma, "ours": medians(mine)}
     if theirs:
-        row["llama_speculative"] = {"command": " ".join(command), **medians(theirs)}
+        row["llama_speculative"] = {"command": shown(command), **medians(theirs)}
         # greedy decoding of the same files: their (longer) output continues ours
         row["same_text"] = tokenizer.decode_bytes(mine[0]["token_ids"]) in theirs[0]["printed"]
         for clock in ("decode_tokens_per_s", "end_to_end_tokens_per_s"):
             row[f"ratio_{clock}"] = row["ours"][clock] / row["llama_speculative"][clock]
     return row
+
+
+def markdown(report: dict) -> str:
+    """The table docs/llamacpp.md shows: both tools' decode and end-to-end tokens/s and their ratios."""
+    lines = [
+        "<!-- Written by benchmarks/llamacpp_speed.py; do not edit. -->",
+        f"Target {report['target']}, {report['threads']} thread(s), {report['new_tokens']} new tokens, "
+        f"a {report['prompt_tokens']}-token prompt, greedy; medians of {report['repeats']} alternating runs.",
+        "",
+        "| draft | γ | acceptance | specmoe tok/s | llama-speculative tok/s | ratio (decode) "
+        "| ratio (end to end) | same text | host overhead share | per round |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in report["results"]:
+        ours, theirs = row["ours"], row.get("llama_speculative")
+        their_rate = f"{theirs['decode_tokens_per_s']:.2f}" if theirs else "–"
+        ratios = (
+            f"{row['ratio_decode_tokens_per_s']:.3f} | {row['ratio_end_to_end_tokens_per_s']:.3f} | "
+            f"{'yes' if row['same_text'] else 'no'}"
+            if theirs
+            else "– | – | –"
+        )
+        lines.append(
+            f"| {Path(row['draft']).stem} | {row['gamma']} | {ours['acceptance_rate']:.2f} | "
+            f"{ours['decode_tokens_per_s']:.2f} | {their_rate} | {ratios} | "
+            f"{ours['host_overhead_share']:.1%} | {ours['host_overhead_per_round_ms']:.2f} ms |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
@@ -179,6 +213,7 @@ def main() -> None:
             print(json.dumps(row, indent=1))
     if args.out:
         args.out.write_text(json.dumps(report, indent=1) + "\n")
+        args.out.with_suffix(".md").write_text(markdown(report))
 
 
 if __name__ == "__main__":

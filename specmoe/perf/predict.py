@@ -3,12 +3,13 @@
 For each batch size B and draft length γ:
 
     η = T_T(B, 1) / T_T(B, γ + 1)                                   target efficiency
-    S = [(1 − α^{γ+1}) / (1 − α)] · T_T(B, 1) / (γ·T_D + T_T(B, γ + 1))           SD speedup
+    S = composed speedup at per-position acceptance α             `specmoe.perf.compose`
 
-(`specmoe.theory.target_efficiency`, `specmoe.theory.sd_speedup`; α is the per-position acceptance
-probability). The verify pass carries γ + 1 tokens, as the engine runs it, and T_D is the mean
-draft step of a round as the engine's drafter runs it (`draft_step_s`). Without a draft the
-drafting cost is 0 (a free drafter such as n-gram lookup), which makes S an upper bound.
+S is `compose.expected_speedup`: the round as specmoe's loop runs it (γ draft forwards, the first
+one or two tokens wide, and a verify pass over γ + 1 tokens) against plain decoding, at the expected
+tokens per round (1 − α^{γ+1}) / (1 − α). `advise` and the check against measured runs use the same
+function. Without a draft the drafting cost is 0 (a free drafter such as n-gram lookup), which makes
+S an upper bound.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ from pathlib import Path
 import numpy as np
 
 from specmoe.errors import SpecmoeError
+from specmoe.perf.compose import expected_speedup
 from specmoe.perf.files import parse_counts, parse_fractions, read_json
 from specmoe.perf.fit import KIND as FIT_KIND
 from specmoe.perf.fit import fitted_model, load_fit
 from specmoe.perf.model import Constants, MoEShape, check_counts, forward_time
 from specmoe.perf.profile import KIND as PROFILE_KIND
-from specmoe.theory import sd_speedup, target_efficiency
+from specmoe.theory import target_efficiency
 
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -95,19 +97,33 @@ def profile_times(profile: dict, source: str) -> ProfileTimes:
 
 
 def draft_step_s(draft, batch: float, gamma: int) -> float:
-    """Mean seconds per draft step over one round of γ steps.
+    """Mean seconds per draft step over one round of γ steps whose first step feeds two tokens.
 
-    A round's first draft step is charged T_D(B, 2), then one token per step: T_D(B, 2) + (γ − 1)·
-    T_D(B, 1). specmoe's ModelDrafter feeds two tokens first only after a fully accepted round (the
-    last proposal and the bonus token) and one otherwise (the correction; docs/engine.md), so the
-    charge is slightly pessimistic below full acceptance; it is what the drafter did when the shipped
-    findings were measured. A draft profile without t = 2 points is charged γ·T_D(B, 1).
+    T_D(B, 2) + (γ − 1)·T_D(B, 1), over γ: the round after a fully accepted one (docs/engine.md).
+    Shown as `draft_s` beside predictions; the speedups themselves weigh the one- and two-token
+    first steps by how often each happens (`specmoe.perf.compose`). A draft profile without t = 2
+    points is charged γ·T_D(B, 1).
     """
     if draft is None:
         return 0.0
     step = draft.time(batch, 1)
     first = draft.time(batch, 2) if getattr(draft, "has", lambda t: True)(2) else step
     return (first + (gamma - 1) * step) / gamma
+
+
+def charged_draft(draft):
+    """The draft as compose sees it: a profile without t = 2 points is charged its t = 1 time."""
+    if draft is None or getattr(draft, "has", lambda t: True)(2):
+        return draft
+    return _OneTokenOnly(draft)
+
+
+@dataclass(frozen=True)
+class _OneTokenOnly:
+    draft: ProfileTimes
+
+    def time(self, batch: float, tokens: float) -> float:
+        return self.draft.time(batch, 1)
 
 
 def fit_times(fit: dict, source: str, top_k: int | None = None) -> ModelTimes:
@@ -158,7 +174,10 @@ def predict_rows(target, draft, batches: list[int], gammas: list[int], alphas: l
                     "target_verify_s": verify,
                     "draft_s": draft_s,
                     "efficiency": target_efficiency(t1, verify),
-                    "speedup": {f"{a:g}": sd_speedup(a, gamma, t1, verify, draft_s) for a in alphas},
+                    "speedup": {
+                        f"{a:g}": expected_speedup(target, charged_draft(draft), a, gamma, batch)
+                        for a in alphas
+                    },
                     "extrapolated": target.extrapolated(batch, gamma + 1)
                     or (draft is not None and draft.extrapolated(batch, 2)),
                 }

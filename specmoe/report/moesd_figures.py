@@ -66,7 +66,8 @@ def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
 
 def _model_curves(ax, items: Sequence[SdResult], fits) -> bool:
     """Dotted model curves for pairs whose target (and model draft) have fits; True if any drawn."""
-    from specmoe.perf.predict import draft_step_s
+    from specmoe.perf.compose import expected_speedup
+    from specmoe.perf.predict import charged_draft
 
     drawn = False
     for index, group in enumerate(group_by(items, PAIR)):
@@ -78,16 +79,8 @@ def _model_curves(ax, items: Sequence[SdResult], fits) -> bool:
         alpha = pair_alpha(group)
         batches = sorted(r.config["batch_size"] for r in group)
         grid = np.unique(np.geomspace(batches[0], batches[-1], 32).round()).astype(int)
-        speedups = [
-            sd_speedup(
-                alpha,
-                gamma,
-                pair.target.time(b, 1),
-                pair.target.time(b, gamma + 1),
-                draft_step_s(pair.draft, b, gamma),
-            )
-            for b in grid
-        ]
+        draft = charged_draft(pair.draft)
+        speedups = [expected_speedup(pair.target, draft, alpha, gamma, int(b)) for b in grid]
         # The legend names the series the curve models: several pairs share one α.
         name = f"{label(config, PAIR)}, model (α={alpha:.2f})"
         ax.plot(grid, speedups, ":", color=series_color(index), linewidth=1.5, label=name)

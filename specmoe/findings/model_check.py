@@ -1,0 +1,355 @@
+"""The performance model's end-to-end SD speedups checked against measured runs, cell by cell.
+
+For every paired unit (one prompt batch in one repeat: an SD run and its baseline run) the decode
+seconds of each arm are composed (`specmoe.perf.compose`) from
+
+- forward times from the fits: T_T(B, γ + 1) per verify, T_T(B, 1) per plain step, the draft's
+  T_D(B, 1) and T_D(B, 2);
+- the schedule the SD run recorded: per round, its live rows and whether its first draft step fed
+  two tokens (after a fully accepted round), and the tokens it emitted (acceptance as measured);
+  from the round trace when the rows come from a store, else from the run's counts;
+- the engine's host seconds per round and per plain step as the runs measured them (acceptance,
+  bookkeeping, rollback; a drafter without a model, n-gram lookup, is host work too).
+
+Predicted decode tokens/s of both arms then go through the measurement's own estimator (ratio of
+means over the cell's units), so prediction and measurement count alike; prefill is in neither.
+`advise` is checked on the same cells: at each group of cells that differ only in γ it picks a γ
+from the measured ones, with the group's measured per-position acceptance and host times, and the
+table says what following it lost against the measured best.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specmoe.bench.store import RunRow
+from specmoe.bench.summary import cell_key, compare
+from specmoe.perf.advise import advise
+from specmoe.perf.compose import PlainSchedule, Rounds, SDSchedule, plain_seconds, sd_seconds
+from specmoe.stats import ratio_of_means
+from specmoe.theory import per_token_alpha
+
+ForwardModel = object  # anything with time(batch, tokens) -> seconds (specmoe.perf.compose.ForwardTimes)
+Models = Callable[[dict], tuple[ForwardModel, ForwardModel | None] | None]  # config -> (target, draft)
+
+
+@dataclass(frozen=True)
+class Checked:
+    """One measured SD cell beside its composed prediction."""
+
+    engine: str
+    suite: str
+    target: str
+    draft: str
+    dtype: str
+    gamma: int
+    batch: int
+    top_k: int | None
+    prompt: str
+    measured: float
+    low: float
+    high: float
+    level: float | None  # None: fewer than 5 units, low/high are their range
+    units: int
+    predicted: float
+    from_profiles: float | None  # the same composition from profiled (measured) forward times
+    acceptance: float  # accepted / drafted, measured
+    verify_error: float  # composed verify seconds / measured verify seconds − 1
+    draft_error: float | None  # the same for the draft's forwards; None for a drafter without a model
+    plain_error: float  # composed plain step / measured plain step − 1 (forward + host)
+    host_share: float  # host seconds / decode seconds of the SD arm, measured
+    host_s: float  # median host seconds per SD round (drafting without a model included)
+    plain_host_s: float  # median host seconds per plain step
+    config: dict = field(repr=False, compare=False, default_factory=dict)  # a run config of the cell
+
+    @property
+    def error(self) -> float:
+        """Relative error of the prediction: predicted / measured − 1."""
+        return self.predicted / self.measured - 1
+
+    @property
+    def group(self) -> tuple:
+        """Cells that differ only in γ."""
+        return (
+            self.engine,
+            self.suite,
+            self.target,
+            self.draft,
+            self.dtype,
+            self.batch,
+            self.top_k,
+            self.prompt,
+        )
+
+    def interval(self) -> str:
+        if self.level is None:
+            return f"{self.measured:.2f}× (range {self.low:.2f}–{self.high:.2f}, n={self.units})"
+        return f"{self.measured:.2f}× [{self.low:.2f}, {self.high:.2f}] {self.level:.0%} n={self.units}"
+
+
+@dataclass(frozen=True)
+class AdviceCheck:
+    group: tuple
+    alpha: float  # the per-position acceptance advise was given
+    gammas: tuple[int, ...]
+    advised: int
+    predicted: float  # advise's predicted speedup at the advised γ
+    best: int
+    best_low: float  # low end of the measured best γ's interval
+    lost: float  # 1 − measured speedup at the advised γ / measured speedup at the best γ
+
+
+def is_free_drafter(draft: str) -> bool:
+    return draft.startswith("ngram")
+
+
+def sd_schedule(row: RunRow) -> SDSchedule:
+    """The rounds an SD run went through, from its trace, or estimated from its counts."""
+    gamma = int(row.config["gamma"])
+    forwards = row.counts["target_forwards"]
+    draft_host = row.times["draft_s"] / forwards if is_free_drafter(str(row.config["draft"])) else 0.0
+    host = row.times["overhead_s"] / forwards
+    groups = trace_rounds(row.rounds_trace, gamma) if row.rounds_trace else counted_rounds(row, gamma)
+    return SDSchedule(gamma, groups, float(row.counts["emitted"]), host, draft_host)
+
+
+def trace_rounds(trace: Sequence[dict], gamma: int) -> tuple[Rounds, ...]:
+    """Rounds by (live rows, first draft step width). A row feeds two tokens first when it accepted
+    all γ proposals in the round before; the batch step is as wide as its widest row."""
+    counts: dict[tuple[int, bool], int] = defaultdict(int)
+    full: set[int] = set()  # rows whose last round accepted everything
+    for record in trace:
+        rows = record["rows"]
+        counts[(len(rows), any(r in full for r in rows))] += 1
+        full = {r for r, a in zip(rows, record["accepted"], strict=True) if a == gamma}
+    return tuple(Rounds(float(b), float(n), 1.0 if wide else 0.0) for (b, wide), n in sorted(counts.items()))
+
+
+def counted_rounds(row: RunRow, gamma: int) -> tuple[Rounds, ...]:
+    """Without a trace: the mean live rows per round, and the share of two-token first steps that
+    i.i.d. acceptance at the run's per-position α gives."""
+    forwards = row.counts["target_forwards"]
+    live = row.counts["rounds"] / forwards  # sequence-rounds per batch round
+    rate = row.counts["accepted"] / row.counts["drafted"] if row.counts["drafted"] else 0.0
+    alpha = per_token_alpha(min(rate, 1.0), gamma)
+    wide = 1.0 - (1.0 - alpha**gamma) ** live
+    return (Rounds(live, float(forwards), wide),)
+
+
+def plain_schedule(row: RunRow) -> PlainSchedule:
+    steps = row.counts["target_forwards"]
+    host = (row.times["overhead_s"] + (row.times["draft_s"] or 0.0)) / steps
+    return PlainSchedule(float(row.config["batch_size"]), float(steps), float(row.counts["emitted"]), host)
+
+
+def _paired_units(rows: Sequence[RunRow]) -> dict[str, list[tuple[RunRow, RunRow]]]:
+    """SD runs with their baseline runs, per cell, noisy runs left out (as `bench.summary.compare`)."""
+    baselines = {(r.config_key, r.repeat): r for r in rows if r.arm == "baseline"}
+    pairs: dict[str, list[tuple[RunRow, RunRow]]] = defaultdict(list)
+    for row in rows:
+        base = baselines.get((row.baseline_key, row.repeat))
+        if row.arm == "sd" and base is not None and not (row.noisy or base.noisy):
+            pairs[cell_key(row)].append((row, base))
+    return pairs
+
+
+def _mean_error(predicted: Sequence[float], measured: Sequence[float]) -> float:
+    return sum(predicted) / sum(measured) - 1
+
+
+def _predicted(found, schedules: Sequence[tuple[SDSchedule, PlainSchedule]]) -> float:
+    """The cell's speedup from composed seconds, through the measurement's estimator."""
+    target, draft = found
+    sd_rate = [sd.emitted / sd_seconds(target, draft, sd) for sd, _ in schedules]
+    plain_rate = [plain.emitted / plain_seconds(target, plain) for _, plain in schedules]
+    return ratio_of_means(sd_rate, plain_rate).value
+
+
+def check_rows(
+    rows: Sequence[RunRow], models: Models, engine: str, profiled: Models | None = None
+) -> list[Checked]:
+    """Every SD cell of `rows` whose models `models` knows, measured beside predicted; with
+    `profiled` (measured forward times), also the composition from those, which isolates the
+    composition's error from the fit's."""
+    units = _paired_units(rows)
+    out = []
+    for comparison in compare(list(rows)):
+        config = comparison.config
+        found = models(config)
+        pairs = units.get(config.get("cell_key", config["config_key"]), [])
+        if found is None or not pairs:
+            continue
+        target, draft = found
+        verify, draft_s, plain = ([], []), ([], []), ([], [])
+        schedules = [(sd_schedule(s), plain_schedule(b)) for s, b in pairs]
+        measured_times = profiled(config) if profiled is not None else None
+        for (sd_row, base_row), (schedule, base) in zip(pairs, schedules, strict=True):
+            no_draft = SDSchedule(schedule.gamma, schedule.groups, schedule.emitted)
+            verify[0].append(sd_seconds(target, None, no_draft))
+            verify[1].append(sd_row.times["verify_s"])
+            draft_s[0].append(sd_seconds(target, draft, no_draft) - verify[0][-1])
+            draft_s[1].append(sd_row.times["draft_s"])
+            plain[0].append(plain_seconds(target, base))
+            plain[1].append(base_row.times["decode_s"])
+        measured = comparison.speedup
+        host = sum(s.times["overhead_s"] for s, _ in pairs) / sum(s.times["decode_s"] for s, _ in pairs)
+        out.append(
+            Checked(
+                engine=engine,
+                suite=str(config["suite"]),
+                target=str(config["target"]),
+                draft=str(config["draft"]),
+                dtype=str((config.get("target_model") or {}).get("gguf") or config["dtype"]),
+                gamma=int(config["gamma"]),
+                batch=int(config["batch_size"]),
+                top_k=config.get("moe_top_k"),
+                prompt=str(config.get("prompt_set") or f"len{config.get('prompt_length')}"),
+                measured=measured.value,
+                low=measured.low,
+                high=measured.high,
+                level=measured.level,
+                units=comparison.units,
+                predicted=_predicted(found, schedules),
+                from_profiles=None if measured_times is None else _predicted(measured_times, schedules),
+                acceptance=comparison.acceptance_rate,
+                verify_error=_mean_error(*verify),
+                draft_error=None if draft is None else _mean_error(*draft_s),
+                plain_error=_mean_error(*plain),
+                host_share=host,
+                host_s=statistics.median(s.host_s + s.draft_host_s for s, _ in schedules),
+                plain_host_s=statistics.median(b.host_s for _, b in schedules),
+                config=config,
+            )
+        )
+    return out
+
+
+def group_alpha(cells: Sequence[Checked]) -> float:
+    """The per-position acceptance a user would give advise: the oracle's dialed value, else the
+    median over the group's cells of the α whose i.i.d. acceptance gives each cell's measured rate."""
+    draft = cells[0].draft
+    if draft.startswith("oracle:"):
+        return float(draft.split(":", 1)[1])
+    return min(statistics.median(per_token_alpha(c.acceptance, c.gamma) for c in cells), 0.999)
+
+
+def check_advice(checked: Sequence[Checked], models: Models) -> list[AdviceCheck]:
+    """advise's γ against the measured best γ, for each group of cells measured at ≥ 2 γ values.
+
+    advise gets what a user would know before choosing γ: the fits, the group's per-position
+    acceptance (`group_alpha`) and the engine's host seconds (medians over the group's cells)."""
+    groups: dict[tuple, list[Checked]] = defaultdict(list)
+    for cell in checked:
+        groups[cell.group].append(cell)
+    out = []
+    for key, cells in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        if len(cells) < 2:
+            continue
+        target, draft = models(cells[0].config)
+        gammas = sorted(c.gamma for c in cells)
+        advice = advise(
+            target,
+            [draft],
+            [group_alpha(cells)],
+            [cells[0].batch],
+            gammas=gammas,
+            host_s=statistics.median(c.host_s for c in cells),
+            plain_host_s=statistics.median(c.plain_host_s for c in cells),
+        )
+        chosen = advice["rows"][0]["best"]
+        by_gamma = {c.gamma: c for c in cells}
+        best = max(gammas, key=lambda g: by_gamma[g].measured)
+        lost = 1 - by_gamma[chosen["gamma"]].measured / by_gamma[best].measured
+        out.append(
+            AdviceCheck(
+                key,
+                group_alpha(cells),
+                tuple(gammas),
+                chosen["gamma"],
+                chosen["speedup"],
+                best,
+                by_gamma[best].low,
+                lost,
+            )
+        )
+    return out
+
+
+def read_rows(path: Path) -> list[RunRow]:
+    """A store (.db: round traces included) or an exported CSV (counts only)."""
+    if Path(path).suffix == ".db":
+        from specmoe.bench.store import Store
+
+        with Store(path) as store:
+            return store.rows()
+    from specmoe.findings.results import read_export
+
+    return read_export(path)
+
+
+class ModelLibrary:
+    """Forward-time models for a run's config, from fits (the model) or profiles (measured times,
+    interpolated in log B) in one or more folders.
+
+    A model is looked up as `{zoo preset}-{name}-{dtype}.json`, dtype being the GGUF weight type for
+    a llama.cpp run; `{preset}-{name}-top{K}-{dtype}.json` first when the run rerouted an MoE to K
+    experts; and `{name}-{dtype}.json` last for the bench zoo (the findings' own files). A fit of the
+    same MoE at another K serves as the sparsity what-if (`specmoe.perf.predict.with_top_k`); a
+    profile must be at the run's K. A run whose models are not found is left out."""
+
+    def __init__(self, folders: Sequence[Path], measured: bool = False) -> None:
+        self.folders = [Path(f) for f in folders]
+        self.measured = measured
+        self._cache: dict[tuple, object] = {}
+
+    def _path(self, preset: str | None, name: str, dtype: str, top_k: int | None) -> Path | None:
+        names = [f"{preset}-{name}-{dtype}.json"] + ([f"{name}-{dtype}.json"] if preset == "bench" else [])
+        if top_k is not None:
+            names.insert(0, f"{preset}-{name}-top{top_k}-{dtype}.json")
+        for folder in self.folders:
+            for candidate in names:
+                if (folder / candidate).is_file():
+                    return folder / candidate
+        return None
+
+    def _times(self, preset: str | None, name: str, dtype: str, top_k: int | None = None):
+        key = (preset, name, dtype, top_k)
+        if key not in self._cache:
+            path = self._path(preset, name, dtype, top_k)
+            self._cache[key] = None if path is None else self._load(path, top_k)
+        return self._cache[key]
+
+    def _load(self, path: Path, top_k: int | None):
+        import json
+
+        from specmoe.perf.fit import load_fit
+        from specmoe.perf.predict import fit_times, profile_times
+
+        if self.measured:
+            profile = json.loads(path.read_text())
+            built = profile["model"].get("top_k") or None
+            return None if top_k and built and top_k != built else profile_times(profile, path.name)
+        fit = load_fit(path)
+        built = fit["shape"].get("top_k") or None
+        return fit_times(fit, path.name, top_k if top_k and built and top_k != built else None)
+
+    def __call__(self, config: dict):
+        target_model = config.get("target_model") or {}
+        preset = target_model.get("zoo_preset")
+        # A GGUF model is named by its weight type (q8_0): llama.cpp ignores the run's dtype.
+        dtype = str(target_model.get("gguf") or config["dtype"])
+        target = self._times(preset, str(config["target"]), dtype, config.get("moe_top_k"))
+        draft_name = str(config["draft"])
+        if target is None:
+            return None
+        if is_free_drafter(draft_name):
+            return target, None
+        draft_model = config.get("draft_model") or {}
+        name = config.get("oracle_cost") if draft_name.startswith("oracle:") else draft_name
+        draft_dtype = str(draft_model.get("gguf") or config["dtype"])
+        draft = self._times(draft_model.get("zoo_preset"), str(name), draft_dtype)
+        return None if draft is None else (target, draft)

@@ -1,0 +1,153 @@
+"""An SD decode's seconds composed from forward times, and the end-to-end speedup they imply.
+
+Every SD speedup specmoe predicts goes through `composed_speedup`: `model predict` and `advise`
+with an expected schedule from a per-position acceptance α (`expected_schedules`), and the check of
+predictions against measured runs (`specmoe.findings.model_check`) with the schedule the runs
+recorded. The forward times come from any `time(B, t)` source: a fit, a profile, first principles.
+
+What a round of specmoe's loop costs at B live sequences (docs/engine.md, `engine/decode.py`):
+
+    draft    γ draft forwards. The first feeds each row's pending tokens: one (the correction)
+             after a round that rejected a proposal, two (the last proposal and the bonus token)
+             after a fully accepted round; a batch step is as wide as its widest row. So a round
+             costs T_D(B, w) + (γ − 1)·T_D(B, 1), w ∈ {1, 2}.
+    verify   one target forward over γ + 1 tokens per row: T_T(B, γ + 1).
+    host     acceptance, commit, cache rollback and bookkeeping: `host_s` per round, measured
+             (not a forward pass; the fits know nothing of it). A drafter without a model (n-gram
+             lookup) is host work too and is charged here, as `draft_host_s`.
+
+Plain decoding costs T_T(B, 1) + host_s per step and emits one token per live row.
+
+    speedup = (emitted_SD ÷ seconds_SD) ÷ (emitted_plain ÷ seconds_plain)
+
+which is how specmoe measures it: decode tokens/s of each arm, prefill excluded from both
+(docs/metrics.md). With no host time, every round's first draft step one token wide and B fixed,
+this is MoESD's S = E[emitted] · T_T(B, 1) / (γ·T_D + T_T(B, γ + 1)) (`specmoe.theory.sd_speedup`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from specmoe.errors import SpecmoeError
+from specmoe.theory import expected_tokens_per_round
+
+
+class ForwardTimes(Protocol):
+    def time(self, batch: float, tokens: float) -> float:
+        """Seconds of one forward pass over `tokens` new tokens for each of `batch` sequences."""
+        ...
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """Rounds that ran at one batch size; `rounds` may be fractional (an expected schedule)."""
+
+    batch: float  # live sequences in these rounds
+    rounds: float  # how many such rounds
+    wide_first: float  # share of them whose first draft step fed two tokens, in [0, 1]
+
+
+@dataclass(frozen=True)
+class SDSchedule:
+    """What an SD arm did, in the counts a forward-time model needs."""
+
+    gamma: int
+    groups: tuple[Rounds, ...]
+    emitted: float  # tokens appended to the outputs, summed over sequences
+    host_s: float = 0.0  # engine host seconds per round
+    draft_host_s: float = 0.0  # drafting seconds per round that are no model forward (n-gram)
+
+    @property
+    def rounds(self) -> float:
+        return sum(g.rounds for g in self.groups)
+
+
+@dataclass(frozen=True)
+class PlainSchedule:
+    """What a plain (autoregressive) arm did: `steps` target forwards at `batch` rows."""
+
+    batch: float
+    steps: float
+    emitted: float
+    host_s: float = 0.0  # engine host seconds per step
+
+
+def draft_round_s(draft: ForwardTimes | None, batch: float, gamma: int, wide_first: float) -> float:
+    """Seconds of one round's γ draft forwards (see the module docstring); 0 without a draft model."""
+    if draft is None:
+        return 0.0
+    if not 0.0 <= wide_first <= 1.0:
+        raise SpecmoeError(f"wide_first is a share in [0, 1], got {wide_first}")
+    step = draft.time(batch, 1)
+    first = wide_first * draft.time(batch, 2) + (1.0 - wide_first) * step
+    return first + (gamma - 1) * step
+
+
+def round_s(target: ForwardTimes, draft: ForwardTimes | None, gamma: int, rounds: Rounds) -> float:
+    """Seconds of one round's forwards: draft then verify (host time not included)."""
+    return draft_round_s(draft, rounds.batch, gamma, rounds.wide_first) + target.time(rounds.batch, gamma + 1)
+
+
+def sd_seconds(target: ForwardTimes, draft: ForwardTimes | None, schedule: SDSchedule) -> float:
+    """Decode seconds of an SD arm: every round's forwards plus its host time."""
+    host = schedule.host_s + schedule.draft_host_s
+    return sum(g.rounds * (round_s(target, draft, schedule.gamma, g) + host) for g in schedule.groups)
+
+
+def plain_seconds(target: ForwardTimes, plain: PlainSchedule) -> float:
+    return plain.steps * (target.time(plain.batch, 1) + plain.host_s)
+
+
+def composed_speedup(
+    target: ForwardTimes, draft: ForwardTimes | None, sd: SDSchedule, plain: PlainSchedule
+) -> float:
+    """SD decode tokens/s over plain decode tokens/s, both from composed seconds. [×]"""
+    sd_rate = sd.emitted / sd_seconds(target, draft, sd)
+    plain_rate = plain.emitted / plain_seconds(target, plain)
+    return sd_rate / plain_rate
+
+
+def wide_share(alpha: float, gamma: int, batch: float) -> float:
+    """Expected share of rounds whose first draft step feeds two tokens under i.i.d. acceptance α:
+    some row's previous round accepted all γ proposals, 1 − (1 − α^γ)^B."""
+    return 1.0 - (1.0 - alpha**gamma) ** batch
+
+
+def expected_schedules(
+    alpha: float,
+    gamma: int,
+    batch: int,
+    host_s: float = 0.0,
+    plain_host_s: float = 0.0,
+    draft_host_s: float = 0.0,
+) -> tuple[SDSchedule, PlainSchedule]:
+    """One expected round at per-position acceptance α and the plain steps that emit as much.
+
+    Every row stays live for the whole round (the ragged end of a batch, where some rows finish
+    early, is left out: it is a few rounds of a long decode)."""
+    per_row = float(expected_tokens_per_round(alpha, gamma))  # tokens per row per round, bonus included
+    sd = SDSchedule(
+        gamma,
+        (Rounds(batch, 1.0, wide_share(alpha, gamma, batch)),),
+        emitted=batch * per_row,
+        host_s=host_s,
+        draft_host_s=draft_host_s,
+    )
+    return sd, PlainSchedule(batch, per_row, batch * per_row, plain_host_s)
+
+
+def expected_speedup(
+    target: ForwardTimes,
+    draft: ForwardTimes | None,
+    alpha: float,
+    gamma: int,
+    batch: int,
+    host_s: float = 0.0,
+    plain_host_s: float = 0.0,
+    draft_host_s: float = 0.0,
+) -> float:
+    """`composed_speedup` of `expected_schedules`: what `model predict` and `advise` print."""
+    sd, plain = expected_schedules(alpha, gamma, batch, host_s, plain_host_s, draft_host_s)
+    return composed_speedup(target, draft, sd, plain)
