@@ -20,6 +20,7 @@ from specmoe.findings.cells import Cell, cells
 from specmoe.findings.claims import LOW_ACCEPTANCE, UNSURE, claim_a, claim_b, claim_c, claim_d, extreme, x
 from specmoe.findings.notes import notes_values
 from specmoe.findings.predictions import fitted_predictor, unfitted_table
+from specmoe.findings.real import real_values
 from specmoe.findings.regime import bandwidth_regime
 from specmoe.findings.results import read_export
 from specmoe.zoo.params import count_params
@@ -159,6 +160,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found.update(change_values(out, found))
     found.update(study_audit_values(study_csv))
     found.update(notes_values(out, study_rows, moesd_rows, moesd, predict))
+    found.update(real_values(out.parent / "real"))
     found["elsewhere.table"] = unfitted_table(examples)
     wall = json.loads((out / "wall_time.json").read_text()) if (out / "wall_time.json").is_file() else {}
     found["wall.minutes"] = f"{sum(wall.values()) / 60:.0f}"
