@@ -22,6 +22,7 @@ from specmoe.findings.engines import engine_regime, engines_values
 from specmoe.findings.notes import notes_values
 from specmoe.findings.plan import ENGINES
 from specmoe.findings.predictions import fitted_predictor, unfitted_table
+from specmoe.findings.real import real_values
 from specmoe.findings.results import read_export
 from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import get_preset
@@ -162,6 +163,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found.update(notes_values(out, study_rows, moesd_rows, moesd, predict))
     found.update(engines_values(out, _step_cells, _sizes("bench"), family, moesd, predict))
     found.update(_engine_run_values(out))
+    found.update(real_values(out.parent / "real"))
     found["elsewhere.table"] = unfitted_table(examples)
     wall = json.loads((out / "wall_time.json").read_text()) if (out / "wall_time.json").is_file() else {}
     found["wall.minutes"] = f"{sum(wall.values()) / 60:.0f}"

@@ -6,7 +6,8 @@ continuations of text (`teacher_windows` per batch, after `teacher_prefix` token
 replace): speculative decoding asks a draft to guess how the target goes on when it writes, so the
 drafts see it write. The teacher is the target as saved (bf16). All drafts train side by side, so
 one teacher forward per batch serves them all. `distill_into` is that loop alone, for drafts
-made elsewhere (`specmoe.zoo.smollm2_draft`: layers of a real model).
+made elsewhere. (The SmolLM2 draft learns from the target's chat answers instead:
+`specmoe.zoo.chat_transcripts`.)
 """
 
 import math
