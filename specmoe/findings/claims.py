@@ -19,6 +19,16 @@ from statistics import median
 from specmoe.findings.cells import Cell, select
 from specmoe.findings.regime import Regime
 
+CLAIM_KEYS = ("a", "b", "c", "d", "e", "f")
+CLAIM_TITLES = {  # the claims' short names in the verdict tables
+    "a": "(a) 1.18–1.30× at < 4% acceptance",
+    "b": "(b) speedup follows total parameters",
+    "c": "(c) the smaller draft wins at low acceptance",
+    "d": "(d) larger γ always helps",
+    "e": "(e) inverted U; MoE ahead at medium batch",
+    "f": "(f) sparser MoE widens the paying range",
+}
+
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "cannot tell here"
 
 STUDY_RANGE = (1.18, 1.30)  # claim (a)'s speedup range

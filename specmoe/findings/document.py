@@ -17,7 +17,18 @@ from pathlib import Path
 from specmoe.errors import SpecmoeError
 from specmoe.findings.batch_claims import claim_e, claim_f
 from specmoe.findings.cells import Cell, cells
-from specmoe.findings.claims import LOW_ACCEPTANCE, UNSURE, claim_a, claim_b, claim_c, claim_d, extreme, x
+from specmoe.findings.claims import (
+    CLAIM_KEYS,
+    CLAIM_TITLES,
+    LOW_ACCEPTANCE,
+    UNSURE,
+    claim_a,
+    claim_b,
+    claim_c,
+    claim_d,
+    extreme,
+    x,
+)
 from specmoe.findings.engines import engine_regime, engines_values
 from specmoe.findings.notes import notes_values
 from specmoe.findings.plan import ENGINES
@@ -79,23 +90,12 @@ def _run_values(name: str, rows: list) -> dict[str, str]:
     }
 
 
-VERDICT_KEYS = ("a", "b", "c", "d", "e", "f")
-CLAIMS = {
-    "a": "(a) 1.18–1.30× at < 4% acceptance",
-    "b": "(b) speedup follows total parameters",
-    "c": "(c) the smaller draft wins at low acceptance",
-    "d": "(d) larger γ always helps",
-    "e": "(e) inverted U; MoE ahead at medium batch",
-    "f": "(f) sparser MoE widens the paying range",
-}
-
-
 def change_values(out: Path, found: dict[str, str]) -> dict[str, str]:
     """The verdict table before (out/previous/findings.json) and now, with what decided the change."""
     path = out / "previous" / "findings.json"
     before = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     lines = ["| claim | first findings | now | why |", "|---|---|---|---|"]
-    for key in VERDICT_KEYS:
+    for key in CLAIM_KEYS:
         was, now = before.get(f"{key}.verdict", "–"), found[f"{key}.verdict"]
         regime = found.get(f"{key}.regime", "")
         if regime and now == UNSURE and found.get(f"{key}.regime_ok") == "no":
@@ -106,7 +106,7 @@ def change_values(out: Path, found: dict[str, str]) -> dict[str, str]:
             why = "too few cells differ beyond their intervals now that each interval is a real one"
         else:
             why = "the intervals over every prompt decide it the other way"
-        lines.append(f"| {CLAIMS[key]} | {was} | **{now}** | {why} |")
+        lines.append(f"| {CLAIM_TITLES[key]} | {was} | **{now}** | {why} |")
     return {"changes.table": "\n".join(lines)}
 
 

@@ -22,20 +22,11 @@ from pathlib import Path
 
 from specmoe.findings.batch_claims import claim_e, claim_f
 from specmoe.findings.cells import Cell
-from specmoe.findings.claims import Verdict, claim_a, claim_b, claim_c, claim_d
+from specmoe.findings.claims import CLAIM_KEYS, CLAIM_TITLES, Verdict, claim_a, claim_b, claim_c, claim_d
 from specmoe.findings.plan import ENGINES, Engine
 from specmoe.findings.regime import Regime, bandwidth_regime, step_over_floor
 
 NOT_MEASURED = "not measured"
-CLAIM_KEYS = ("a", "b", "c", "d", "e", "f")
-SHORT = {
-    "a": "(a) 1.18–1.30× at < 4% acceptance",
-    "b": "(b) speedup follows total parameters",
-    "c": "(c) the smaller draft wins at low acceptance",
-    "d": "(d) larger γ always helps",
-    "e": "(e) inverted U; MoE ahead at medium batch",
-    "f": "(f) sparser MoE widens the paying range",
-}
 # Which cost ratio each claim turns on (shown beside its verdicts).
 _RATIO_OF = {"a": "draft", "b": "verify", "c": "draft", "d": "verify", "e": "verify", "f": "verify"}
 
@@ -158,7 +149,7 @@ def verdict_table(found: Sequence[EngineVerdicts]) -> str:
             verdict = engine.verdicts[key]
             ratio = _ratio_text(_RATIO_OF[key], engine.ratios) if verdict != NOT_MEASURED else ""
             cells.append(f"**{verdict}**" + (f" · {ratio}" if ratio else ""))
-        lines.append(f"| {SHORT[key]} | " + " | ".join(cells) + " |")
+        lines.append(f"| {CLAIM_TITLES[key]} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
