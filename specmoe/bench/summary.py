@@ -145,11 +145,3 @@ def known_sum(values: Iterable[float | int | None]) -> float | int | None:
     """The sum, or None when any value is unknown (a count or time a server does not report)."""
     items = list(values)
     return None if any(v is None for v in items) else sum(items)  # type: ignore[arg-type]
-
-
-def format_summary(rows: list[RunRow], by_category: bool = False) -> str:
-    """The plain-text result table; it lives in `specmoe.bench.summary_table` (imported here on call,
-    as that module builds on this one), which callers should use, or `specmoe.bench.cli.print_summary`."""
-    from specmoe.bench.summary_table import format_summary as table
-
-    return table(rows, by_category)
