@@ -129,6 +129,36 @@ def plot_speedup_per_pair(ax: Axes, items: Sequence[SdResult], x: str) -> None:
         )
 
 
+def throughput_and_speedup(items: Sequence[SdResult], x: str, baseline_series: Sequence[str] = PAIR):
+    """A two-panel figure over config[x], one colour per target/draft pair: left, baseline (dashed)
+    and SD (solid) decode tokens/s; right, speedup. Baselines are named by `baseline_series` (the
+    target alone where drafts share one). Returns (figure, left axes, right axes) for the labels."""
+    from specmoe.report.slices import group_by, label
+
+    fig = new_figure(10, 4.0)
+    left, right = fig.subplots(1, 2)
+    for index, group in enumerate(group_by(items, PAIR)):
+        group = sorted(group, key=lambda r: r.config[x])
+        xs = [r.config[x] for r in group]
+        name, color = label(group[0].config, PAIR), series_color(index)
+        base = label(group[0].config, baseline_series)
+        plot_intervals(
+            left,
+            xs,
+            [r.baseline_tokens_per_s for r in group],
+            color=color,
+            label=f"{base}: baseline",
+            linestyle="--",
+            marker="s",
+        )
+        plot_intervals(left, xs, [r.sd_tokens_per_s for r in group], color=color, label=f"{name}: SD")
+        plot_intervals(right, xs, [r.speedup for r in group], color=color, label=name)
+    left.set_ylim(bottom=0)
+    right.set_ylabel(SPEEDUP_LABEL)
+    right.axhline(1.0, **NO_SPEEDUP_STYLE)
+    return fig, left, right
+
+
 def place_legend(ax: Axes, inside: int = 4) -> None:
     """The axes' legend inside at its best spot for a few entries; below the axes for more, where it
     can hide no line (the figure grows by one row of entries per two)."""

@@ -16,21 +16,19 @@ from matplotlib.ticker import FuncFormatter
 
 from specmoe.report.figures import (
     CI_NOTE,
-    NO_SPEEDUP_STYLE,
     PAIR,
-    SPEEDUP_LABEL,
     Drawn,
     Omitted,
     Outcome,
     fixed_phrase,
     integer_ticks,
     new_figure,
-    plot_intervals,
     series_color,
+    throughput_and_speedup,
 )
 from specmoe.report.results import Results, SdResult
 from specmoe.report.served import NO_SERVER_RUNS, ServedArm, arm_pairs, ecdf, sd_cell_key
-from specmoe.report.slices import Slice, best_slice, group_by, label
+from specmoe.report.slices import Slice, best_slice, label
 
 
 def _served(results: Results) -> list[SdResult]:
@@ -53,23 +51,11 @@ def speedup_vs_concurrency(results: Results, varying: Sequence[str]) -> Outcome:
     chosen = best_slice(served, x="concurrency", series=PAIR, min_x=2)
     if chosen is None:
         return Omitted(title, "no server pair was run at two or more concurrencies")
-    fig = new_figure(10, 4.0)
-    left, right = fig.subplots(1, 2)
-    for index, group in enumerate(group_by(chosen.items, PAIR)):
-        group = sorted(group, key=lambda r: r.config["concurrency"])
-        xs = [r.config["concurrency"] for r in group]
-        name, color = label(group[0].config, PAIR), series_color(index)
-        base = [r.baseline_tokens_per_s for r in group]
-        plot_intervals(left, xs, base, color=color, label=f"{name}: baseline", linestyle="--", marker="s")
-        plot_intervals(left, xs, [r.sd_tokens_per_s for r in group], color=color, label=f"{name}: SD")
-        plot_intervals(right, xs, [r.speedup for r in group], color=color, label=name)
+    fig, left, right = throughput_and_speedup(chosen.items, "concurrency")
     for ax in (left, right):
         _concurrency_axis(ax, chosen.items)
         ax.legend(loc="best")
     left.set_ylabel("decode throughput (tokens/s, all requests)")
-    left.set_ylim(bottom=0)
-    right.set_ylabel(SPEEDUP_LABEL)
-    right.axhline(1.0, **NO_SPEEDUP_STYLE)
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         "Left: decode tokens/s over all requests of a run, plain server (dashed) and SD server (solid); "

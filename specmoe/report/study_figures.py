@@ -29,9 +29,9 @@ from specmoe.report.figures import (
     model_drafts,
     new_figure,
     place_legend,
-    plot_intervals,
     plot_speedup_per_pair,
     series_color,
+    throughput_and_speedup,
 )
 from specmoe.report.results import Results, SdResult
 from specmoe.report.slices import best_slice, group_by, label
@@ -225,33 +225,13 @@ def prompt_length_sweep(results: Results, varying: Sequence[str]) -> Outcome:
     chosen = best_slice(synthetic, x="prompt_length", series=PAIR, min_x=2)
     if chosen is None:
         return Omitted(title, "no target/draft pair was run at two or more prompt lengths")
-    fig = new_figure(10, 4.0)
-    left, right = fig.subplots(1, 2)
-    for index, group in enumerate(group_by(chosen.items, PAIR)):
-        group = sorted(group, key=lambda r: r.config["prompt_length"])
-        xs = [r.config["prompt_length"] for r in group]
-        name, color = label(group[0].config, PAIR), series_color(index)
-        target = label(group[0].config, ["target"])
-        plot_intervals(
-            left,
-            xs,
-            [r.baseline_tokens_per_s for r in group],
-            color=color,
-            label=f"{target} baseline",
-            linestyle="--",
-            marker="s",
-        )
-        plot_intervals(left, xs, [r.sd_tokens_per_s for r in group], color=color, label=f"{name} SD")
-        plot_intervals(right, xs, [r.speedup for r in group], color=color, label=name)
+    fig, left, right = throughput_and_speedup(chosen.items, "prompt_length", baseline_series=["target"])
     lengths = [r.config["prompt_length"] for r in chosen.items]
     for ax in (left, right):
         integer_ticks(ax, lengths)
         ax.set_xlabel("prompt length (tokens)")
         ax.legend(loc="best")
     left.set_ylabel("decode throughput (tokens/s)")
-    left.set_ylim(bottom=0)
-    right.set_ylabel(SPEEDUP_LABEL)
-    right.axhline(1.0, **NO_SPEEDUP_STYLE)
     at = fixed_phrase(chosen.fixed, varying)
     caption = f"Left: baseline (dashed) and SD (solid) decode tokens/s; right: speedup{at}. {CI_NOTE}"
     return Drawn("prompt_length", title, caption, fig)
