@@ -13,8 +13,8 @@ from tiny_suites import tiny_sd_suite
 
 from specmoe.bench.plan import plan
 from specmoe.bench.prompts import Prompt, load_prompts, prompt_batch, select_prompts
-from specmoe.bench.runner import run_suite
 from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_run import run_suite
 from specmoe.bench.summary import compare
 from specmoe.bench.summary_table import format_summary
 

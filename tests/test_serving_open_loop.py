@@ -11,9 +11,9 @@ import pytest
 from serving_stub import StubConfig, StubServer
 from test_serving_suite import GROUP, LOCAL, SERVERS, error, load
 
-from specmoe.bench.runner import run_suite
 from specmoe.bench.store import Store
 from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
 from specmoe.serving.arrivals import arrival_times
 

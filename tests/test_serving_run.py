@@ -11,9 +11,9 @@ import pytest
 from audited import counts_pass
 from serving_stub import StubConfig, StubServer
 
-from specmoe.bench.runner import run_suite
 from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, Store, export
 from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_run import run_suite
 from specmoe.bench.summary import compare
 from specmoe.bench.summary_table import build, format_summary, to_json
 from specmoe.cli import main

@@ -62,8 +62,8 @@ def run_bench(
     threads: int | None = None,
     by_category: bool = False,
 ) -> int:
-    from specmoe.bench.runner import run_suite
     from specmoe.bench.suite import load_suite, resolve_suite_path
+    from specmoe.bench.suite_run import run_suite
 
     suite = load_suite(resolve_suite_path(suite_arg), overrides)
     zoo = prepare_zoo(suite, zoo)
@@ -120,7 +120,7 @@ def run_summary(args: argparse.Namespace) -> int:
 def run_quick(args: QuickArgs, progress: bool = True, threads: int | None = None) -> int:
     """`specmoe bench quick`: build, write and run the suite of the arguments; print the summary."""
     from specmoe.bench.quick import build_quick_suite
-    from specmoe.bench.runner import run_suite
+    from specmoe.bench.suite_run import run_suite
 
     suite, path = build_quick_suite(args)
     print(f"suite written to {path}; rerun or edit it with `specmoe bench run {path} --db {args.db}`")
@@ -135,9 +135,9 @@ def run_demo(out: Path) -> int:
     The trained family is built on first use into the per-user cache (`default_zoo_dir`), about
     four minutes of training on one CPU core, and reused by every later demo.
     """
-    from specmoe.bench.runner import run_suite
     from specmoe.bench.store import export
     from specmoe.bench.suite import builtin_suite_path, load_suite
+    from specmoe.bench.suite_run import run_suite
 
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,8 +21,8 @@ from specmoe.bench.audit import audit_run
 from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
 from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, own_cores, step_spread
-from specmoe.bench.plan import Block, blocks, plan
-from specmoe.bench.store import FailedAttempt, RunRow, Store
+from specmoe.bench.plan import Block
+from specmoe.bench.store import RunRow
 from specmoe.bench.suite import RunSpec, Suite, parse_ngram
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
@@ -32,11 +31,7 @@ from specmoe.engine.ngram import NgramDrafter
 from specmoe.engine.oracle import OracleDrafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
-from specmoe.errors import SpecmoeError
 from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, summary, totals
-
-if TYPE_CHECKING:
-    from specmoe.bench.executors import Executor
 
 ORACLE_PREFIX = "oracle:"
 
@@ -368,54 +363,3 @@ def make_row(
         measure=measured.measure,
         noisy=measured.noisy,
     )
-
-
-def run_suite(
-    suite: Suite,
-    db: Path,
-    zoo_dir: Path | None,
-    progress: bool = True,
-    executor: Executor | None = None,
-    threads: int | None = None,
-) -> list[RunRow]:
-    """Run every arm of the suite not yet in the store; return all of the suite's rows.
-
-    The executor measures the runs block by block (`specmoe.bench.plan`), in this process by default
-    or as Ray tasks; this process is the only writer of the store, adding each row, and each failed
-    attempt, as it arrives. Runs that failed every attempt are named in one error after the others
-    are stored. `threads`: forward threads for local runs; None lets the noise guard choose.
-    """
-    from specmoe.bench.executors import LocalExecutor, Work
-    from specmoe.bench.preflight import preflight
-
-    preflight(suite, db, zoo_dir, local=executor is None or isinstance(executor, LocalExecutor))
-    specs = plan_specs(suite)
-    with Store(db) as store:
-        done = store.finished_ids()
-        todo = [s for s in specs if s.run_id not in done]
-        baselines = {(r.config_key, r.repeat): r for r in store.rows() if r.arm == "baseline"}
-        work = Work(suite, zoo_dir, tuple(blocks(todo)), baselines, len(specs) - len(todo), progress, threads)
-        lost: list[FailedAttempt] = []
-        for outcome in (executor or LocalExecutor()).run(work):
-            if isinstance(outcome, FailedAttempt):
-                store.add_failure(outcome, datetime.now(UTC).isoformat(timespec="seconds"))
-                again = "no attempt left" if outcome.final else "trying again"
-                log.warning(
-                    "run %s attempt %d failed: %s; %s", outcome.run_id, outcome.attempt, outcome.error, again
-                )
-                lost += [outcome] if outcome.final else []
-            else:
-                store.add(outcome)
-                log.debug("stored %s (%s, %.1f tok/s)", outcome.run_id, outcome.arm, outcome.tokens_per_s)
-        if lost:
-            raise SpecmoeError(
-                f"{len(lost)} of {len(todo)} runs failed every attempt (first: {lost[0].run_id}: "
-                f"{lost[0].error}); the rest are stored in {db}; run the suite again to retry them"
-            )
-        ids = {s.run_id for s in specs}
-        return [r for r in store.rows() if r.run_id in ids]
-
-
-def plan_specs(suite: Suite) -> list[RunSpec]:
-    """The suite's specs in measurement order (blocks flattened)."""
-    return [spec for block in plan(suite) for spec in block.specs]

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 
 from specmoe.bench.cli import prepare_zoo
-from specmoe.bench.runner import run_suite
 from specmoe.bench.store import export
 from specmoe.bench.suite import builtin_suite_path, load_suite
+from specmoe.bench.suite_run import run_suite
 from specmoe.findings.plan import ENGINE_PROFILES, LLAMACPP_THREADS, PROFILES, Profile, Step, plan
 
 log = logging.getLogger(__name__)
