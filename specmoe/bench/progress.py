@@ -35,6 +35,7 @@ from rich.progress import (
 from rich.text import Text
 
 from specmoe.bench.plan import Block
+from specmoe.bench.prompts import prompt_label
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import RunSpec
 from specmoe.console import info_enabled, is_terminal, stderr_console
@@ -114,13 +115,8 @@ def block_where(block: Block) -> str:
     spec = block.specs[0]
     groups = ",".join(dict.fromkeys(s.group for s in block.specs))  # groups can share a baseline
     size = f"c={spec.concurrency}" if spec.concurrency is not None else f"B={spec.batch_size}"
-    prompts = f"len{spec.prompt_length}" if spec.prompt_length else _stem(spec.prompt_set)
+    prompts = prompt_label(spec.prompt_set, spec.prompt_length)
     return f"{groups}: {spec.target} {size} {prompts} batch {spec.prompt_batch} repeat {spec.repeat}"
-
-
-def _stem(prompt_set: str | None) -> str:
-    name = str(prompt_set).replace("\\", "/").rsplit("/", 1)[-1]
-    return name.removesuffix(".jsonl")
 
 
 def block_results(rows: Iterable[RunRow], baseline: RunRow | None) -> tuple[float | None, list[ArmResult]]:

@@ -29,6 +29,14 @@ class Tokenizer(Protocol):
     def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
 
 
+def prompt_label(prompt_set: str | None, prompt_length: int | None = None) -> str:
+    """What a run's prompts are called in tables and progress lines: a built-in set's name, a
+    file's name without folder or .jsonl, or len<N> for synthetic prompts of N tokens."""
+    if prompt_length:
+        return f"len{prompt_length}"
+    return str(prompt_set).replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".jsonl")
+
+
 def is_builtin(name: str) -> bool:
     return name in BUILTIN_PROMPT_SETS
 

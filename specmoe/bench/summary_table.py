@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from specmoe.bench.latency import Latency, served_latency
+from specmoe.bench.prompts import prompt_label
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import Comparison, batch_category, cell_key, compare_by
 from specmoe.errors import SpecmoeError
@@ -32,11 +33,7 @@ CATEGORY = "category"  # --by category: the prompts' category (a batch's own, or
 
 
 def _prompt(config: dict) -> str:
-    """The prompt set's name: a built-in's, or a file's stem; synthetic prompts as len<N>."""
-    if config.get("prompt_length"):
-        return f"len{config['prompt_length']}"
-    name = str(config.get("prompt_set")).replace("\\", "/").rsplit("/", 1)[-1]
-    return name.removesuffix(".jsonl")
+    return prompt_label(config.get("prompt_set"), config.get("prompt_length"))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,11 @@ from specmoe.bench.store import RunRow
 from specmoe.bench.summary import compare
 
 
+def prompt_of(config: dict) -> str:
+    """A cell's prompts: the prompt set as the suite named it, or len<N> for synthetic prompts."""
+    return str(config.get("prompt_set") or f"len{config.get('prompt_length')}")
+
+
 @dataclass(frozen=True)
 class Cell:
     group: str
@@ -54,7 +59,7 @@ def cells(rows: Iterable[RunRow]) -> list[Cell]:
                 target=str(config["target"]),
                 draft=str(config["draft"]),
                 gamma=int(config["gamma"]),
-                prompt=str(config.get("prompt_set") or f"len{config.get('prompt_length')}"),
+                prompt=prompt_of(config),
                 batch=int(config["batch_size"]),
                 top_k=config.get("moe_top_k"),
                 preset=(config.get("target_model") or {}).get("zoo_preset"),

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import cell_key, compare
+from specmoe.findings.cells import prompt_of
 from specmoe.perf.advise import advise
 from specmoe.perf.compose import PlainSchedule, Rounds, SDSchedule, plain_seconds, sd_seconds
 from specmoe.stats import ratio_of_means
@@ -207,7 +208,7 @@ def check_rows(
                 gamma=int(config["gamma"]),
                 batch=int(config["batch_size"]),
                 top_k=config.get("moe_top_k"),
-                prompt=str(config.get("prompt_set") or f"len{config.get('prompt_length')}"),
+                prompt=prompt_of(config),
                 measured=measured.value,
                 low=measured.low,
                 high=measured.high,
