@@ -15,6 +15,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from specmoe.bench.store import RunRow
+from specmoe.bench.summary import cell_key
 from specmoe.metrics import latency_percentiles
 
 
@@ -34,11 +35,7 @@ def request_records(row: RunRow) -> list[dict]:
     return [r for r in row.rounds_trace if r.get("kind") == "request"]
 
 
-def cell_of(row: RunRow) -> str:
-    return row.config.get("cell_key", row.config_key)
-
-
-def served_latency(rows: Iterable[RunRow], key: Callable[[RunRow], Hashable] = cell_of) -> list[Latency]:
+def served_latency(rows: Iterable[RunRow], key: Callable[[RunRow], Hashable] = cell_key) -> list[Latency]:
     """One Latency per value of `key` over the server runs (by default per configuration, each arm
     apart), in order of first appearance."""
     cells: dict[Hashable, list[RunRow]] = defaultdict(list)
