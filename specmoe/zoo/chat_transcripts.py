@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from specmoe.zoo import synthetic
+from specmoe.zoo import chat_requests, synthetic
 from specmoe.zoo.tokenizer import corpus_files
 from specmoe.zoo.train_data import held_out_prompts
 
@@ -54,6 +54,8 @@ _REQUESTS: dict[str, tuple[str, ...]] = {
         "{}\n\n请根据上文回答：作者想说明什么？",
     ),
 }
+# The order sources take turns in: half served-traffic requests, a quarter each of the others.
+_MIX = ("traffic", "corpus", "traffic", "synthetic")
 MAX_PARAGRAPH_CHARS = 600  # longer corpus paragraphs are cut: the prompt stays near benchmark length
 
 
@@ -84,17 +86,21 @@ def _corpus_requests(rng: random.Random) -> list[str]:
 
 
 def instructions(count: int, seed: int = 0) -> list[str]:
-    """`count` distinct instructions: corpus requests and synthetic questions, alternating, in a
-    seeded order; none contains a built-in benchmark prompt."""
+    """`count` distinct instructions in a seeded order: half requests shaped like served traffic
+    (`chat_requests`), a quarter corpus requests, a quarter synthetic questions; none contains a
+    built-in benchmark prompt."""
     rng = random.Random(seed)
     corpus = _corpus_requests(rng)
     rng.shuffle(corpus)
     held_out = held_out_prompts()
-    questions, seen, out = _synthetic_questions(seed), set(), []
-    corpus_iter = iter(corpus)
+    corpus_iter, questions, traffic = iter(corpus), _synthetic_questions(seed), chat_requests.requests(seed)
+    seen, out, turn = set(), [], 0
     while len(out) < count:
-        text = next(corpus_iter, None) if len(out) % 2 == 0 else None
-        text = text if text is not None else next(questions)
+        source = _MIX[turn % len(_MIX)]
+        turn += 1
+        text = next(corpus_iter, None) if source == "corpus" else None
+        if text is None:
+            text = next(traffic) if source == "traffic" else next(questions)
         if text in seen or any(prompt in text for prompt in held_out):
             continue
         seen.add(text)
