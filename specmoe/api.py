@@ -12,7 +12,7 @@ print(tokenizer.decode(result.outputs[0].token_ids), api.summary(result))
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,13 +90,10 @@ def chat_prompt_ids(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(rendered, add_special_tokens=False))
 
 
-def resolve(spec: str, zoo: Path | None) -> Path:
-    """A model directory or .gguf file from a path or, with a zoo directory, a zoo model name."""
-    if spec.endswith(".gguf"):
-        return Path(spec).expanduser()  # the backend checks the file, in one line, when it loads it
-    from specmoe.zoo import resolve_model
-
-    return resolve_model(spec, zoo)
+def as_path(spec: str) -> Path:
+    """A model directory or .gguf file named by its path: the default resolver of `generate_text`
+    (the CLI passes one that also knows zoo names and hub IDs, `zoo.manifest.resolve_model_file`)."""
+    return Path(spec).expanduser()
 
 
 def check_invariants(result: DecodeResult) -> None:
@@ -138,7 +135,7 @@ def generate_text(
     target: str,
     prompts: Sequence[str],
     draft: str | None = None,
-    zoo: Path | None = None,
+    resolve: Callable[[str], Path] = as_path,
     gamma: int = 4,
     temperature: float = 0.0,
     top_k: int = 0,
@@ -158,11 +155,11 @@ def generate_text(
     )
     if draft is not None and gamma < 1:
         raise SpecmoeError(f"--gamma must be >= 1 (tokens drafted per round), got {gamma}")
-    target_dir = resolve(target, zoo)
+    target_dir = resolve(target)
     if model_options.get("compile") and backend_for(target_dir) != "hf":
         raise SpecmoeError("--compile applies to transformers models; drop it for .gguf models")
     ngram = _ngram_sizes(draft)
-    draft_dir = resolve(draft, zoo) if draft is not None and ngram is None else None
+    draft_dir = resolve(draft) if draft is not None and ngram is None else None
     _check_text(prompts)
     tokenizer = load_tokenizer(target_dir)
     if chat:

@@ -618,12 +618,13 @@ def _run_demo(args) -> int:
 
 def _run_generate(args) -> int:
     from specmoe.api import generate_text
+    from specmoe.zoo.manifest import resolve_model_file
 
     report = generate_text(
         target=args.target,
         draft=args.draft,
         prompts=args.prompt or [DEFAULT_PROMPT],
-        zoo=args.zoo,
+        resolve=lambda spec: resolve_model_file(spec, args.zoo),
         gamma=args.gamma,
         temperature=args.temperature,
         top_k=args.top_k,

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from audited import counts_pass
 
+from specmoe.bench.server_spec import ServerSpec
 from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, Store
 from specmoe.bench.suite import expand, load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import served_decode_tokens_per_s, served_run_times, time_to_first_token
 from specmoe.serving.client import check_model
-from specmoe.serving.spec import ServerSpec
 
 ALIAS = "tiny-moe"
 START_TIMEOUT_S = 120.0

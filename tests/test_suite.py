@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from specmoe.bench.plan import plan
-from specmoe.bench.prompts import load_prompt_set
 from specmoe.bench.suite import (
     SUITES_DIR,
     ModelSpec,
@@ -25,6 +24,7 @@ from specmoe.bench.suite import (
     resolve_suite_path,
 )
 from specmoe.errors import SpecmoeError
+from specmoe.prompts import load_prompt_set
 
 BASE = """\
 schema = 1

@@ -35,10 +35,10 @@ from rich.progress import (
 from rich.text import Text
 
 from specmoe.bench.plan import Block
-from specmoe.bench.prompts import prompt_label
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import RunSpec
 from specmoe.console import info_enabled, is_terminal, stderr_console
+from specmoe.prompts import prompt_label
 
 log = logging.getLogger(__name__)
 

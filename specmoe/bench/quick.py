@@ -19,9 +19,9 @@ from typing import Any
 import tomli_w
 
 from specmoe.bench.overrides import command_line_path
-from specmoe.bench.prompts import is_builtin, load_prompts
 from specmoe.bench.suite import NGRAM, SCHEMA_VERSION, Suite, parse_suite
 from specmoe.errors import SpecmoeError
+from specmoe.prompts import is_builtin, load_prompts
 from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
 SUITE_NAME = "bench-quick"

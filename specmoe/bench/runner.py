@@ -7,6 +7,7 @@ max_new_tokens tokens (EOS ignored, as llama-bench does), so tokens/s compare li
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -34,6 +35,9 @@ from specmoe.engine.sampling import SamplingParams
 from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, summary, totals
 
 ORACLE_PREFIX = "oracle:"
+# Runs against a server are measured by the serving layer, which builds on this one; it is found by
+# name, as backends are, and imported on the first served block only.
+SERVED_RUNNER = "specmoe.serving.run:ServedRunner"
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +147,8 @@ class Runner:
     def _served_block(self, block: Block, stored_baseline: RunRow | None) -> list[RunRow]:
         # A served SD arm's row is made against its baseline row, so servers run baseline first.
         if self._served is None:
-            from specmoe.serving.run import ServedRunner
-
-            self._served = ServedRunner()
+            module_name, attr = SERVED_RUNNER.split(":")
+            self._served = getattr(importlib.import_module(module_name), attr)()
         rows, baseline = [], stored_baseline
         for spec in sorted(block.specs, key=lambda s: s.arm != "baseline"):
             row = self._served.row(spec, baseline if spec.arm == "sd" else None)

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from specmoe.canonical import canonical_json
 from specmoe.errors import SpecmoeError
 
 STORE_SCHEMA_VERSION = 2
@@ -131,11 +132,6 @@ def _check_keys(field: str, value: dict[str, Any], expected: tuple[str, ...]) ->
             f"{field} needs exactly the keys {', '.join(expected)}; "
             f"missing {sorted(set(expected) - set(value))}, extra {sorted(set(value) - set(expected))}"
         )
-
-
-def _dumps(value: Any) -> str:
-    # Canonical JSON: re-storing the same run gives the same bytes; NaN is refused, not smuggled in.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 @dataclass(frozen=True)
@@ -254,18 +250,18 @@ class Store:
             row.group,
             row.arm,
             row.repeat,
-            _dumps(row.config),
-            _dumps(row.env),
-            _dumps(row.counts),
-            _dumps(row.times),
+            canonical_json(row.config),
+            canonical_json(row.env),
+            canonical_json(row.counts),
+            canonical_json(row.times),
             row.tokens_per_s,
             row.acceptance_rate,
-            _dumps(row.rounds_trace),
+            canonical_json(row.rounds_trace),
             row.audit_verdict,
             row.audit_reason,
             row.created_at,
-            _dumps(row.prompts),
-            _dumps(row.measure),
+            canonical_json(row.prompts),
+            canonical_json(row.measure),
             int(row.noisy),
         )
         placeholders = ", ".join("?" * len(values))
@@ -435,7 +431,7 @@ def flatten(prefix: str, value: dict[str, Any]) -> dict[str, Any]:
         if isinstance(item, dict):
             flat.update(flatten(name, item))
         else:
-            flat[name] = _dumps(item) if isinstance(item, list) else item
+            flat[name] = canonical_json(item) if isinstance(item, list) else item
     return flat
 
 

@@ -12,9 +12,7 @@ they are, not by their suite-local names), so the same work in two groups or two
 from __future__ import annotations
 
 import difflib
-import hashlib
 import itertools
-import json
 import math
 import re
 import tomllib
@@ -23,14 +21,21 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from specmoe.bench.overrides import SuiteOverrides, apply_overrides
-from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, batch_count, is_builtin, load_prompts, selection_size
+from specmoe.bench.server_engines import ENGINES
+from specmoe.bench.server_spec import (
+    DEFAULT_TIMEOUT_S,
+    ENDPOINTS,
+    ServerSpec,
+    normalize_url,
+    without_userinfo,
+)
+from specmoe.canonical import short_key
+from specmoe.dtypes import DTYPE_NAMES
 from specmoe.errors import SpecmoeError
-from specmoe.serving.engines import ENGINES
-from specmoe.serving.spec import DEFAULT_TIMEOUT_S, ENDPOINTS, ServerSpec, normalize_url, without_userinfo
+from specmoe.prompts import BUILTIN_PROMPT_SETS, batch_count, is_builtin, load_prompts, selection_size
 
 SCHEMA_VERSION = 1
 ARMS = ("baseline", "sd")
-DTYPES = ("float32", "float64", "bfloat16", "float16")
 ORACLE_PREFIX = "oracle:"
 NGRAM = "ngram"  # prompt-lookup drafting; "ngram" alone means NGRAM_DEFAULT
 NGRAM_DEFAULT = (1, 3)  # (min_n, max_n), as specmoe.engine.ngram's defaults
@@ -270,14 +275,14 @@ class RunSpec:
     @property
     def config_key(self) -> str:
         """16 hex digits of sha256 over the canonical JSON of `key_fields`: stable across processes."""
-        return hashlib.sha256(canonical_json(self.key_fields).encode()).hexdigest()[:16]
+        return short_key(self.key_fields)
 
     @property
     def cell_key(self) -> str:
         """The configuration across its prompt batches: `config_key` without the batch index. Runs
         with one cell key are units of one measured cell (summaries aggregate over them)."""
         fields = {k: v for k, v in self.key_fields.items() if k != "prompt_batch"}
-        return hashlib.sha256(canonical_json(fields).encode()).hexdigest()[:16]
+        return short_key(fields)
 
     @property
     def run_id(self) -> str:
@@ -303,11 +308,6 @@ class RunSpec:
             "cell_key": self.cell_key,
             "baseline_cell_key": self.baseline().cell_key,
         }
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted keys, no whitespace, no NaN: the same value always gives the same bytes."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def rate_text(rate: float) -> str | float:
@@ -682,7 +682,7 @@ def _parse_group(
         max_new_tokens=_axis(
             ctx, key("max_new_tokens"), merged["max_new_tokens"], lambda k, v: _int(ctx, k, v, minimum=1)
         ),
-        dtype=_axis(ctx, key("dtype"), merged["dtype"], lambda k, v: _choice(ctx, k, v, DTYPES)),
+        dtype=_axis(ctx, key("dtype"), merged["dtype"], lambda k, v: _choice(ctx, k, v, DTYPE_NAMES)),
         device=_axis(ctx, key("device"), merged["device"], lambda k, v: _device(ctx, k, v)),
         repeats=_int(ctx, key("repeats"), merged["repeats"], minimum=1),
         warmup=_int(ctx, key("warmup"), merged["warmup"], minimum=0),
@@ -1127,14 +1127,12 @@ def _effective_top_k(model: ModelSpec, top_k: int | None) -> int | None:
 __all__ = [
     "ARMS",
     "BUILTIN_PROMPT_SETS",
-    "DTYPES",
     "SCHEMA_VERSION",
     "Group",
     "ModelSpec",
     "RunSpec",
     "Suite",
     "builtin_suite_path",
-    "canonical_json",
     "expand",
     "load_suite",
     "parse_ngram",

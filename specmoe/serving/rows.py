@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import Any
 
 from specmoe.bench.audit import audit_served_run
+from specmoe.bench.server_spec import ServerSpec
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import RunSpec
 from specmoe.errors import SpecmoeError
@@ -26,7 +27,6 @@ from specmoe.metrics import (
     time_to_first_token,
 )
 from specmoe.serving.load import RequestRecord, ServedRun
-from specmoe.serving.spec import ServerSpec
 
 
 def served_row(
