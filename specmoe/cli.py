@@ -618,11 +618,12 @@ def _run_demo(args) -> int:
 
 def _run_generate(args) -> int:
     from specmoe.api import generate_text
+    from specmoe.engine.draft_spec import draft_of
     from specmoe.zoo.manifest import resolve_model_file
 
     report = generate_text(
         target=args.target,
-        draft=args.draft,
+        draft=draft_of(args.draft),
         prompts=args.prompt or [DEFAULT_PROMPT],
         resolve=lambda spec: resolve_model_file(spec, args.zoo),
         gamma=args.gamma,

@@ -12,6 +12,7 @@ import pytest
 
 from specmoe.bench.store import RunRow, Store
 from specmoe.bench.suite import ModelSpec, RunSpec
+from specmoe.engine.draft_spec import OracleDraft
 from specmoe.errors import SpecmoeError
 from specmoe.report import write_report
 from specmoe.report.intervals import mean_interval
@@ -166,8 +167,8 @@ def study_specs() -> list[RunSpec]:
 
 
 def acceptance_of(s: RunSpec) -> float:
-    if s.oracle_acceptance is not None:
-        return s.oracle_acceptance
+    if isinstance(s.draft_spec, OracleDraft):
+        return s.draft_spec.acceptance
     return 0.5 if s.draft == "draft-s" else 0.3
 
 

@@ -24,17 +24,14 @@ from specmoe.bench.env import environment
 from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, own_cores, step_spread
 from specmoe.bench.plan import Block
 from specmoe.bench.store import RunRow
-from specmoe.bench.suite import RunSpec, Suite, parse_ngram
+from specmoe.bench.suite import RunSpec, Suite
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
-from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.ngram import NgramDrafter
-from specmoe.engine.oracle import OracleDrafter
+from specmoe.engine.draft_spec import ModelDraft, OracleDraft, make_drafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
 from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, summary, totals
 
-ORACLE_PREFIX = "oracle:"
 # Runs against a server are measured by the serving layer, which builds on this one; it is found by
 # name, as backends are, and imported on the first served block only.
 SERVED_RUNNER = "specmoe.serving.run:ServedRunner"
@@ -267,18 +264,17 @@ class Runner:
         return spec.dtype != "float64", note
 
     def _drafter_factory(self, spec, target, prompts, config) -> Callable[[], object | None]:
-        if spec.draft is None:
+        """A fresh drafter per decode; the models and the oracle's continuations are loaded once."""
+        draft = spec.draft_spec
+        if draft is None:
             return lambda: None
-        ngram = parse_ngram(spec.draft)
-        if ngram is not None:
-            return lambda: NgramDrafter(target, *ngram)
-        if spec.draft.startswith(ORACLE_PREFIX):
-            p = float(spec.draft[len(ORACLE_PREFIX) :])
-            cost = self.pool.model(spec.oracle_cost, spec.dtype, spec.device, compile=spec.compile)
+        model, continuations = None, None
+        if isinstance(draft, OracleDraft):
+            model = self.pool.model(spec.oracle_cost, spec.dtype, spec.device, compile=spec.compile)
             continuations = self._continuation(spec, target, prompts, config)
-            return lambda: OracleDrafter(cost, p, continuations, seed=spec.repeat)
-        draft = self.pool.model(spec.draft, spec.dtype, spec.device, compile=spec.compile)
-        return lambda: ModelDrafter(draft)
+        elif isinstance(draft, ModelDraft):
+            model = self.pool.model(draft.name, spec.dtype, spec.device, compile=spec.compile)
+        return lambda: make_drafter(draft, target, model, continuations, seed=spec.repeat)
 
     @staticmethod
     def _plain_key(spec: RunSpec, prompts: list[list[int]], max_new_tokens: int | str) -> tuple:

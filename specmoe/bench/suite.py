@@ -31,14 +31,21 @@ from specmoe.bench.server_spec import (
 )
 from specmoe.canonical import short_key
 from specmoe.dtypes import DTYPE_NAMES
+from specmoe.engine.draft_spec import (
+    NGRAM,
+    DraftSpec,
+    ModelDraft,
+    NgramDraft,
+    OracleDraft,
+    draft_of,
+    is_reserved_name,
+    parse_draft,
+)
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import BUILTIN_PROMPT_SETS, batch_count, is_builtin, load_prompts, selection_size
 
 SCHEMA_VERSION = 1
 ARMS = ("baseline", "sd")
-ORACLE_PREFIX = "oracle:"
-NGRAM = "ngram"  # prompt-lookup drafting; "ngram" alone means NGRAM_DEFAULT
-NGRAM_DEFAULT = (1, 3)  # (min_n, max_n), as specmoe.engine.ngram's defaults
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 
 # Grid axes take a value or a list of values; settings take one value. Both may sit in [defaults]
@@ -217,26 +224,23 @@ class RunSpec:
     chat: bool = False  # each prompt is one user message in the target's chat template
 
     @property
-    def oracle_acceptance(self) -> float | None:
-        return parse_oracle(self.draft)
-
-    @property
-    def ngram_sizes(self) -> tuple[int, int] | None:
-        return parse_ngram(self.draft)
+    def draft_spec(self) -> DraftSpec | None:
+        """The typed draft of the canonical `draft` string; None for the baseline arm."""
+        return draft_of(self.draft)
 
     @property
     def key_fields(self) -> dict[str, Any]:
         """Everything that decides the measured work: all fields but repeat, suite and group, with
         models given by identity rather than by suite-local name."""
         draft: dict[str, Any] | None = None
-        if self.ngram_sizes is not None:
-            draft = {"ngram": list(self.ngram_sizes)}
+        spec = self.draft_spec
+        if isinstance(spec, NgramDraft):
+            draft = {"ngram": [spec.min_n, spec.max_n]}
         elif self.draft_model is not None:
-            oracle = self.oracle_acceptance
             draft = (
-                self.draft_model.identity
-                if oracle is None
-                else {"oracle": oracle, "cost": self.draft_model.identity}
+                {"oracle": spec.acceptance, "cost": self.draft_model.identity}
+                if isinstance(spec, OracleDraft)
+                else self.draft_model.identity
             )
         fields = {
             "arm": self.arm,
@@ -313,21 +317,6 @@ class RunSpec:
 def rate_text(rate: float) -> str | float:
     """A request rate as stored and keyed: "inf" for all at once (JSON has no infinity), else itself."""
     return "inf" if math.isinf(rate) else rate
-
-
-def parse_oracle(draft: str | None) -> float | None:
-    """The acceptance probability P of an "oracle:P" draft; None for a model draft or no draft."""
-    if draft is None or not draft.startswith(ORACLE_PREFIX):
-        return None
-    return float(draft[len(ORACLE_PREFIX) :])
-
-
-def parse_ngram(draft: str | None) -> tuple[int, int] | None:
-    """(min_n, max_n) of a canonical "ngram:MIN-MAX" draft; None for any other draft or no draft."""
-    if draft is None or not draft.startswith(NGRAM + ":"):
-        return None
-    low, high = draft[len(NGRAM) + 1 :].split("-")
-    return int(low), int(high)
 
 
 def builtin_suite_path(name: str) -> Path:
@@ -461,7 +450,7 @@ def _parse_models(ctx: _Ctx, raw: Any, preset: str | None, seed: int, base_dir: 
     models = {}
     for name, entry in _table(ctx, "models", raw).items():
         where = f"models.{name}"
-        if not _NAME_RE.fullmatch(name) or name.startswith("oracle") or name == NGRAM:
+        if not _NAME_RE.fullmatch(name) or is_reserved_name(name):
             ctx.fail(
                 where,
                 f"bad model name '{name}'; use letters, digits, '_', '.', '-' (not 'oracle...' or '{NGRAM}')",
@@ -653,7 +642,7 @@ def _parse_group(
         ctx.fail(f"{where}.gamma", "gamma is set but the group has no draft; add a draft or remove gamma")
     prompt_set, prompt_length = _prompts(ctx, where, raw, defaults, merged)
     oracle_cost = _string(ctx, key("oracle_cost"), merged["oracle_cost"])
-    if any(parse_oracle(d) is not None for d in draft) and oracle_cost not in models:
+    if any(isinstance(draft_of(d), OracleDraft) for d in draft) and oracle_cost not in models:
         ctx.fail(
             key("oracle_cost"),
             f"oracle drafts run model '{oracle_cost}' for their cost, but it is not in [models]; "
@@ -901,38 +890,16 @@ def _model_ref(ctx: _Ctx, key: str, value: Any, models: dict[str, ModelSpec]) ->
 
 
 def _draft_ref(ctx: _Ctx, key: str, value: Any, models: dict[str, ModelSpec]) -> str:
+    """The canonical spelling of a draft (`specmoe.engine.draft_spec`), so "ngram" and "ngram:1-3",
+    or "oracle:0.60" and "oracle:0.6", are one run."""
     text = _string(ctx, key, value)
-    if text == NGRAM or text.startswith(NGRAM + ":"):
-        return _ngram_ref(ctx, key, text)
-    if not text.startswith(ORACLE_PREFIX):
-        return _model_ref(ctx, key, text, models)
     try:
-        acceptance = float(text[len(ORACLE_PREFIX) :])
-    except ValueError:
-        acceptance = -1.0
-    if not 0.0 <= acceptance <= 1.0:  # also rejects nan
-        ctx.fail(key, f"bad oracle draft '{text}'; write oracle:P with P in [0, 1], e.g. \"oracle:0.6\"")
-    # Canonical spelling, so "oracle:0.60" and "oracle:0.6" are the same run.
-    return f"{ORACLE_PREFIX}{acceptance!r}"
-
-
-_NGRAM_RE = re.compile(r"ngram:(\d+)-(\d+)")
-
-
-def _ngram_ref(ctx: _Ctx, key: str, text: str) -> str:
-    """The canonical "ngram:MIN-MAX" of an n-gram draft, so "ngram" and "ngram:1-3" are one run."""
-    if text == NGRAM:
-        low, high = NGRAM_DEFAULT
-    else:
-        match = _NGRAM_RE.fullmatch(text)
-        low, high = (int(match[1]), int(match[2])) if match else (0, 0)
-    if not 1 <= low <= high:
-        ctx.fail(
-            key,
-            f"bad n-gram draft '{text}'; write ngram or ngram:MIN-MAX with 1 <= MIN <= MAX, "
-            'e.g. "ngram:1-3"',
-        )
-    return f"{NGRAM}:{low}-{high}"
+        draft = parse_draft(text)
+    except SpecmoeError as err:
+        ctx.fail(key, str(err))
+    if isinstance(draft, ModelDraft):
+        return _model_ref(ctx, key, text, models)
+    return str(draft)
 
 
 # --- scalar checks -------------------------------------------------------------------------------
@@ -1082,8 +1049,11 @@ def _grid(suite: Suite, group: Group):
     ) in axes:
         target_model = suite.model(target)
         draft_model = None
-        if draft is not None and parse_ngram(draft) is None:
-            draft_model = suite.model(group.oracle_cost if parse_oracle(draft) is not None else draft)
+        spec = draft_of(draft)
+        if isinstance(spec, OracleDraft):
+            draft_model = suite.model(group.oracle_cost)
+        elif isinstance(spec, ModelDraft):
+            draft_model = suite.model(spec.name)
         yield RunSpec(
             suite=suite.name,
             group=group.name,
@@ -1101,7 +1071,7 @@ def _grid(suite: Suite, group: Group):
             device=device,
             repeat=0,
             warmup=group.warmup,
-            oracle_cost=group.oracle_cost if parse_oracle(draft) is not None else None,
+            oracle_cost=group.oracle_cost if isinstance(spec, OracleDraft) else None,
             target_model=target_model,
             draft_model=draft_model,
             concurrency=concurrency,
@@ -1135,8 +1105,6 @@ __all__ = [
     "builtin_suite_path",
     "expand",
     "load_suite",
-    "parse_ngram",
-    "parse_oracle",
     "parse_suite",
     "resolve_suite_path",
 ]

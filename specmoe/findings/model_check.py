@@ -28,6 +28,7 @@ from pathlib import Path
 
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import cell_key, compare
+from specmoe.engine.draft_spec import NgramDraft, OracleDraft, draft_of
 from specmoe.findings.cells import prompt_of
 from specmoe.perf.advise import advise
 from specmoe.perf.compose import PlainSchedule, Rounds, SDSchedule, plain_seconds, sd_seconds
@@ -105,7 +106,8 @@ class AdviceCheck:
 
 
 def is_free_drafter(draft: str) -> bool:
-    return draft.startswith("ngram")
+    """Whether a stored run's draft runs no model (an n-gram draft), so costs nothing to model."""
+    return isinstance(draft_of(draft), NgramDraft)
 
 
 def sd_schedule(row: RunRow) -> SDSchedule:
@@ -232,9 +234,9 @@ def check_rows(
 def group_alpha(cells: Sequence[Checked]) -> float:
     """The per-position acceptance a user would give advise: the oracle's dialed value, else the
     median over the group's cells of the α whose i.i.d. acceptance gives each cell's measured rate."""
-    draft = cells[0].draft
-    if draft.startswith("oracle:"):
-        return float(draft.split(":", 1)[1])
+    draft = draft_of(cells[0].draft)
+    if isinstance(draft, OracleDraft):
+        return draft.acceptance
     return min(statistics.median(per_token_alpha(c.acceptance, c.gamma) for c in cells), 0.999)
 
 
@@ -350,7 +352,7 @@ class ModelLibrary:
         if is_free_drafter(draft_name):
             return target, None
         draft_model = config.get("draft_model") or {}
-        name = config.get("oracle_cost") if draft_name.startswith("oracle:") else draft_name
+        name = config.get("oracle_cost") if isinstance(draft_of(draft_name), OracleDraft) else draft_name
         draft_dtype = str(draft_model.get("gguf") or config["dtype"])
         draft = self._times(draft_model.get("zoo_preset"), str(name), draft_dtype)
         return None if draft is None else (target, draft)

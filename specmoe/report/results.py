@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmoe.bench.store import RunRow
-from specmoe.bench.suite import parse_oracle
 from specmoe.bench.summary import Comparison, cell_key, compare, known_sum
+from specmoe.engine.draft_spec import OracleDraft, draft_of
 from specmoe.metrics import mean_accepted_length, position_acceptance, time_shares_of
 from specmoe.report.intervals import Interval, mean_interval
 from specmoe.report.sizes import ModelSize, is_moe_target, target_size
@@ -71,7 +71,8 @@ class SdResult:
     @property
     def oracle_p(self) -> float | None:
         """The per-position acceptance an "oracle:P" draft was set to; None for model drafts."""
-        return parse_oracle(self.config.get("draft"))
+        draft = draft_of(self.config.get("draft"))
+        return draft.acceptance if isinstance(draft, OracleDraft) else None
 
 
 @dataclass(frozen=True)
