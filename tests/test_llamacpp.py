@@ -185,8 +185,8 @@ def test_suite_on_the_gguf_zoo_passes_the_audit(tiny_zoo, gguf_files, tmp_path):
     assert sorted(r.run_id for r in rows) == sorted(s.run_id for s in expand(suite))
     for row in rows:
         c = row.counts
-        assert c["emitted"] + c["truncated"] == c["accepted"] + c["rounds"]
-        assert c["emitted"] == 12 * row.config["batch_size"]
+        assert c.emitted + c.truncated == c.accepted + c.rounds
+        assert c.emitted == 12 * row.config["batch_size"]
         assert counts_pass(row), row.audit_reason
         if row.arm == "sd" and row.config["temperature"] == 0.0:
             assert "output identical to plain greedy decoding" in row.audit_reason

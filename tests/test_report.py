@@ -14,6 +14,7 @@ from specmoe.bench.store import RunRow, Store
 from specmoe.bench.suite import ModelSpec, RunSpec
 from specmoe.engine.draft_spec import OracleDraft
 from specmoe.errors import SpecmoeError
+from specmoe.metrics import RunCounts, RunTimes, run_acceptance
 from specmoe.report import write_report
 from specmoe.report.intervals import mean_interval
 from specmoe.report.slices import best_slice
@@ -131,10 +132,10 @@ def simulate(s: RunSpec, acceptance: float) -> RunRow:
         repeat=s.repeat,
         config=s.as_dict(),
         env={"cpu": "Synthetic CPU", "cores": 2, "torch": "2.13.0", "git_sha": "abc1234", "device": "cpu"},
-        counts=counts,
-        times=times,
+        counts=RunCounts.from_dict(counts),
+        times=RunTimes.from_dict(times),
         tokens_per_s=counts["emitted"] / decode_s,
-        acceptance_rate=counts["accepted"] / counts["drafted"] if counts["drafted"] else None,
+        acceptance_rate=run_acceptance(s.arm, RunCounts.from_dict(counts)),
         rounds_trace=trace if s.draft else [],
         audit_verdict="pass",
         audit_reason="counts consistent",

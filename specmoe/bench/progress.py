@@ -252,7 +252,7 @@ class SuiteProgress:
             self.bar.update(self.task, completed=self.done, deadline=deadline)
 
     def _account(self, rows: Sequence[RunRow], wall_s: float | None) -> None:
-        own = [r.times.get("wall_s") for r in rows]
+        own = [r.times.wall_s for r in rows]
         seconds = apportion(wall_s, own) if wall_s is not None else [s or 0.0 for s in own]
         for row, spent in zip(rows, seconds, strict=True):
             arm = row_arm(row)

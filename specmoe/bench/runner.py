@@ -23,14 +23,14 @@ from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
 from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, own_cores, step_spread
 from specmoe.bench.plan import Block
-from specmoe.bench.store import RunRow
+from specmoe.bench.store import RunRow, run_row
 from specmoe.bench.suite import RunSpec, Suite
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
 from specmoe.engine.draft_spec import ModelDraft, OracleDraft, make_drafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
-from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, summary, totals
+from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, run_times, totals
 
 # Runs against a server are measured by the serving layer, which builds on this one; it is found by
 # name, as backends are, and imported on the first served block only.
@@ -318,16 +318,10 @@ def make_row(
     if isinstance(measured, DecodeResult):
         measured = Measured(measured, {}, False)
     result = measured.result
-    stats = summary(result)
-    t = totals(result)
-    counts = asdict(t)
-    times = {k: stats[k] for k in ("prefill_s", "decode_s", "draft_s", "verify_s", "overhead_s", "wall_s")}
-    tokens_per_s = decode_tokens_per_s(t.emitted, result.decode_s)
+    counts, times = totals(result), run_times(result)
+    tokens_per_s = decode_tokens_per_s(counts.emitted, result.decode_s)
     problems = invariant_violations(result)
-    base = None
-    if baseline is not None:
-        base = {"counts": baseline.counts, "times": baseline.times, "tokens_per_s": baseline.tokens_per_s}
-    audit = audit_run(counts, times, spec.gamma, tokens_per_s, base)
+    audit = audit_run(counts, times, spec.gamma, tokens_per_s, baseline)
     verdict, reason = audit.verdict, audit.reason
     if problems:
         verdict, reason = "fail", "; ".join(problems[:3])
@@ -340,20 +334,12 @@ def make_row(
         {"prompt_id": p.id, "category": p.category, **asdict(c)}
         for p, c in zip(batch_prompts_of(spec), per_sequence(result), strict=True)
     ]
-    return RunRow(
-        run_id=spec.run_id,
-        config_key=spec.config_key,
-        baseline_key=spec.baseline_key,
-        suite=spec.suite,
-        group=spec.group,
-        arm=spec.arm,
-        repeat=spec.repeat,
-        config=spec.as_dict(),
+    return run_row(
+        spec,
         env=environment(spec.device),
         counts=counts,
         times=times,
         tokens_per_s=tokens_per_s,
-        acceptance_rate=stats["acceptance_rate"],
         rounds_trace=[asdict(r) for r in result.rounds],
         audit_verdict=verdict,
         audit_reason=reason,

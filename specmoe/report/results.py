@@ -113,8 +113,8 @@ def _baseline_result(rows: list[RunRow]) -> BaselineResult:
 def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdResult:
     sd_rows = by_key[_config_key(comparison, by_key)]
     base_rows = by_key[_baseline_key(sd_rows[0])]
-    accepted = known_sum(r.counts["accepted"] for r in sd_rows)
-    rounds = known_sum(r.counts["rounds"] for r in sd_rows)
+    accepted = known_sum(r.counts.accepted for r in sd_rows)
+    rounds = known_sum(r.counts.rounds for r in sd_rows)
     config = comparison.config
     return SdResult(
         config=config,
@@ -158,22 +158,22 @@ def accepted_histogram(rows: list[RunRow], gamma: int) -> tuple[int, ...]:
 
 
 def step_times(base_rows: list[RunRow], sd_rows: list[RunRow], gamma: int) -> StepTimes | None:
-    base_forwards = known_sum(r.counts["target_forwards"] for r in base_rows)
-    sd_forwards = known_sum(r.counts["target_forwards"] for r in sd_rows)
+    base_forwards = known_sum(r.counts.target_forwards for r in base_rows)
+    sd_forwards = known_sum(r.counts.target_forwards for r in sd_rows)
     if not base_forwards or not sd_forwards or gamma < 1:  # unknown (None) for server runs
         return None
-    target_step = sum(r.times["decode_s"] for r in base_rows) / base_forwards
-    verify = sum(r.times["verify_s"] for r in sd_rows) / sd_forwards
+    target_step = sum(r.times.decode_s for r in base_rows) / base_forwards
+    verify = sum(r.times.verify_s for r in sd_rows) / sd_forwards
     if target_step <= 0 or verify <= 0:
         return None
-    draft_step = sum(r.times["draft_s"] for r in sd_rows) / (sd_forwards * gamma)
+    draft_step = sum(r.times.draft_s for r in sd_rows) / (sd_forwards * gamma)
     return StepTimes(target_step_s=target_step, verify_s=verify, draft_step_s=draft_step)
 
 
 def decode_time_shares(rows: list[RunRow]) -> dict[str, float] | None:
     """Draft / verify / overhead shares of the rows' summed decode time; None when any is unknown."""
     draft, verify, overhead = (
-        known_sum(r.times[key] for r in rows) for key in ("draft_s", "verify_s", "overhead_s")
+        known_sum(getattr(r.times, key) for r in rows) for key in ("draft_s", "verify_s", "overhead_s")
     )
     if draft is None or verify is None or overhead is None or draft + verify + overhead <= 0:
         return None
