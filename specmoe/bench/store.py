@@ -25,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from specmoe.bench.suite import ARMS
 from specmoe.canonical import canonical_json
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes, run_acceptance
@@ -33,7 +34,6 @@ if TYPE_CHECKING:
     from specmoe.bench.suite import RunSpec
 
 STORE_SCHEMA_VERSION = 2
-ARMS = ("baseline", "sd")
 EXPORT_FORMATS = ("csv", "parquet")
 
 _SCHEMA = """

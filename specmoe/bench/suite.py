@@ -50,7 +50,7 @@ SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 
 # Grid axes take a value or a list of values; settings take one value. Both may sit in [defaults]
 # and be overridden per group.
-_AXES = (
+GRID_AXES = (
     "target",
     "draft",
     "gamma",
@@ -72,8 +72,8 @@ _SERVER_KEYS = ("url", "model", "engine", "endpoint", "api_key_env", "timeout_s"
 _MODEL_KEYS = ("zoo", "path", "backend", "gguf", *_SERVER_KEYS)
 LLAMACPP_BACKEND = "llamacpp"
 SERVING_BACKEND = "openai"  # a model behind an OpenAI-compatible server (specmoe.serving)
-_DEFAULTS_KEYS = (*_AXES, *_SETTINGS)
-_GROUP_KEYS = ("name", "description", *_AXES, *_SETTINGS)
+_DEFAULTS_KEYS = (*GRID_AXES, *_SETTINGS)
+_GROUP_KEYS = ("name", "description", *GRID_AXES, *_SETTINGS)
 # What a key is when neither [defaults] nor the group sets it.
 _BUILTIN_DEFAULTS: dict[str, Any] = {
     "draft": [],
@@ -1097,6 +1097,7 @@ def _effective_top_k(model: ModelSpec, top_k: int | None) -> int | None:
 __all__ = [
     "ARMS",
     "BUILTIN_PROMPT_SETS",
+    "GRID_AXES",
     "SCHEMA_VERSION",
     "Group",
     "ModelSpec",
