@@ -22,7 +22,8 @@ from pathlib import Path
 
 from specmoe.bench.runner import ModelPool, Runner, make_row
 from specmoe.bench.store import Store
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.theory import sd_speedup
 
 SUITE = """

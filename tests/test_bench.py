@@ -17,7 +17,8 @@ from audited import counts_pass
 
 from specmoe.bench.audit import audit_run
 from specmoe.bench.store import Store
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.bench.summary import compare
 from specmoe.bench.summary_table import format_summary

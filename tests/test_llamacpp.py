@@ -17,7 +17,8 @@ from audited import counts_pass
 from test_gguf import require  # tests/ is on sys.path under pytest's default import mode
 
 from specmoe.api import load_model, load_tokenizer
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
 from specmoe.engine.decode import DecodeConfig, decode

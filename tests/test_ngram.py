@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 from small_vocab import VOCAB, exact_joint, small_vocab_model
 
 import specmoe.engine.decode as decode_module
-from specmoe.bench.suite import load_suite
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.engine.acceptance import rejection_accept
 from specmoe.engine.decode import DecodeConfig, decode

@@ -12,7 +12,8 @@ import pytest
 from tiny_suites import tiny_sd_suite
 
 from specmoe.bench.plan import plan
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.bench.summary import compare
 from specmoe.bench.summary_table import format_summary

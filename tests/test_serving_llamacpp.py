@@ -15,7 +15,8 @@ from audited import counts_pass
 
 from specmoe.bench.server_spec import ServerSpec
 from specmoe.bench.store import Store
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import (

@@ -12,7 +12,8 @@ from audited import counts_pass
 from serving_stub import StubConfig, StubServer
 
 from specmoe.bench.store import Store, export
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.bench.summary import compare
 from specmoe.bench.summary_table import build, format_summary, to_json

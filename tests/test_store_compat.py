@@ -14,7 +14,8 @@ from pathlib import Path
 
 from specmoe.bench.executors import LocalExecutor, Work
 from specmoe.bench.store import RunRow, Store
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.metrics import acceptance_rate
 

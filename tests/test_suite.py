@@ -12,15 +12,9 @@ from pathlib import Path
 import pytest
 
 from specmoe.bench.plan import plan
-from specmoe.bench.suite import (
-    SUITES_DIR,
-    ModelSpec,
-    RunSpec,
-    builtin_suite_path,
-    expand,
-    load_suite,
-    resolve_suite_path,
-)
+from specmoe.bench.suite import ModelSpec, RunSpec
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import SUITES_DIR, builtin_suite_path, load_suite, resolve_suite_path
 from specmoe.engine.draft_spec import NgramDraft, OracleDraft
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import load_prompt_set
@@ -134,7 +128,8 @@ def test_expand_is_deterministic():
 
 def test_run_ids_are_stable_across_processes():
     code = (
-        "from specmoe.bench.suite import builtin_suite_path, expand, load_suite\n"
+        "from specmoe.bench.suite_expand import expand\n"
+        "from specmoe.bench.suite_load import builtin_suite_path, load_suite\n"
         "print(','.join(s.run_id for s in expand(load_suite(builtin_suite_path('quick')))))"
     )
     outputs = set()

@@ -46,7 +46,7 @@ def run_bench(
     threads: int | None = None,
     by_category: bool = False,
 ) -> int:
-    from specmoe.bench.suite import load_suite, resolve_suite_path
+    from specmoe.bench.suite_load import load_suite, resolve_suite_path
     from specmoe.bench.suite_run import run_suite
 
     suite = load_suite(resolve_suite_path(suite_arg), overrides)
@@ -120,7 +120,7 @@ def run_demo(out: Path) -> int:
     four minutes of training on one CPU core, and reused by every later demo.
     """
     from specmoe.bench.store import export
-    from specmoe.bench.suite import builtin_suite_path, load_suite
+    from specmoe.bench.suite_load import builtin_suite_path, load_suite
     from specmoe.bench.suite_run import run_suite
 
     started = time.perf_counter()
