@@ -303,6 +303,8 @@ def _add_bench(commands) -> None:
         help="one row per (run, prompt): each prompt's counts, category and its batch's timing",
     )
     export.set_defaults(run=_run_export)
+    schema = bench.add_parser("schema", help="print the JSON Schema of a suite file (for editors)")
+    schema.set_defaults(run=_run_bench_schema)
     report = bench.add_parser(
         "report", help="write an HTML report (figures, tables, audit) of a results store"
     )
@@ -608,6 +610,13 @@ def _run_findings(args) -> int:
         print(f"wrote {write_document(args.out, args.doc)}")
         return 0
     return run_findings(args.scale, args.out, args.doc, engines=tuple(args.engine))
+
+
+def _run_bench_schema(args) -> int:
+    from specmoe.bench.suite_schema import json_schema
+
+    print(json_schema())
+    return 0
 
 
 def _run_demo(args) -> int:

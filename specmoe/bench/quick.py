@@ -19,8 +19,9 @@ from typing import Any
 import tomli_w
 
 from specmoe.bench.overrides import command_line_path
-from specmoe.bench.suite import SCHEMA_VERSION, Suite
+from specmoe.bench.suite import Suite
 from specmoe.bench.suite_load import parse_suite
+from specmoe.bench.suite_schema import SCHEMA_VERSION
 from specmoe.engine.draft_spec import NgramDraft, OracleDraft, is_reserved_name, parse_draft
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import is_builtin, load_prompts

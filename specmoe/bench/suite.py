@@ -23,25 +23,7 @@ from specmoe.canonical import short_key
 from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_of
 from specmoe.errors import SpecmoeError
 
-SCHEMA_VERSION = 1
 ARMS = ("baseline", "sd")
-# Grid axes take a value or a list of values; settings take one value. Both may sit in [defaults]
-# and be overridden per group.
-GRID_AXES = (
-    "target",
-    "draft",
-    "gamma",
-    "prompt_set",
-    "prompt_length",
-    "batch_size",
-    "concurrency",
-    "request_rate",
-    "moe_top_k",
-    "temperature",
-    "max_new_tokens",
-    "dtype",
-    "device",
-)
 LLAMACPP_BACKEND = "llamacpp"
 SERVING_BACKEND = "openai"  # a model behind an OpenAI-compatible server (specmoe.serving)
 
@@ -273,9 +255,7 @@ def zoo_shape(spec: ModelSpec):
 
 __all__ = [
     "ARMS",
-    "GRID_AXES",
     "LLAMACPP_BACKEND",
-    "SCHEMA_VERSION",
     "SERVING_BACKEND",
     "Group",
     "ModelSpec",

@@ -7,38 +7,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.suite import GRID_AXES, Group, ModelSpec, zoo_shape
+from specmoe.bench.suite import Group, ModelSpec, zoo_shape
 from specmoe.bench.suite_checks import SuiteContext, leaf, suggest
+from specmoe.bench.suite_schema import GROUP_KEYS, builtin_defaults
 from specmoe.dtypes import DTYPE_NAMES
 from specmoe.engine.draft_spec import ModelDraft, OracleDraft, draft_of, parse_draft
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import BUILTIN_PROMPT_SETS, is_builtin
 
-SETTINGS = ("prompts", "repeats", "warmup", "oracle_cost", "requests", "cpus", "gpus", "compile", "chat")
-DEFAULTS_KEYS = (*GRID_AXES, *SETTINGS)
-GROUP_KEYS = ("name", "description", *GRID_AXES, *SETTINGS)
-# What a key is when neither [defaults] nor the group sets it.
-BUILTIN_DEFAULTS: dict[str, Any] = {
-    "draft": [],
-    "prompt_set": "factual",
-    "batch_size": 1,
-    "concurrency": None,  # served targets only; 1 when unset (closed loop), `requests` when open loop
-    "request_rate": None,  # served targets only: requests/s of Poisson arrivals (open loop); None: closed
-    "moe_top_k": None,
-    "temperature": 0.0,
-    "max_new_tokens": 64,
-    "dtype": "float32",
-    "device": "cpu",
-    "prompts": "all",  # prompts of the set each grid point measures: a count, or "all"
-    "repeats": 1,
-    "warmup": 0,
-    "oracle_cost": "draft-xs",
-    "requests": None,  # requests per served run; the concurrency when unset
-    "cpus": 1.0,  # resources a run asks of a Ray cluster (--executor ray)
-    "gpus": None,  # None: 1 for cuda devices, else 0
-    "compile": False,  # compiled static-shape forwards (hf backend; docs/engine.md)
-    "chat": False,  # prompts wrapped in the target tokenizer's chat template, as a chat server would
-}
+BUILTIN_DEFAULTS = builtin_defaults()  # what a key is when neither [defaults] nor the group sets it
 
 
 def parse_group(

@@ -17,18 +17,22 @@ from specmoe.bench.server_spec import (
     normalize_url,
     without_userinfo,
 )
-from specmoe.bench.suite import LLAMACPP_BACKEND, SCHEMA_VERSION, SERVING_BACKEND, Group, ModelSpec, Suite
+from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, Group, ModelSpec, Suite
 from specmoe.bench.suite_checks import SuiteContext, suggest
-from specmoe.bench.suite_groups import DEFAULTS_KEYS, parse_group
+from specmoe.bench.suite_groups import parse_group
+from specmoe.bench.suite_schema import (
+    DEFAULTS_KEYS,
+    MODEL_KEYS,
+    SCHEMA_VERSION,
+    SERVER_KEYS,
+    TOP_KEYS,
+    ZOO_KEYS,
+)
 from specmoe.engine.draft_spec import NGRAM, is_reserved_name
 from specmoe.errors import SpecmoeError
 
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 
-_TOP_KEYS = ("schema", "name", "description", "zoo", "defaults", "models", "groups")
-_ZOO_KEYS = ("preset", "seed")
-_SERVER_KEYS = ("url", "model", "engine", "endpoint", "api_key_env", "timeout_s", "tokenizer")
-_MODEL_KEYS = ("zoo", "path", "backend", "gguf", *_SERVER_KEYS)
 _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
@@ -81,7 +85,7 @@ def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
     taken from its folder, errors name it): `load_suite` after reading, and `specmoe bench quick`,
     which builds the table from its arguments."""
     ctx = SuiteContext(path)
-    ctx.check_keys("", raw, _TOP_KEYS)
+    ctx.check_keys("", raw, TOP_KEYS)
     _check_schema(ctx, raw)
     preset, seed = _parse_zoo(ctx, raw.get("zoo", {}))
     models = _parse_models(ctx, raw.get("models"), preset, seed, path.parent)
@@ -124,7 +128,7 @@ def _check_unique_group_names(ctx: SuiteContext, groups: tuple[Group, ...]) -> N
 
 def _parse_zoo(ctx: SuiteContext, raw: Any) -> tuple[str | None, int]:
     zoo = ctx.table("zoo", raw)
-    ctx.check_keys("zoo", zoo, _ZOO_KEYS)
+    ctx.check_keys("zoo", zoo, ZOO_KEYS)
     seed = ctx.integer("zoo.seed", zoo.get("seed", 0), minimum=0)
     if "preset" not in zoo:
         return None, seed
@@ -163,14 +167,14 @@ def _parse_model(
     seed: int,
     base_dir: Path,
 ) -> ModelSpec:
-    ctx.check_keys(where, entry, _MODEL_KEYS)
+    ctx.check_keys(where, entry, MODEL_KEYS)
     if sum(k in entry for k in ("zoo", "path", "url")) != 1:
         ctx.fail(
             where, 'give exactly one of zoo = "<zoo model>", path = "<HF dir or .gguf>" or url = "<server>"'
         )
     if "url" in entry:
         return _parse_served_model(ctx, where, name, entry)
-    for key in _SERVER_KEYS:
+    for key in SERVER_KEYS:
         if key in entry:
             ctx.fail(f"{where}.{key}", f"{key} applies to served models (url = ...) only; remove it")
     if "zoo" in entry:
