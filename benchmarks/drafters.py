@@ -32,12 +32,12 @@ import torch
 from engine_speed import step_time  # T(1, t) timing shared with the engine benchmark
 
 from specmoe.api import load_model, load_tokenizer
-from specmoe.bench.prompts import load_prompt_set
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.engine.ngram import NgramDrafter
 from specmoe.engine.records import DecodeResult
 from specmoe.metrics import decode_tokens_per_s, totals
+from specmoe.prompts import load_prompt_set
 
 DRAFTS = ("draft-xs", "draft-moe", "ngram")
 PROMPT_DRAFTS = {"reasoning": DRAFTS, "own-text": ("ngram",), "repeated": ("ngram",)}

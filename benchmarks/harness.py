@@ -22,7 +22,8 @@ from pathlib import Path
 
 from specmoe.bench.runner import ModelPool, Runner, make_row
 from specmoe.bench.store import Store
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.theory import sd_speedup
 
 SUITE = """
@@ -80,13 +81,13 @@ def main() -> None:
                 rows.setdefault(spec.draft or "baseline", []).append(row)
     report = {"harness_overhead_share_median": statistics.median(overhead), "oracle": {}}
     base = rows["baseline"]
-    t1 = statistics.median(r.times["decode_s"] / r.counts["target_forwards"] for r in base)
+    t1 = statistics.median(r.times.decode_s / r.counts.target_forwards for r in base)
     base_tps = statistics.median(r.tokens_per_s for r in base)
     for draft in ("oracle:0.0", "oracle:1.0"):
         sd = rows[draft]
-        forwards = [r.counts["target_forwards"] for r in sd]
-        t_verify = statistics.median(r.times["verify_s"] / f for r, f in zip(sd, forwards, strict=True))
-        t_draft = statistics.median(r.times["draft_s"] / (4 * f) for r, f in zip(sd, forwards, strict=True))
+        forwards = [r.counts.target_forwards for r in sd]
+        t_verify = statistics.median(r.times.verify_s / f for r, f in zip(sd, forwards, strict=True))
+        t_draft = statistics.median(r.times.draft_s / (4 * f) for r, f in zip(sd, forwards, strict=True))
         alpha = float(draft.split(":")[1])
         analytic = float(sd_speedup(alpha, 4, t1, t_verify, t_draft))
         measured = statistics.median(r.tokens_per_s for r in sd) / base_tps

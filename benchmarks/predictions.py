@@ -72,7 +72,7 @@ PROFILES = (
 
 
 def measure_profiles(fits: Path, context: int = 64) -> None:
-    from specmoe.bench.cli import default_zoo_dir
+    from specmoe.bench.suite_zoo import default_zoo_dir
     from specmoe.perf.files import write_json
     from specmoe.perf.fit import fit_profile
     from specmoe.perf.profile import profile_model

@@ -33,9 +33,9 @@ from pathlib import Path
 import torch
 
 from specmoe import api
-from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, load_prompt_set
 from specmoe.engine.divergence import first_difference, top2_margin
 from specmoe.metrics import acceptance_rate, mean_accepted_length, totals
+from specmoe.prompts import BUILTIN_PROMPT_SETS, load_prompt_set
 from specmoe.zoo.gguf_derive import dequantized_gguf
 from specmoe.zoo.smollm2 import DRAFT_DIR, default_dir
 from specmoe.zoo.smollm2_draft import DRAFT_GGUF

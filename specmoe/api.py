@@ -12,7 +12,7 @@ print(tokenizer.decode(result.outputs[0].token_ids), api.summary(result))
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from specmoe.backends import load_backend
 from specmoe.backends.base import Backend
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
+from specmoe.engine.draft_spec import DraftSpec, ModelDraft, OracleDraft, make_drafter
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.engine.ngram import NgramDrafter
 from specmoe.engine.oracle import OracleDrafter
@@ -90,13 +91,10 @@ def chat_prompt_ids(tokenizer, text: str) -> list[int]:
     return list(tokenizer.encode(rendered, add_special_tokens=False))
 
 
-def resolve(spec: str, zoo: Path | None) -> Path:
-    """A model directory or .gguf file from a path or, with a zoo directory, a zoo model name."""
-    if spec.endswith(".gguf"):
-        return Path(spec).expanduser()  # the backend checks the file, in one line, when it loads it
-    from specmoe.zoo import resolve_model
-
-    return resolve_model(spec, zoo)
+def as_path(spec: str) -> Path:
+    """A model directory or .gguf file named by its path: the default resolver of `generate_text`
+    (the CLI passes one that also knows zoo names and hub IDs, `zoo.manifest.resolve_model_file`)."""
+    return Path(spec).expanduser()
 
 
 def check_invariants(result: DecodeResult) -> None:
@@ -104,21 +102,6 @@ def check_invariants(result: DecodeResult) -> None:
     problems = invariant_violations(result)
     if problems:
         raise AssertionError("decode invariants violated: " + "; ".join(problems[:5]))
-
-
-def _ngram_sizes(draft: str | None) -> tuple[int, int] | None:
-    """(min_n, max_n) for a draft spelled "ngram" or "ngram:MIN-MAX"; None for a model draft."""
-    if draft is None or not (draft == "ngram" or draft.startswith("ngram:")):
-        return None
-    if draft == "ngram":
-        return (1, 3)
-    try:
-        low, high = (int(x) for x in draft.split(":", 1)[1].split("-"))
-    except ValueError:
-        raise SpecmoeError(
-            f"bad n-gram draft '{draft}'; write ngram or ngram:MIN-MAX, e.g. ngram:1-3"
-        ) from None
-    return low, high
 
 
 def _check_text(prompts: Sequence[str]) -> None:
@@ -137,8 +120,8 @@ def _check_text(prompts: Sequence[str]) -> None:
 def generate_text(
     target: str,
     prompts: Sequence[str],
-    draft: str | None = None,
-    zoo: Path | None = None,
+    draft: DraftSpec | None = None,
+    resolve: Callable[[str], Path] = as_path,
     gamma: int = 4,
     temperature: float = 0.0,
     top_k: int = 0,
@@ -158,11 +141,14 @@ def generate_text(
     )
     if draft is not None and gamma < 1:
         raise SpecmoeError(f"--gamma must be >= 1 (tokens drafted per round), got {gamma}")
-    target_dir = resolve(target, zoo)
+    target_dir = resolve(target)
     if model_options.get("compile") and backend_for(target_dir) != "hf":
         raise SpecmoeError("--compile applies to transformers models; drop it for .gguf models")
-    ngram = _ngram_sizes(draft)
-    draft_dir = resolve(draft, zoo) if draft is not None and ngram is None else None
+    if isinstance(draft, OracleDraft):
+        raise SpecmoeError(
+            f"--draft {draft}: oracle drafts need a cost model; run them from a suite file (docs/suites.md)"
+        )
+    draft_dir = resolve(draft.name) if isinstance(draft, ModelDraft) else None
     _check_text(prompts)
     tokenizer = load_tokenizer(target_dir)
     if chat:
@@ -173,10 +159,9 @@ def generate_text(
         raise SpecmoeError("empty prompt: every --prompt needs at least one token of text")
     target_model = load_model(target_dir, **model_options)
     drafter = None
-    if ngram is not None:
-        drafter = NgramDrafter(target_model, *ngram)
-    elif draft_dir is not None:
-        drafter = ModelDrafter(load_model(draft_dir, **model_options))
+    if draft is not None:
+        draft_model = None if draft_dir is None else load_model(draft_dir, **model_options)
+        drafter = make_drafter(draft, target_model, draft_model)
     result = decode(target_model, token_prompts, config, drafter=drafter)
     check_invariants(result)
     report: dict = {

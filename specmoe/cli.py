@@ -303,6 +303,8 @@ def _add_bench(commands) -> None:
         help="one row per (run, prompt): each prompt's counts, category and its batch's timing",
     )
     export.set_defaults(run=_run_export)
+    schema = bench.add_parser("schema", help="print the JSON Schema of a suite file (for editors)")
+    schema.set_defaults(run=_run_bench_schema)
     report = bench.add_parser(
         "report", help="write an HTML report (figures, tables, audit) of a results store"
     )
@@ -610,6 +612,13 @@ def _run_findings(args) -> int:
     return run_findings(args.scale, args.out, args.doc, engines=tuple(args.engine))
 
 
+def _run_bench_schema(args) -> int:
+    from specmoe.bench.suite_schema import json_schema
+
+    print(json_schema())
+    return 0
+
+
 def _run_demo(args) -> int:
     from specmoe.bench.cli import run_demo
 
@@ -618,12 +627,14 @@ def _run_demo(args) -> int:
 
 def _run_generate(args) -> int:
     from specmoe.api import generate_text
+    from specmoe.engine.draft_spec import draft_of
+    from specmoe.zoo.manifest import resolve_model_file
 
     report = generate_text(
         target=args.target,
-        draft=args.draft,
+        draft=draft_of(args.draft),
         prompts=args.prompt or [DEFAULT_PROMPT],
-        zoo=args.zoo,
+        resolve=lambda spec: resolve_model_file(spec, args.zoo),
         gamma=args.gamma,
         temperature=args.temperature,
         top_k=args.top_k,

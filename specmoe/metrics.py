@@ -7,7 +7,8 @@ Counts are summed over sequences: a *sequence-round* is one sequence taking part
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -16,17 +17,65 @@ from specmoe.stats import Estimate, ratio_of_means
 
 
 @dataclass(frozen=True)
-class Totals:
-    rounds: int  # sequence-rounds
-    target_forwards: int  # batch rounds: forward passes of the target
-    drafted: int
-    accepted: int
+class RunCounts:
+    """A run's counts summed over its sequences: what the results store keeps as `counts`.
+
+    A local run knows every count. A run against a server stores None for a count the server does
+    not report (never a guess): `target_forwards`, `truncated`, and per engine `rounds`, `drafted`,
+    `accepted`. Invariant (`count_violations`): emitted + truncated = accepted + rounds.
+    """
+
+    rounds: int | None  # sequence-rounds
+    target_forwards: int | None  # batch rounds: forward passes of the target
+    drafted: int | None
+    accepted: int | None
     emitted: int
-    truncated: int
+    truncated: int | None
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> RunCounts:
+        """From the store's JSON object, which holds exactly these keys."""
+        return cls(**_exact_keys("counts", values, COUNT_KEYS))
 
 
-def totals(result: DecodeResult) -> Totals:
-    return Totals(
+@dataclass(frozen=True)
+class RunTimes:
+    """A run's wall-clock seconds: what the results store keeps as `times`.
+
+    decode_s = draft_s + verify_s + overhead_s for a local run (`engine.records.RoundRecord`);
+    wall_s = prefill_s + decode_s (plus compile time the engine adds). A server run stores None for
+    the per-round parts only the server could time.
+    """
+
+    prefill_s: float
+    decode_s: float
+    draft_s: float | None
+    verify_s: float | None
+    overhead_s: float | None
+    wall_s: float
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> RunTimes:
+        """From the store's JSON object, which holds exactly these keys."""
+        return cls(**_exact_keys("times", values, TIME_KEYS))
+
+
+COUNT_KEYS = tuple(f.name for f in fields(RunCounts))  # the store's order (CSV columns)
+TIME_KEYS = tuple(f.name for f in fields(RunTimes))
+
+
+def _exact_keys(name: str, values: dict[str, Any], expected: tuple[str, ...]) -> dict[str, Any]:
+    if set(values) != set(expected):
+        raise ValueError(
+            f"{name} needs exactly the keys {', '.join(expected)}; "
+            f"missing {sorted(set(expected) - set(values))}, extra {sorted(set(values) - set(expected))}"
+        )
+    return values
+
+
+def totals(result: DecodeResult) -> RunCounts:
+    """The counts of a local run, every one known."""
+    return RunCounts(
         rounds=sum(len(r.rows) for r in result.rounds),
         target_forwards=len(result.rounds),
         drafted=sum(sum(r.drafted) for r in result.rounds),
@@ -38,7 +87,7 @@ def totals(result: DecodeResult) -> Totals:
 
 @dataclass(frozen=True)
 class SequenceCounts:
-    """One sequence's (one prompt's) counts over a run; they obey the same invariant as Totals."""
+    """One sequence's (one prompt's) counts over a run; they obey the same invariant as RunCounts."""
 
     rounds: int  # sequence-rounds this sequence took part in
     drafted: int
@@ -46,6 +95,18 @@ class SequenceCounts:
     emitted: int
     truncated: int
     accepted_by_position: tuple[int, ...]  # [γ]: rounds whose j-th proposal was accepted, j = 1..γ
+
+
+def run_times(result: DecodeResult) -> RunTimes:
+    """The seconds of a local run, every one measured."""
+    return RunTimes(
+        prefill_s=result.prefill_s,
+        decode_s=result.decode_s,
+        draft_s=sum(r.draft_s for r in result.rounds),
+        verify_s=sum(r.verify_s for r in result.rounds),
+        overhead_s=sum(r.overhead_s for r in result.rounds),
+        wall_s=result.wall_s,
+    )
 
 
 def per_sequence(result: DecodeResult) -> list[SequenceCounts]:
@@ -74,9 +135,19 @@ def per_sequence(result: DecodeResult) -> list[SequenceCounts]:
     ]
 
 
-def acceptance_rate(accepted: int, drafted: int) -> float | None:
-    """Accepted proposals / drafted proposals; None when nothing was drafted (autoregressive)."""
-    return accepted / drafted if drafted else None
+def acceptance_rate(accepted: int | None, drafted: int | None) -> float | None:
+    """Accepted proposals / drafted proposals. None when nothing was drafted (autoregressive, or a
+    draft that proposed nothing) or a count is unknown (a server that hides it): the one convention
+    for "no proposals", never 0.0."""
+    if accepted is None or not drafted:
+        return None
+    return accepted / drafted
+
+
+def run_acceptance(arm: str, counts: RunCounts) -> float | None:
+    """A stored run's acceptance rate: `acceptance_rate` of its counts for an SD arm, None for the
+    baseline arm (a server may count drafts there that no request used)."""
+    return acceptance_rate(counts.accepted, counts.drafted) if arm == "sd" else None
 
 
 def mean_accepted_length(accepted: int, rounds: int) -> float | None:
@@ -145,7 +216,7 @@ def invariant_violations(result: DecodeResult) -> list[str]:
             record.rows, record.drafted, record.accepted, record.emitted, strict=True
         ):
             if accepted > drafted:
-                problems.append(f"round {index} sequence {row}: accepted {accepted} > drafted {drafted}")
+                problems.append(f"round {index} sequence {row}: {_overaccepted(accepted, drafted)}")
             counts = per_seq.setdefault(row, [0, 0, 0])
             counts[0] += 1
             counts[1] += accepted
@@ -156,17 +227,44 @@ def invariant_violations(result: DecodeResult) -> list[str]:
             problems.append(
                 f"sequence {row}: emitted {emitted} but output holds {len(output.token_ids)} tokens"
             )
-        if emitted + output.truncated != accepted + rounds:
-            problems.append(
-                f"sequence {row}: emitted {emitted} + truncated {output.truncated} "
-                f"!= accepted {accepted} + rounds {rounds}"
-            )
+        unbalanced = _unbalanced(emitted, output.truncated, accepted, rounds)
+        if unbalanced:
+            problems.append(f"sequence {row}: {unbalanced}")
     return problems
+
+
+def count_violations(counts: RunCounts, gamma: int) -> list[str]:
+    """A local run's summed counts against the invariants: emitted + truncated = accepted + rounds,
+    accepted <= drafted, and drafted = γ × rounds (every round drafts γ for every live sequence)."""
+    c = counts
+    if c.rounds is None or c.drafted is None or c.accepted is None or c.truncated is None:
+        raise ValueError(f"count_violations needs a local run's counts, every one known; got {c}")
+    problems = []
+    unbalanced = _unbalanced(c.emitted, c.truncated, c.accepted, c.rounds)
+    if unbalanced:
+        problems.append(unbalanced)
+    if c.accepted > c.drafted:
+        problems.append(_overaccepted(c.accepted, c.drafted))
+    if c.drafted != gamma * c.rounds:
+        problems.append(f"drafted {c.drafted} != gamma {gamma} x rounds {c.rounds}")
+    return problems
+
+
+def _unbalanced(emitted: int, truncated: int, accepted: int, rounds: int) -> str | None:
+    """The invariant of every decode: each sequence-round commits its accepted proposals plus one
+    corrected or bonus token; what EOS or the length limit cut off is counted as truncated."""
+    if emitted + truncated == accepted + rounds:
+        return None
+    return f"emitted {emitted} + truncated {truncated} != accepted {accepted} + rounds {rounds}"
+
+
+def _overaccepted(accepted: int, drafted: int) -> str:
+    return f"accepted {accepted} > drafted {drafted}"
 
 
 def summary(result: DecodeResult) -> dict[str, float | int | None]:
     """The stats object `specmoe generate --json` prints: whole-batch counts and seconds."""
-    t = totals(result)
+    t, s = totals(result), run_times(result)
     return {
         "rounds": t.rounds,
         "target_forwards": t.target_forwards,
@@ -174,13 +272,13 @@ def summary(result: DecodeResult) -> dict[str, float | int | None]:
         "accepted": t.accepted,
         "emitted": t.emitted,
         "truncated": t.truncated,
-        "prefill_s": result.prefill_s,
-        "decode_s": result.decode_s,
+        "prefill_s": s.prefill_s,
+        "decode_s": s.decode_s,
         "compile_s": result.compile_s,
-        "draft_s": sum(r.draft_s for r in result.rounds),
-        "verify_s": sum(r.verify_s for r in result.rounds),
-        "overhead_s": sum(r.overhead_s for r in result.rounds),
-        "wall_s": result.wall_s,
+        "draft_s": s.draft_s,
+        "verify_s": s.verify_s,
+        "overhead_s": s.overhead_s,
+        "wall_s": s.wall_s,
         "decode_tokens_per_s": decode_tokens_per_s(t.emitted, result.decode_s),
         "acceptance_rate": acceptance_rate(t.accepted, t.drafted),
         "mean_accepted_length": mean_accepted_length(t.accepted, t.rounds),

@@ -8,17 +8,21 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from audited import counts_pass
 
 from specmoe.bench.audit import audit_run
 from specmoe.bench.store import Store
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.bench.summary import compare
 from specmoe.bench.summary_table import format_summary
+from specmoe.metrics import TIME_KEYS, RunCounts, RunTimes
 
 SUITE = """
 schema = 1
@@ -60,9 +64,9 @@ def test_small_suite_runs_end_to_end(mini_suite, tiny_zoo, tmp_path):
     assert sorted(r.run_id for r in rows) == sorted(s.run_id for s in expand(suite))
     for row in rows:
         c = row.counts
-        assert c["emitted"] + c["truncated"] == c["accepted"] + c["rounds"]
-        assert c["accepted"] <= c["drafted"]
-        assert c["emitted"] == 12 * row.config["batch_size"]
+        assert c.emitted + c.truncated == c.accepted + c.rounds
+        assert c.accepted <= c.drafted
+        assert c.emitted == 12 * row.config["batch_size"]
         assert counts_pass(row), row.audit_reason
         if row.arm == "sd":  # greedy SD output is compared with plain decoding of the same prompts
             assert "plain greedy decoding" in row.audit_reason
@@ -142,9 +146,15 @@ def _row(speedup: float, alpha: float, gamma: int):
         "truncated": 0,
     }
     base_counts = {**counts, "drafted": 0, "accepted": 0, "emitted": 100, "target_forwards": 100}
-    baseline = {"counts": base_counts, "times": {"decode_s": 1.0}, "tokens_per_s": 100.0}
-    times = {"verify_s": 0.8, "draft_s": 0.1}
-    return counts, times, gamma, 100.0 * speedup, baseline
+    baseline = SimpleNamespace(
+        counts=RunCounts.from_dict(base_counts), times=_times(decode_s=1.0), tokens_per_s=100.0
+    )
+    times = _times(verify_s=0.8, draft_s=0.1)
+    return RunCounts.from_dict(counts), times, gamma, 100.0 * speedup, baseline
+
+
+def _times(**seconds: float) -> RunTimes:
+    return RunTimes.from_dict({**{k: 0.0 for k in TIME_KEYS}, **seconds})
 
 
 def test_audit_fails_an_impossible_speedup_and_passes_a_consistent_one():
@@ -156,7 +166,7 @@ def test_audit_fails_an_impossible_speedup_and_passes_a_consistent_one():
 
 def test_audit_catches_broken_counts():
     counts, times, gamma, tps, baseline = _row(1.0, 0.5, 4)
-    counts["emitted"] += 1
+    counts = replace(counts, emitted=counts.emitted + 1)
     assert audit_run(counts, times, gamma, tps, baseline).verdict == "fail"
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from specmoe.bench.store import RunRow
 from specmoe.findings.model_check import Checked, check_advice, check_rows, sd_schedule, trace_rounds
+from specmoe.metrics import RunCounts, RunTimes
 from specmoe.perf.advise import advise
 from specmoe.perf.compose import (
     PlainSchedule,
@@ -118,8 +119,8 @@ def _row(arm: str, key: str, repeat: int, counts: dict, times: dict, gamma: int,
     return RunRow(
         run_id=f"{key}-{repeat}", config_key=key, baseline_key="base", suite="s", group="g", arm=arm,
         repeat=repeat, config=config, env={},
-        counts={"truncated": 0, **counts},
-        times={"prefill_s": 0.1, "decode_s": decode, "wall_s": decode + 0.1, **times},
+        counts=RunCounts.from_dict({"truncated": 0, **counts}),
+        times=RunTimes.from_dict({"prefill_s": 0.1, "decode_s": decode, "wall_s": decode + 0.1, **times}),
         tokens_per_s=counts["emitted"] / decode, acceptance_rate=None, rounds_trace=list(trace),
         audit_verdict="pass", audit_reason="", created_at="2026-01-01T00:00:00+00:00",
     )  # fmt: skip

@@ -80,7 +80,7 @@ gamma = [2]
 
 @pytest.fixture(scope="module")
 def tiny_run_db(tiny_zoo, tmp_path_factory) -> Path:
-    from specmoe.bench.suite import load_suite
+    from specmoe.bench.suite_load import load_suite
     from specmoe.bench.suite_run import run_suite
 
     folder = tmp_path_factory.mktemp("findings")

@@ -10,7 +10,7 @@ import pytest
 
 from specmoe.bench.overrides import SuiteOverrides
 from specmoe.bench.preflight import preflight
-from specmoe.bench.suite import load_suite
+from specmoe.bench.suite_load import load_suite
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
 from specmoe.zoo import resolve_model

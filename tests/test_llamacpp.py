@@ -17,7 +17,8 @@ from audited import counts_pass
 from test_gguf import require  # tests/ is on sys.path under pytest's default import mode
 
 from specmoe.api import load_model, load_tokenizer
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
 from specmoe.engine.decode import DecodeConfig, decode
@@ -185,8 +186,8 @@ def test_suite_on_the_gguf_zoo_passes_the_audit(tiny_zoo, gguf_files, tmp_path):
     assert sorted(r.run_id for r in rows) == sorted(s.run_id for s in expand(suite))
     for row in rows:
         c = row.counts
-        assert c["emitted"] + c["truncated"] == c["accepted"] + c["rounds"]
-        assert c["emitted"] == 12 * row.config["batch_size"]
+        assert c.emitted + c.truncated == c.accepted + c.rounds
+        assert c.emitted == 12 * row.config["batch_size"]
         assert counts_pass(row), row.audit_reason
         if row.arm == "sd" and row.config["temperature"] == 0.0:
             assert "output identical to plain greedy decoding" in row.audit_reason

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from specmoe.bench.overrides import SuiteOverrides, apply_overrides, parse_assignment
-from specmoe.bench.suite import builtin_suite_path, expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import builtin_suite_path, load_suite
 from specmoe.errors import SpecmoeError
 
 

@@ -77,7 +77,7 @@ def row(spec, tokens_per_s: float):
     return SimpleNamespace(
         arm=spec.arm,
         config=config,
-        times={"wall_s": 1.0},
+        times=SimpleNamespace(wall_s=1.0),
         tokens_per_s=tokens_per_s,
         config_key=key,
         repeat=0,

@@ -7,14 +7,14 @@ import re
 
 import pytest
 
-from specmoe.bench.prompts import (
+from specmoe.errors import SpecmoeError
+from specmoe.prompts import (
     BUILTIN_PROMPT_SETS,
     batch_prompts,
     builtin_path,
     load_prompt_set,
     synthetic_prompt,
 )
-from specmoe.errors import SpecmoeError
 
 
 @pytest.fixture(scope="module")

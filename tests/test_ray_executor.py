@@ -12,7 +12,8 @@ from audited import counts_pass
 from specmoe.bench.executors import RayExecutor, _init, resources
 from specmoe.bench.plan import plan
 from specmoe.bench.store import Store
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
 

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from specmoe.bench.store import RunRow, Store
+from specmoe.bench.store import RunRow, Store, run_row
 from specmoe.bench.suite import ModelSpec, RunSpec
+from specmoe.engine.draft_spec import OracleDraft
 from specmoe.errors import SpecmoeError
+from specmoe.metrics import RunCounts, RunTimes
 from specmoe.report import write_report
 from specmoe.report.intervals import mean_interval
 from specmoe.report.slices import best_slice
@@ -120,20 +122,12 @@ def simulate(s: RunSpec, acceptance: float) -> RunRow:
     parts = {k: sum(r[k] for r in trace) for k in ("draft_s", "verify_s", "overhead_s")}
     decode_s = sum(parts.values())
     times = {"prefill_s": 0.01, "decode_s": decode_s, **parts, "wall_s": 0.01 + decode_s}
-    return RunRow(
-        run_id=s.run_id,
-        config_key=s.config_key,
-        baseline_key=s.baseline_key,
-        suite=s.suite,
-        group=s.group,
-        arm=s.arm,
-        repeat=s.repeat,
-        config=s.as_dict(),
+    return run_row(
+        s,
         env={"cpu": "Synthetic CPU", "cores": 2, "torch": "2.13.0", "git_sha": "abc1234", "device": "cpu"},
-        counts=counts,
-        times=times,
+        counts=RunCounts.from_dict(counts),
+        times=RunTimes.from_dict(times),
         tokens_per_s=counts["emitted"] / decode_s,
-        acceptance_rate=counts["accepted"] / counts["drafted"] if counts["drafted"] else None,
         rounds_trace=trace if s.draft else [],
         audit_verdict="pass",
         audit_reason="counts consistent",
@@ -166,8 +160,8 @@ def study_specs() -> list[RunSpec]:
 
 
 def acceptance_of(s: RunSpec) -> float:
-    if s.oracle_acceptance is not None:
-        return s.oracle_acceptance
+    if isinstance(s.draft_spec, OracleDraft):
+        return s.draft_spec.acceptance
     return 0.5 if s.draft == "draft-s" else 0.3
 
 

@@ -13,6 +13,7 @@ from test_report import (
     spec,
 )  # tests/ is on sys.path under pytest's default import mode
 
+from specmoe.bench.server_spec import ServerSpec
 from specmoe.bench.store import Store
 from specmoe.bench.suite import ModelSpec, RunSpec
 from specmoe.metrics import position_acceptance, time_shares_of
@@ -31,7 +32,6 @@ from specmoe.report.write import _load_fit
 from specmoe.serving.load import RequestRecord, ServedRun
 from specmoe.serving.prometheus import SpecCounters
 from specmoe.serving.rows import served_row
-from specmoe.serving.spec import ServerSpec
 
 FITS = Path(__file__).resolve().parents[1] / "docs" / "results" / "cpu" / "findings" / "fits"
 
@@ -84,11 +84,11 @@ def test_position_counts_from_per_prompt_records_traces_and_server_counters():
 def test_decode_time_shares_sum_the_runs_and_are_unknown_for_servers():
     rows = [simulate(spec("moe", "draft-xs", repeat=r), 0.5) for r in (0, 1)]
     shares = decode_time_shares(rows)
-    draft = sum(r.times["draft_s"] for r in rows)
-    total = sum(r.times["draft_s"] + r.times["verify_s"] + r.times["overhead_s"] for r in rows)
+    draft = sum(r.times.draft_s for r in rows)
+    total = sum(r.times.draft_s + r.times.verify_s + r.times.overhead_s for r in rows)
     assert shares["draft"] == pytest.approx(draft / total)
     assert sum(shares.values()) == pytest.approx(1.0)
-    unknown = replace(rows[0], times={**rows[0].times, "draft_s": None})
+    unknown = replace(rows[0], times=replace(rows[0].times, draft_s=None))
     assert decode_time_shares([unknown, rows[1]]) is None
 
 

@@ -13,13 +13,20 @@ from pathlib import Path
 import pytest
 from audited import counts_pass
 
-from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, Store
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.server_spec import ServerSpec
+from specmoe.bench.store import Store
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
-from specmoe.metrics import served_decode_tokens_per_s, served_run_times, time_to_first_token
+from specmoe.metrics import (
+    RunCounts,
+    RunTimes,
+    served_decode_tokens_per_s,
+    served_run_times,
+    time_to_first_token,
+)
 from specmoe.serving.client import check_model
-from specmoe.serving.spec import ServerSpec
 
 ALIAS = "tiny-moe"
 START_TIMEOUT_S = 120.0
@@ -113,7 +120,7 @@ prompt_set = "code"
         assert len(store) == 4
     ttft_by_concurrency: dict[int, list[float]] = {}
     for row in rows:
-        assert set(row.counts) == set(COUNT_KEYS) and set(row.times) == set(TIME_KEYS)
+        assert isinstance(row.counts, RunCounts) and isinstance(row.times, RunTimes)
         requests = [r for r in row.rounds_trace if r["kind"] == "request"]
         concurrency = row.config["concurrency"]
         assert len(requests) == concurrency
@@ -122,10 +129,10 @@ prompt_set = "code"
         prefill_s, decode_s = served_run_times(
             0.0, [r["first_token_s"] for r in requests], [r["last_token_s"] for r in requests]
         )
-        assert row.counts["emitted"] == sum(outputs)
-        assert (row.times["prefill_s"], row.times["decode_s"]) == (prefill_s, decode_s)
+        assert row.counts.emitted == sum(outputs)
+        assert (row.times.prefill_s, row.times.decode_s) == (prefill_s, decode_s)
         assert row.tokens_per_s == served_decode_tokens_per_s(outputs, decode_s) > 0
-        assert row.counts["drafted"] is None and row.acceptance_rate is None  # generic: no counters
+        assert row.counts.drafted is None and row.acceptance_rate is None  # generic: no counters
         assert counts_pass(row), row.audit_reason
         for r in requests:
             assert r["ttft_s"] == time_to_first_token(r["sent_s"], r["first_token_s"]) > 0

@@ -12,7 +12,8 @@ from serving_stub import StubConfig, StubServer
 from test_serving_suite import GROUP, LOCAL, SERVERS, error, load
 
 from specmoe.bench.store import Store
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
 from specmoe.serving.arrivals import arrival_times

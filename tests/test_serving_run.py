@@ -11,13 +11,14 @@ import pytest
 from audited import counts_pass
 from serving_stub import StubConfig, StubServer
 
-from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, Store, export
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.store import Store, export
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.bench.summary import compare
 from specmoe.bench.summary_table import build, format_summary, to_json
 from specmoe.cli import main
-from specmoe.metrics import served_decode_tokens_per_s, served_run_times
+from specmoe.metrics import RunCounts, RunTimes, served_decode_tokens_per_s, served_run_times
 
 MODEL = "stub-model"
 
@@ -67,7 +68,7 @@ def test_a_served_suite_stores_rows_like_local_runs(servers, tmp_path):
     rows = run_suite(suite, db, None, progress=False)
     assert sorted(r.run_id for r in rows) == sorted(s.run_id for s in expand(suite))
     for row in rows:
-        assert set(row.counts) == set(COUNT_KEYS) and set(row.times) == set(TIME_KEYS)
+        assert isinstance(row.counts, RunCounts) and isinstance(row.times, RunTimes)
         requests = [r for r in row.rounds_trace if r["kind"] == "request"]
         assert len(requests) == row.config["concurrency"]
         # The row's numbers are the metric definitions applied to its own per-request records.
@@ -75,9 +76,9 @@ def test_a_served_suite_stores_rows_like_local_runs(servers, tmp_path):
         prefill_s, decode_s = served_run_times(
             0.0, [r["first_token_s"] for r in requests], [r["last_token_s"] for r in requests]
         )
-        assert row.counts["emitted"] == sum(outputs) == 24 * row.config["concurrency"]
-        assert (row.times["prefill_s"], row.times["decode_s"]) == (prefill_s, decode_s)
-        assert row.times["wall_s"] == pytest.approx(prefill_s + decode_s)
+        assert row.counts.emitted == sum(outputs) == 24 * row.config["concurrency"]
+        assert (row.times.prefill_s, row.times.decode_s) == (prefill_s, decode_s)
+        assert row.times.wall_s == pytest.approx(prefill_s + decode_s)
         assert row.tokens_per_s == served_decode_tokens_per_s(outputs, decode_s)
         assert all(r["counted_by"] == "usage" and r["ttft_s"] > 0 and r["tpot_s"] > 0 for r in requests)
         assert counts_pass(row), row.audit_reason
@@ -86,8 +87,8 @@ def test_a_served_suite_stores_rows_like_local_runs(servers, tmp_path):
     sd_rows = [r for r in rows if r.arm == "sd"]
     for row in sd_rows:
         c = row.counts
-        assert c["drafted"] == 3 * c["rounds"] and c["accepted"] <= c["drafted"]
-        assert row.acceptance_rate == c["accepted"] / c["drafted"]
+        assert c.drafted == 3 * c.rounds and c.accepted <= c.drafted
+        assert row.acceptance_rate == c.accepted / c.drafted
         assert "speedup within 1 + accepted/rounds" in row.audit_reason
     # Warm-up requests reach the servers but not the rows: 1 warm-up + 2 repeats per concurrency.
     assert len(sd.config.requests) == (1 + 2) * (1 + 4)
@@ -145,11 +146,11 @@ def test_llama_server_counts_come_from_responses_without_metrics(tmp_path):
         suite = load_suite(write_suite(tmp_path, plain.url, sd.url, engine="llamacpp-server"))
         rows = run_suite(suite, tmp_path / "r.db", None, progress=False)
     for row in rows:
-        assert row.counts["rounds"] is None and counts_pass(row)
+        assert row.counts.rounds is None and counts_pass(row)
         if row.arm == "baseline":
-            assert row.counts["drafted"] == 0 and "checked no drafts" in row.audit_reason
+            assert row.counts.drafted == 0 and "checked no drafts" in row.audit_reason
         else:
-            assert row.counts["drafted"] > 0 and row.acceptance_rate is not None
+            assert row.counts.drafted > 0 and row.acceptance_rate is not None
             assert "speedup bound (the server reports no rounds)" in row.audit_reason
 
 

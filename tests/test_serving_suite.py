@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 from specmoe.errors import SpecmoeError
 
 SERVERS = """

@@ -11,13 +11,15 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from specmoe.bench import store as store_module
-from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, RunRow, Store, export
+from specmoe.bench.store import RunRow, Store, export
 from specmoe.errors import SpecmoeError
+from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
 
 
 def make_row(i: int, suite: str = "s", trace_len: int = 3) -> RunRow:
@@ -32,8 +34,8 @@ def make_row(i: int, suite: str = "s", trace_len: int = 3) -> RunRow:
         repeat=i % 3,
         config={"target": "moe", "draft": None if arm == "baseline" else "draft-xs", "gamma": 4, "i": i},
         env={"torch": "2.x", "host": {"cpus": 2}},
-        counts={k: i + n for n, k in enumerate(COUNT_KEYS)},
-        times={k: 0.5 * n for n, k in enumerate(TIME_KEYS)},
+        counts=RunCounts(*(i + n for n in range(len(COUNT_KEYS)))),
+        times=RunTimes(*(0.5 * n for n in range(len(TIME_KEYS)))),
         tokens_per_s=100.0 + i,
         acceptance_rate=None if arm == "baseline" else 0.25,
         rounds_trace=[{"round": r, "accepted": [r % 5], "verify_s": 0.01 * r} for r in range(trace_len)],
@@ -192,7 +194,8 @@ def test_a_version_1_store_is_upgraded_in_place_and_keeps_its_runs(tmp_path):
         "created_at) "
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (row.run_id, row.config_key, row.baseline_key, row.suite, row.group, row.arm, row.repeat,
-         json.dumps(row.config), json.dumps(row.env), json.dumps(row.counts), json.dumps(row.times),
+         json.dumps(row.config), json.dumps(row.env),
+         json.dumps(asdict(row.counts)), json.dumps(asdict(row.times)),
          row.tokens_per_s, row.acceptance_rate, "[]", row.audit_verdict, row.audit_reason, row.created_at),
     )  # fmt: skip
     conn.commit()
@@ -228,21 +231,31 @@ def test_foreign_schema_version_is_refused(tmp_path):
     "change",
     [
         {"arm": "draft"},
-        {"counts": {"rounds": 1}},
-        {"times": {**{k: 0.0 for k in TIME_KEYS}, "extra_s": 1.0}},
+        {"counts": {k: 0 for k in COUNT_KEYS}},  # untyped counts
+        {"times": {k: 0.0 for k in TIME_KEYS}},
         {"tokens_per_s": float("nan")},
     ],
 )
 def test_malformed_rows_are_refused(change):
     fields = {**make_row(1).__dict__, **change}
-    with pytest.raises(ValueError):
+    with pytest.raises((ValueError, TypeError)):
         RunRow(**fields)
+
+
+@pytest.mark.parametrize(
+    ("kind", "values"),
+    [(RunCounts, {"rounds": 1}), (RunTimes, {**{k: 0.0 for k in TIME_KEYS}, "extra_s": 1.0})],
+)
+def test_stored_counts_and_times_need_exactly_their_keys(kind, values):
+    with pytest.raises(ValueError, match="needs exactly the keys"):
+        kind.from_dict(values)
 
 
 WRITER = textwrap.dedent(
     """
     import sys
-    from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, RunRow, Store
+    from specmoe.bench.store import RunRow, Store
+    from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
 
     db, total = sys.argv[1], int(sys.argv[2])
     with Store(db) as store:
@@ -255,8 +268,9 @@ WRITER = textwrap.dedent(
             trace = [{"round": r, "i": i, "pad": "x" * 40} for r in range(100 + i)]
             store.add(RunRow(
                 run_id=run_id, config_key=f"k{i}", baseline_key=f"k{i}", suite="s", group="g",
-                arm="baseline", repeat=0, config={"i": i}, env={}, counts={k: i for k in COUNT_KEYS},
-                times={k: 0.0 for k in TIME_KEYS}, tokens_per_s=float(i), acceptance_rate=None,
+                arm="baseline", repeat=0, config={"i": i}, env={},
+                counts=RunCounts(*(i for _ in COUNT_KEYS)), times=RunTimes(*(0.0 for _ in TIME_KEYS)),
+                tokens_per_s=float(i), acceptance_rate=None,
                 rounds_trace=trace, audit_verdict="ok", audit_reason="", created_at="t",
             ))
             print(i, flush=True)
@@ -268,7 +282,7 @@ def assert_rows_complete(rows: list[RunRow]) -> None:
     ids = [r.run_id for r in rows]
     assert ids == [f"run-{i:05d}" for i in range(len(rows))]  # a prefix, in order, no duplicates
     for i, row in enumerate(rows):
-        assert row.config == {"i": i} and row.counts["emitted"] == i
+        assert row.config == {"i": i} and row.counts.emitted == i
         assert len(row.rounds_trace) == 100 + i and row.rounds_trace[-1]["i"] == i
 
 

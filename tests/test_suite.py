@@ -12,19 +12,12 @@ from pathlib import Path
 import pytest
 
 from specmoe.bench.plan import plan
-from specmoe.bench.prompts import load_prompt_set
-from specmoe.bench.suite import (
-    SUITES_DIR,
-    ModelSpec,
-    RunSpec,
-    builtin_suite_path,
-    expand,
-    load_suite,
-    parse_ngram,
-    parse_oracle,
-    resolve_suite_path,
-)
+from specmoe.bench.suite import ModelSpec, RunSpec
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import SUITES_DIR, builtin_suite_path, load_suite, resolve_suite_path
+from specmoe.engine.draft_spec import NgramDraft, OracleDraft
 from specmoe.errors import SpecmoeError
+from specmoe.prompts import load_prompt_set
 
 BASE = """\
 schema = 1
@@ -104,7 +97,7 @@ def test_moesd_uses_oracle_drafts_and_sweeps_batch_and_sparsity():
     sd = [s for s in specs if s.arm == "sd"]
     assert {s.batch_size for s in specs} == {1, 2, 4, 8, 16, 32, 64}
     assert {s.gamma for s in sd} == {1, 2, 3, 4}
-    assert all(parse_oracle(s.draft) in (0.6, 0.9) for s in sd)
+    assert {s.draft_spec for s in sd} == {OracleDraft(0.6), OracleDraft(0.9)}
     assert all(s.oracle_cost == "draft-xs" and s.draft_model.zoo == "draft-xs" for s in sd)
     assert {s.moe_top_k for s in specs if s.target == "moe"} == {1, 2, 4, 8}
     assert {s.moe_top_k for s in specs if s.target == "dense-s"} == {None}
@@ -135,7 +128,8 @@ def test_expand_is_deterministic():
 
 def test_run_ids_are_stable_across_processes():
     code = (
-        "from specmoe.bench.suite import builtin_suite_path, expand, load_suite\n"
+        "from specmoe.bench.suite_expand import expand\n"
+        "from specmoe.bench.suite_load import builtin_suite_path, load_suite\n"
         "print(','.join(s.run_id for s in expand(load_suite(builtin_suite_path('quick')))))"
     )
     outputs = set()
@@ -215,19 +209,11 @@ def test_ngram_drafts_are_canonical_runs_without_a_draft_model(tmp_path):
     text = BASE + GROUP.replace('["draft-xs"]', '["ngram", "ngram:1-3", "ngram:01-3", "ngram:2-4"]')
     sd = [s for s in expand(load_text(tmp_path, text)) if s.arm == "sd"]
     assert sorted({s.draft for s in sd}) == ["ngram:1-3", "ngram:2-4"]
-    assert {parse_ngram(s.draft) for s in sd} == {(1, 3), (2, 4)}
+    assert {s.draft_spec for s in sd} == {NgramDraft(1, 3), NgramDraft(2, 4)}
     assert all(s.draft_model is None and s.oracle_cost is None for s in sd)
     # The sizes are part of the run's identity.
     assert len({s.config_key for s in sd}) == 2 * 2  # 2 n-gram specs x 2 gammas
     assert {tuple(s.key_fields["draft"]["ngram"]) for s in sd} == {(1, 3), (2, 4)}
-    assert parse_ngram("draft-xs") is None and parse_ngram(None) is None and parse_ngram("oracle:0.5") is None
-
-
-def test_ngram_default_matches_the_engine():
-    from specmoe.bench.suite import NGRAM_DEFAULT
-    from specmoe.engine.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N
-
-    assert (DEFAULT_MIN_N, DEFAULT_MAX_N) == NGRAM_DEFAULT
 
 
 def test_zoo_moe_top_k_is_explicit_so_default_override_is_the_same_run(tmp_path):

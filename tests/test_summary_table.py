@@ -12,7 +12,7 @@ import pytest
 
 from specmoe.bench import cli as bench_cli
 from specmoe.bench.latency import served_latency
-from specmoe.bench.store import COUNT_KEYS, TIME_KEYS, RunRow, Store
+from specmoe.bench.store import RunRow, Store
 from specmoe.bench.summary_table import (
     BY_CHOICES,
     CATEGORY,
@@ -25,6 +25,7 @@ from specmoe.bench.summary_table import (
 )
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
+from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
 from specmoe.metrics import latency_percentiles as percentiles
 from specmoe.stats import Estimate, ratio_of_means
 
@@ -72,8 +73,8 @@ def pair(cell: str, batch: int, repeat: int, speedup: float, trace=(), **config)
                 repeat=repeat,
                 config={**settings, "arm": arm, "cell_key": cell_key, "config_key": key},
                 env={},
-                counts={k: 8 for k in COUNT_KEYS},
-                times={k: 0.5 for k in TIME_KEYS},
+                counts=RunCounts.from_dict({k: 8 for k in COUNT_KEYS}),
+                times=RunTimes.from_dict({k: 0.5 for k in TIME_KEYS}),
                 tokens_per_s=rate,
                 acceptance_rate=0.5 if sd else None,
                 rounds_trace=list(trace),

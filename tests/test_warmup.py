@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import specmoe.bench.runner as runner_module
 from specmoe.bench.runner import SETTLE_MAX_RUNS, ModelPool, Runner, settled
-from specmoe.bench.suite import expand, load_suite
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
 
 
 def test_settled_needs_two_agreeing_runs_or_the_cap():

@@ -23,16 +23,11 @@ from pathlib import Path
 
 import torch
 
+from specmoe.backends.hf_model import MOE_CONFIG_KEYS, set_model_facts
 from specmoe.backends.weights import check_safetensors_dir
+from specmoe.dtypes import DTYPE_NAMES, torch_dtype
 from specmoe.errors import SpecmoeError
 
-DTYPES: dict[str, torch.dtype] = {
-    "float64": torch.float64,
-    "float32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "float16": torch.float16,
-}
-_MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
@@ -126,11 +121,11 @@ def load_hf(
             "pass --trust-remote-code only if you trust that code"
         )
     dtype = dtype or default_dtype(device)
-    if dtype not in DTYPES:
-        raise SpecmoeError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPES)}")
+    if dtype not in DTYPE_NAMES:
+        raise SpecmoeError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPE_NAMES)}")
     torch_device = resolve_device(device)
     kwargs: dict = {}
-    if any(k in config for k in _MOE_CONFIG_KEYS):
+    if any(k in config for k in MOE_CONFIG_KEYS):
         kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(
             dtype, compile, device
         )
@@ -141,7 +136,7 @@ def load_hf(
     try:
         model, info = AutoModelForCausalLM.from_pretrained(
             path,
-            dtype=DTYPES[dtype],
+            dtype=torch_dtype(dtype),
             local_files_only=True,
             use_safetensors=None if allow_pickle else True,
             trust_remote_code=trust_remote_code,
@@ -223,20 +218,6 @@ def set_moe_top_k(model, top_k: int) -> None:
     for router in routers:
         router.top_k = top_k
     model.config.num_experts_per_tok = top_k
-
-
-def set_model_facts(backend, model, name: str, device: torch.device) -> None:
-    """The protocol's read-only attributes of a backend over a transformers model, read from the
-    model once: both HF backends (eager here, static-cache in hf_static) describe a model the same."""
-    config = model.config
-    backend.model = model
-    backend.name = name
-    backend.device = device
-    backend.dtype = next(model.parameters()).dtype
-    backend.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-    backend.max_context = int(getattr(config, "max_position_embeddings", 1 << 30))
-    backend.eos_token_ids = _eos_ids(model)
-    backend.is_moe = any(getattr(config, k, None) for k in _MOE_CONFIG_KEYS)
 
 
 class HFBackend:
@@ -352,12 +333,3 @@ class HFBackend:
         index = order[:, order.shape[1] - longest :]  # [B, longest]
         self._apply(lambda kv: kv.gather(2, index[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])))
         self._valid = self._valid.gather(1, index)
-
-
-def _eos_ids(model) -> frozenset[int]:
-    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    if ids is None:
-        ids = getattr(model.config, "eos_token_id", None)
-    if ids is None:
-        return frozenset()
-    return frozenset([ids] if isinstance(ids, int) else ids)

@@ -29,6 +29,7 @@ from collections.abc import Sequence
 
 import torch
 
+from specmoe.backends.hf_model import set_model_facts
 from specmoe.errors import SpecmoeError
 
 SLOT_STEP = 256  # static cache slots grow in steps of this many
@@ -52,8 +53,6 @@ class StaticHFBackend:
         mode: str | None = None,
         compiler: str = "inductor",
     ) -> None:
-        from specmoe.backends.hf import set_model_facts
-
         set_model_facts(self, model, name, device)
         self.compiled = compile
         self.compile_s = 0.0  # seconds spent compiling new shapes, summed over the backend's life

@@ -7,8 +7,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from specmoe.metrics import RunCounts, RunTimes, acceptance_rate, count_violations
 from specmoe.theory import speedup_bound_no_timing, speedup_bound_timed
+
+if TYPE_CHECKING:
+    from specmoe.bench.store import RunRow
 
 # Two timings of the same work on a shared machine differ by a few percent; a speedup is only
 # called impossible beyond that.
@@ -21,40 +26,28 @@ class RunAudit:
     reason: str
 
 
-def audit_counts(counts: dict, gamma: int) -> list[str]:
-    problems = []
-    if counts["emitted"] + counts["truncated"] != counts["accepted"] + counts["rounds"]:
-        problems.append(
-            f"emitted {counts['emitted']} + truncated {counts['truncated']} != "
-            f"accepted {counts['accepted']} + rounds {counts['rounds']}"
-        )
-    if counts["accepted"] > counts["drafted"]:
-        problems.append(f"accepted {counts['accepted']} > drafted {counts['drafted']}")
-    if counts["drafted"] != gamma * counts["rounds"]:
-        problems.append(f"drafted {counts['drafted']} != gamma {gamma} x rounds {counts['rounds']}")
-    return problems
-
-
-def audit_run(counts: dict, times: dict, gamma: int, tokens_per_s: float, baseline: dict | None) -> RunAudit:
-    """Audit one arm. `baseline` (its counts, times and tokens_per_s) is given for SD arms."""
-    problems = audit_counts(counts, gamma)
+def audit_run(
+    counts: RunCounts, times: RunTimes, gamma: int, tokens_per_s: float, baseline: RunRow | None
+) -> RunAudit:
+    """Audit one local arm. `baseline` (the row of its baseline arm) is given for SD arms."""
+    problems = count_violations(counts, gamma)
     unusable = _unusable_inputs(counts, times, gamma, tokens_per_s, baseline)
     if unusable:
         return RunAudit("fail", "; ".join(problems + unusable))
     if gamma and baseline is not None:
-        speedup = tokens_per_s / baseline["tokens_per_s"]
-        alpha = counts["accepted"] / counts["drafted"]
+        speedup = tokens_per_s / baseline.tokens_per_s
+        alpha = acceptance_rate(counts.accepted, counts.drafted)
         bound = float(speedup_bound_no_timing(alpha, gamma))
         if speedup > bound * (1 + TIMING_TOLERANCE):
             problems.append(f"speedup {speedup:.3f} exceeds 1 + alpha*gamma = {bound:.3f}")
-        forwards = counts["target_forwards"]
+        forwards = counts.target_forwards
         timed = float(
             speedup_bound_timed(
                 alpha,
                 gamma,
-                baseline["times"]["decode_s"] / baseline["counts"]["target_forwards"],
-                times["verify_s"] / forwards,
-                times["draft_s"] / (forwards * gamma),
+                baseline.times.decode_s / baseline.counts.target_forwards,
+                times.verify_s / forwards,
+                times.draft_s / (forwards * gamma),
             )
         )
         if speedup > timed * (1 + TIMING_TOLERANCE):
@@ -65,19 +58,15 @@ def audit_run(counts: dict, times: dict, gamma: int, tokens_per_s: float, baseli
 
 
 def _unusable_inputs(
-    counts: dict, times: dict, gamma: int, tokens_per_s: float, baseline: dict | None
+    counts: RunCounts, times: RunTimes, gamma: int, tokens_per_s: float, baseline: RunRow | None
 ) -> list[str]:
     """Values no measurement produces, which would make the speedup checks divide by zero or judge
     nonsense: a rate that is not finite and > 0, or an SD arm that drafted or forwarded nothing."""
     problems = []
     rates = {"tokens/s": tokens_per_s}
     if gamma and baseline is not None:
-        rates["baseline tokens/s"] = baseline["tokens_per_s"]
-        if (
-            not counts["drafted"]
-            or not counts["target_forwards"]
-            or not baseline["counts"]["target_forwards"]
-        ):
+        rates["baseline tokens/s"] = baseline.tokens_per_s
+        if not counts.drafted or not counts.target_forwards or not baseline.counts.target_forwards:
             problems.append("invalid input: an SD arm or its baseline with no drafts or no target forwards")
     for name, rate in rates.items():
         if not (isinstance(rate, int | float) and math.isfinite(rate) and rate > 0):
@@ -86,7 +75,7 @@ def _unusable_inputs(
 
 
 def audit_served_run(
-    counts: dict, gamma: int, tokens_per_s: float, baseline_tokens_per_s: float | None, cut_off: int = 0
+    counts: RunCounts, gamma: int, tokens_per_s: float, baseline_tokens_per_s: float | None, cut_off: int = 0
 ) -> RunAudit:
     """Audit a run measured against a server, as far as the server's counters allow.
 
@@ -99,7 +88,7 @@ def audit_served_run(
     responses that ended without a finish reason: the server stopped them midway, so the run did
     not measure the work it names.
     """
-    rounds, drafted, accepted = counts["rounds"], counts["drafted"], counts["accepted"]
+    rounds, drafted, accepted = counts.rounds, counts.drafted, counts.accepted
     problems: list[str] = []
     if cut_off:
         problems.append(

@@ -5,8 +5,8 @@ Shared by the runner (what it decodes) and the preflight (whether every batch fi
 
 from __future__ import annotations
 
-from specmoe.bench.prompts import Prompt, load_prompts, prompt_batch, select_prompts, synthetic_prompt
 from specmoe.bench.suite import RunSpec
+from specmoe.prompts import Prompt, load_prompts, prompt_batch, select_prompts, synthetic_prompt
 
 
 def batch_prompts_of(spec: RunSpec) -> list[Prompt]:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specmoe.bench.suite_zoo import default_zoo_dir, prepare_zoo
 from specmoe.console import is_terminal
 from specmoe.errors import SpecmoeError
 
@@ -36,22 +36,6 @@ BY_HELP = (
 )
 
 
-def default_zoo_dir(preset: str, seed: int) -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return cache / "specmoe" / "zoo" / f"{preset}-seed{seed}"
-
-
-def prepare_zoo(suite, zoo: Path | None, progress: Callable[[str], None] | None = None) -> Path | None:
-    """Build the suite's zoo if it names zoo models; a complete build is reused."""
-    if not any(m.zoo for m in suite.models.values()):
-        return zoo
-    from specmoe.zoo import build_zoo
-
-    zoo = zoo or default_zoo_dir(suite.zoo_preset, suite.zoo_seed)
-    build_zoo(suite.zoo_preset, zoo, seed=suite.zoo_seed, progress=progress)
-    return zoo
-
-
 def run_bench(
     suite_arg: str,
     db: Path,
@@ -62,7 +46,7 @@ def run_bench(
     threads: int | None = None,
     by_category: bool = False,
 ) -> int:
-    from specmoe.bench.suite import load_suite, resolve_suite_path
+    from specmoe.bench.suite_load import load_suite, resolve_suite_path
     from specmoe.bench.suite_run import run_suite
 
     suite = load_suite(resolve_suite_path(suite_arg), overrides)
@@ -136,7 +120,7 @@ def run_demo(out: Path) -> int:
     four minutes of training on one CPU core, and reused by every later demo.
     """
     from specmoe.bench.store import export
-    from specmoe.bench.suite import builtin_suite_path, load_suite
+    from specmoe.bench.suite_load import builtin_suite_path, load_suite
     from specmoe.bench.suite_run import run_suite
 
     started = time.perf_counter()

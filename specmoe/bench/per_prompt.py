@@ -45,7 +45,7 @@ def per_prompt_records(rows: list[RunRow]) -> list[dict[str, Any]]:
     """A flat record per prompt of every run that kept per-prompt counts, in store order."""
     records = []
     for row in rows:
-        config, decode_s = row.config, row.times["decode_s"]
+        config, decode_s = row.config, row.times.decode_s
         for prompt in row.prompts:
             records.append(
                 {

@@ -19,7 +19,8 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specmoe.bench.suite import RunSpec, Suite, expand
+from specmoe.bench.suite import RunSpec, Suite
+from specmoe.bench.suite_expand import expand
 
 
 @dataclass(frozen=True)

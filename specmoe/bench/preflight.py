@@ -25,10 +25,11 @@ import gc
 from pathlib import Path
 
 from specmoe.bench.batches import prompt_ids
-from specmoe.bench.prompts import load_prompt_set
 from specmoe.bench.store import check_store_path
-from specmoe.bench.suite import ModelSpec, RunSpec, Suite, expand
+from specmoe.bench.suite import ModelSpec, RunSpec, Suite
+from specmoe.bench.suite_expand import expand
 from specmoe.errors import SpecmoeError
+from specmoe.prompts import load_prompt_set
 
 
 def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) -> None:

@@ -35,10 +35,10 @@ from rich.progress import (
 from rich.text import Text
 
 from specmoe.bench.plan import Block
-from specmoe.bench.prompts import prompt_label
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import RunSpec
 from specmoe.console import info_enabled, is_terminal, stderr_console
+from specmoe.prompts import prompt_label
 
 log = logging.getLogger(__name__)
 
@@ -252,7 +252,7 @@ class SuiteProgress:
             self.bar.update(self.task, completed=self.done, deadline=deadline)
 
     def _account(self, rows: Sequence[RunRow], wall_s: float | None) -> None:
-        own = [r.times.get("wall_s") for r in rows]
+        own = [r.times.wall_s for r in rows]
         seconds = apportion(wall_s, own) if wall_s is not None else [s or 0.0 for s in own]
         for row, spent in zip(rows, seconds, strict=True):
             arm = row_arm(row)

@@ -19,9 +19,12 @@ from typing import Any
 import tomli_w
 
 from specmoe.bench.overrides import command_line_path
-from specmoe.bench.prompts import is_builtin, load_prompts
-from specmoe.bench.suite import NGRAM, SCHEMA_VERSION, Suite, parse_suite
+from specmoe.bench.suite import Suite
+from specmoe.bench.suite_load import parse_suite
+from specmoe.bench.suite_schema import SCHEMA_VERSION
+from specmoe.engine.draft_spec import NgramDraft, OracleDraft, is_reserved_name, parse_draft
 from specmoe.errors import SpecmoeError
+from specmoe.prompts import is_builtin, load_prompts
 from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
 SUITE_NAME = "bench-quick"
@@ -69,13 +72,9 @@ def model_name(spec: str) -> str:
     """A suite-local name for a model given by path or hub ID: its last path part, made safe."""
     stem = Path(spec.rstrip("/\\")).name.removesuffix(".gguf") or "model"
     name = _UNSAFE_RE.sub("-", stem).strip("-.") or "model"
-    if not name[0].isalnum() or name.startswith("oracle") or name == NGRAM:
+    if not name[0].isalnum() or is_reserved_name(name):
         name = f"m-{name}"
     return name
-
-
-def _is_ngram(draft: str) -> bool:
-    return draft == NGRAM or draft.startswith(NGRAM + ":")
 
 
 def _model_source(spec: str) -> str:
@@ -109,9 +108,10 @@ def quick_table(args: QuickArgs) -> dict[str, Any]:
     models: dict[str, dict[str, Any]] = {}
     names: dict[str, str] = {}  # model spec -> its suite-local name
     for spec in (args.model, *args.drafts):
-        if _is_ngram(spec) or spec in names:
+        draft = parse_draft(spec)
+        if isinstance(draft, NgramDraft) or spec in names:
             continue
-        if spec.startswith("oracle"):
+        if isinstance(draft, OracleDraft):
             raise SpecmoeError(
                 f"--draft {spec}: oracle drafts need a cost model; write a suite file (docs/suites.md)"
             )
@@ -121,7 +121,7 @@ def quick_table(args: QuickArgs) -> dict[str, Any]:
             name, count = f"{base}-{count}", count + 1
         names[spec] = name
         models[name] = {"path": _model_source(spec)}
-    drafts = [spec if _is_ngram(spec) else names[spec] for spec in args.drafts]
+    drafts = [spec if isinstance(parse_draft(spec), NgramDraft) else names[spec] for spec in args.drafts]
     group: dict[str, Any] = {
         "name": GROUP_NAME,
         "target": names[args.model],

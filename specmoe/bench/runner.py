@@ -7,6 +7,7 @@ max_new_tokens tokens (EOS ignored, as llama-bench does), so tokens/s compare li
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -22,18 +23,18 @@ from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
 from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, own_cores, step_spread
 from specmoe.bench.plan import Block
-from specmoe.bench.store import RunRow
-from specmoe.bench.suite import RunSpec, Suite, parse_ngram
+from specmoe.bench.store import RunRow, run_row
+from specmoe.bench.suite import RunSpec, Suite
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
-from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.ngram import NgramDrafter
-from specmoe.engine.oracle import OracleDrafter
+from specmoe.engine.draft_spec import ModelDraft, OracleDraft, make_drafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
-from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, summary, totals
+from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, run_times, totals
 
-ORACLE_PREFIX = "oracle:"
+# Runs against a server are measured by the serving layer, which builds on this one; it is found by
+# name, as backends are, and imported on the first served block only.
+SERVED_RUNNER = "specmoe.serving.run:ServedRunner"
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +144,8 @@ class Runner:
     def _served_block(self, block: Block, stored_baseline: RunRow | None) -> list[RunRow]:
         # A served SD arm's row is made against its baseline row, so servers run baseline first.
         if self._served is None:
-            from specmoe.serving.run import ServedRunner
-
-            self._served = ServedRunner()
+            module_name, attr = SERVED_RUNNER.split(":")
+            self._served = getattr(importlib.import_module(module_name), attr)()
         rows, baseline = [], stored_baseline
         for spec in sorted(block.specs, key=lambda s: s.arm != "baseline"):
             row = self._served.row(spec, baseline if spec.arm == "sd" else None)
@@ -264,18 +264,17 @@ class Runner:
         return spec.dtype != "float64", note
 
     def _drafter_factory(self, spec, target, prompts, config) -> Callable[[], object | None]:
-        if spec.draft is None:
+        """A fresh drafter per decode; the models and the oracle's continuations are loaded once."""
+        draft = spec.draft_spec
+        if draft is None:
             return lambda: None
-        ngram = parse_ngram(spec.draft)
-        if ngram is not None:
-            return lambda: NgramDrafter(target, *ngram)
-        if spec.draft.startswith(ORACLE_PREFIX):
-            p = float(spec.draft[len(ORACLE_PREFIX) :])
-            cost = self.pool.model(spec.oracle_cost, spec.dtype, spec.device, compile=spec.compile)
+        model, continuations = None, None
+        if isinstance(draft, OracleDraft):
+            model = self.pool.model(spec.oracle_cost, spec.dtype, spec.device, compile=spec.compile)
             continuations = self._continuation(spec, target, prompts, config)
-            return lambda: OracleDrafter(cost, p, continuations, seed=spec.repeat)
-        draft = self.pool.model(spec.draft, spec.dtype, spec.device, compile=spec.compile)
-        return lambda: ModelDrafter(draft)
+        elif isinstance(draft, ModelDraft):
+            model = self.pool.model(draft.name, spec.dtype, spec.device, compile=spec.compile)
+        return lambda: make_drafter(draft, target, model, continuations, seed=spec.repeat)
 
     @staticmethod
     def _plain_key(spec: RunSpec, prompts: list[list[int]], max_new_tokens: int | str) -> tuple:
@@ -319,16 +318,10 @@ def make_row(
     if isinstance(measured, DecodeResult):
         measured = Measured(measured, {}, False)
     result = measured.result
-    stats = summary(result)
-    t = totals(result)
-    counts = asdict(t)
-    times = {k: stats[k] for k in ("prefill_s", "decode_s", "draft_s", "verify_s", "overhead_s", "wall_s")}
-    tokens_per_s = decode_tokens_per_s(t.emitted, result.decode_s)
+    counts, times = totals(result), run_times(result)
+    tokens_per_s = decode_tokens_per_s(counts.emitted, result.decode_s)
     problems = invariant_violations(result)
-    base = None
-    if baseline is not None:
-        base = {"counts": baseline.counts, "times": baseline.times, "tokens_per_s": baseline.tokens_per_s}
-    audit = audit_run(counts, times, spec.gamma, tokens_per_s, base)
+    audit = audit_run(counts, times, spec.gamma, tokens_per_s, baseline)
     verdict, reason = audit.verdict, audit.reason
     if problems:
         verdict, reason = "fail", "; ".join(problems[:3])
@@ -341,20 +334,12 @@ def make_row(
         {"prompt_id": p.id, "category": p.category, **asdict(c)}
         for p, c in zip(batch_prompts_of(spec), per_sequence(result), strict=True)
     ]
-    return RunRow(
-        run_id=spec.run_id,
-        config_key=spec.config_key,
-        baseline_key=spec.baseline_key,
-        suite=spec.suite,
-        group=spec.group,
-        arm=spec.arm,
-        repeat=spec.repeat,
-        config=spec.as_dict(),
+    return run_row(
+        spec,
         env=environment(spec.device),
         counts=counts,
         times=times,
         tokens_per_s=tokens_per_s,
-        acceptance_rate=stats["acceptance_rate"],
         rounds_trace=[asdict(r) for r in result.rounds],
         audit_verdict=verdict,
         audit_reason=reason,

@@ -20,17 +20,20 @@ import math
 import os
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from specmoe.bench.suite import ARMS
+from specmoe.canonical import canonical_json
 from specmoe.errors import SpecmoeError
+from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes, run_acceptance
+
+if TYPE_CHECKING:
+    from specmoe.bench.suite import RunSpec
 
 STORE_SCHEMA_VERSION = 2
-ARMS = ("baseline", "sd")
-COUNT_KEYS = ("rounds", "target_forwards", "drafted", "accepted", "emitted", "truncated")
-TIME_KEYS = ("prefill_s", "decode_s", "draft_s", "verify_s", "overhead_s", "wall_s")
 EXPORT_FORMATS = ("csv", "parquet")
 
 _SCHEMA = """
@@ -98,10 +101,10 @@ class RunRow:
     repeat: int
     config: dict[str, Any]
     env: dict[str, Any]
-    counts: dict[str, int | None]  # exactly COUNT_KEYS; None: a server run's count the server hides
-    times: dict[str, float | None]  # exactly TIME_KEYS; None as for counts
+    counts: RunCounts  # None in a field: a server run's count the server hides
+    times: RunTimes  # None as for counts
     tokens_per_s: float
-    acceptance_rate: float | None  # None for the baseline arm
+    acceptance_rate: float | None  # `metrics.run_acceptance`: None for the baseline arm, no proposals
     rounds_trace: list[dict[str, Any]]
     audit_verdict: str
     audit_reason: str
@@ -119,23 +122,51 @@ class RunRow:
         # A malformed row is a bug in the caller: refuse it before it reaches the file.
         if self.arm not in ARMS:
             raise ValueError(f"arm must be one of {ARMS}, got {self.arm!r}")
-        _check_keys("counts", self.counts, COUNT_KEYS)
-        _check_keys("times", self.times, TIME_KEYS)
+        if not isinstance(self.counts, RunCounts) or not isinstance(self.times, RunTimes):
+            raise TypeError(f"counts and times must be RunCounts and RunTimes, got {self.counts!r}")
         if not math.isfinite(self.tokens_per_s):
             raise ValueError(f"tokens_per_s must be finite, got {self.tokens_per_s}")
 
 
-def _check_keys(field: str, value: dict[str, Any], expected: tuple[str, ...]) -> None:
-    if set(value) != set(expected):
-        raise ValueError(
-            f"{field} needs exactly the keys {', '.join(expected)}; "
-            f"missing {sorted(set(expected) - set(value))}, extra {sorted(set(value) - set(expected))}"
-        )
-
-
-def _dumps(value: Any) -> str:
-    # Canonical JSON: re-storing the same run gives the same bytes; NaN is refused, not smuggled in.
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+def run_row(
+    spec: RunSpec,
+    *,
+    env: dict[str, Any],
+    counts: RunCounts,
+    times: RunTimes,
+    tokens_per_s: float,
+    rounds_trace: list[dict[str, Any]],
+    audit_verdict: str,
+    audit_reason: str,
+    created_at: str,
+    prompts: list[dict[str, Any]] | None = None,
+    measure: dict[str, Any] | None = None,
+    noisy: bool = False,
+) -> RunRow:
+    """The row of a finished run of `spec`, local or served: its identity and config come from the
+    spec, its acceptance rate from its counts (`metrics.run_acceptance`), so no caller derives them."""
+    return RunRow(
+        run_id=spec.run_id,
+        config_key=spec.config_key,
+        baseline_key=spec.baseline_key,
+        suite=spec.suite,
+        group=spec.group,
+        arm=spec.arm,
+        repeat=spec.repeat,
+        config=spec.as_dict(),
+        env=env,
+        counts=counts,
+        times=times,
+        tokens_per_s=tokens_per_s,
+        acceptance_rate=run_acceptance(spec.arm, counts),
+        rounds_trace=rounds_trace,
+        audit_verdict=audit_verdict,
+        audit_reason=audit_reason,
+        created_at=created_at,
+        prompts=[] if prompts is None else prompts,
+        measure={} if measure is None else measure,
+        noisy=noisy,
+    )
 
 
 @dataclass(frozen=True)
@@ -254,18 +285,18 @@ class Store:
             row.group,
             row.arm,
             row.repeat,
-            _dumps(row.config),
-            _dumps(row.env),
-            _dumps(row.counts),
-            _dumps(row.times),
+            canonical_json(row.config),
+            canonical_json(row.env),
+            canonical_json(asdict(row.counts)),
+            canonical_json(asdict(row.times)),
             row.tokens_per_s,
             row.acceptance_rate,
-            _dumps(row.rounds_trace),
+            canonical_json(row.rounds_trace),
             row.audit_verdict,
             row.audit_reason,
             row.created_at,
-            _dumps(row.prompts),
-            _dumps(row.measure),
+            canonical_json(row.prompts),
+            canonical_json(row.measure),
             int(row.noisy),
         )
         placeholders = ", ".join("?" * len(values))
@@ -407,8 +438,8 @@ def _row_from_values(values: tuple[Any, ...]) -> RunRow:
         repeat=repeat,
         config=json.loads(config),
         env=json.loads(env),
-        counts=json.loads(counts),
-        times=json.loads(times),
+        counts=RunCounts.from_dict(json.loads(counts)),
+        times=RunTimes.from_dict(json.loads(times)),
         tokens_per_s=tokens_per_s,
         acceptance_rate=acceptance_rate,
         rounds_trace=json.loads(trace),
@@ -435,7 +466,7 @@ def flatten(prefix: str, value: dict[str, Any]) -> dict[str, Any]:
         if isinstance(item, dict):
             flat.update(flatten(name, item))
         else:
-            flat[name] = _dumps(item) if isinstance(item, list) else item
+            flat[name] = canonical_json(item) if isinstance(item, list) else item
     return flat
 
 
@@ -451,8 +482,8 @@ def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]
         record.update(flatten("config", row.config))
         record.update(flatten("env", row.env))
         record.update(flatten("measure", row.measure))
-        record.update({f"counts.{k}": row.counts[k] for k in COUNT_KEYS})
-        record.update({f"times.{k}": row.times[k] for k in TIME_KEYS})
+        record.update({f"counts.{k}": getattr(row.counts, k) for k in COUNT_KEYS})
+        record.update({f"times.{k}": getattr(row.times, k) for k in TIME_KEYS})
         record.update({name: getattr(row, name) for name in _TAIL_COLUMNS})
         record["noisy"] = int(row.noisy)
         records.append(record)

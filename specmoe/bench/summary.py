@@ -16,7 +16,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from specmoe.bench.store import RunRow
-from specmoe.metrics import speedup, target_efficiency_measured
+from specmoe.metrics import acceptance_rate, speedup, target_efficiency_measured
 from specmoe.stats import Estimate, coefficient_of_variation
 
 REPEAT_CV_LIMIT = 0.10  # coefficient of variation across repeats of one batch (see repeat_instability)
@@ -34,7 +34,7 @@ class Comparison:
     baseline_tokens_per_s: float
     sd_tokens_per_s: float
     speedup: Estimate
-    acceptance_rate: float  # nan when a server reports no draft counts
+    acceptance_rate: float  # nan: no proposals, or a server that reports no draft counts
     target_efficiency: float  # nan for server runs, which report no verify times
     audit_failures: int
     unstable: str  # why repeats of one batch disagree beyond REPEAT_CV_LIMIT; "" when they agree
@@ -90,17 +90,18 @@ def _comparison(
 ) -> Comparison:
     sd_tps = [s.tokens_per_s for s, _ in clean]
     base_tps = [b.tokens_per_s for _, b in clean]
-    drafted = known_sum(s.counts["drafted"] for s, _ in clean)
-    accepted = known_sum(s.counts["accepted"] for s, _ in clean)
+    drafted = known_sum(s.counts.drafted for s, _ in clean)
+    accepted = known_sum(s.counts.accepted for s, _ in clean)
     timings = (
-        known_sum(b.times["verify_s"] for _, b in clean),
-        known_sum(b.counts["target_forwards"] for _, b in clean),
-        known_sum(s.times["verify_s"] for s, _ in clean),
-        known_sum(s.counts["target_forwards"] for s, _ in clean),
+        known_sum(b.times.verify_s for _, b in clean),
+        known_sum(b.counts.target_forwards for _, b in clean),
+        known_sum(s.times.verify_s for s, _ in clean),
+        known_sum(s.counts.target_forwards for s, _ in clean),
     )
     # Server runs report neither verify times nor forwards: their efficiency is unknown (nan).
     efficiency = target_efficiency_measured(*timings) if all(timings) else math.nan
-    acceptance = math.nan if drafted is None or accepted is None else accepted / drafted if drafted else 0.0
+    rate = acceptance_rate(accepted, drafted)
+    acceptance = math.nan if rate is None else rate  # no proposals, or counts a server hides
     noisy_runs = {r.run_id for pair in pairs for r in pair if r.noisy}
     prompts = {p["prompt_id"] for s, _ in clean for p in s.prompts}
     return Comparison(
@@ -130,8 +131,8 @@ def repeat_instability(pairs: list[tuple[RunRow, RunRow]]) -> str:
     """
     by_batch: dict[str, list[float]] = defaultdict(list)
     for sd, base in pairs:
-        forwards = (base.counts["target_forwards"], sd.counts["target_forwards"])
-        timed = (base.times["decode_s"], sd.times["verify_s"])
+        forwards = (base.counts.target_forwards, sd.counts.target_forwards)
+        timed = (base.times.decode_s, sd.times.verify_s)
         if not all(forwards) or not all(timed):  # server runs: no forwards or verify times
             continue
         by_batch[sd.config_key].append((timed[0] / forwards[0]) / (timed[1] / forwards[1]))

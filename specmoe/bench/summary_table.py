@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from specmoe.bench.latency import Latency, served_latency
-from specmoe.bench.prompts import prompt_label
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import Comparison, batch_category, cell_key, compare_by
 from specmoe.errors import SpecmoeError
+from specmoe.prompts import prompt_label
 from specmoe.stats import Estimate
 
 CONFIG = "config"  # --by config: one row per configuration (the default)

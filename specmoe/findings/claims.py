@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import median
 
+from specmoe.engine.draft_spec import NgramDraft, draft_of
 from specmoe.findings.cells import Cell, select
 from specmoe.findings.regime import Regime
 
@@ -97,7 +98,7 @@ def claim_a(study: Sequence[Cell]) -> Verdict:
         verdict = FAILS
     else:
         verdict = UNSURE
-    ngram = [c for c in select(study, group="B", target="moe") if c.draft.startswith("ngram")]
+    ngram = [c for c in select(study, group="B", target="moe") if isinstance(draft_of(c.draft), NgramDraft)]
     values = {
         "verdict": verdict,
         "n": str(len(low)),

@@ -28,7 +28,9 @@ from pathlib import Path
 
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import cell_key, compare
+from specmoe.engine.draft_spec import NgramDraft, OracleDraft, draft_of
 from specmoe.findings.cells import prompt_of
+from specmoe.metrics import acceptance_rate
 from specmoe.perf.advise import advise
 from specmoe.perf.compose import PlainSchedule, Rounds, SDSchedule, plain_seconds, sd_seconds
 from specmoe.stats import ratio_of_means
@@ -105,17 +107,18 @@ class AdviceCheck:
 
 
 def is_free_drafter(draft: str) -> bool:
-    return draft.startswith("ngram")
+    """Whether a stored run's draft runs no model (an n-gram draft), so costs nothing to model."""
+    return isinstance(draft_of(draft), NgramDraft)
 
 
 def sd_schedule(row: RunRow) -> SDSchedule:
     """The rounds an SD run went through, from its trace, or estimated from its counts."""
     gamma = int(row.config["gamma"])
-    forwards = row.counts["target_forwards"]
-    draft_host = row.times["draft_s"] / forwards if is_free_drafter(str(row.config["draft"])) else 0.0
-    host = row.times["overhead_s"] / forwards
+    forwards = row.counts.target_forwards
+    draft_host = row.times.draft_s / forwards if is_free_drafter(str(row.config["draft"])) else 0.0
+    host = row.times.overhead_s / forwards
     groups = trace_rounds(row.rounds_trace, gamma) if row.rounds_trace else counted_rounds(row, gamma)
-    return SDSchedule(gamma, groups, float(row.counts["emitted"]), host, draft_host)
+    return SDSchedule(gamma, groups, float(row.counts.emitted), host, draft_host)
 
 
 def trace_rounds(trace: Sequence[dict], gamma: int) -> tuple[Rounds, ...]:
@@ -133,18 +136,18 @@ def trace_rounds(trace: Sequence[dict], gamma: int) -> tuple[Rounds, ...]:
 def counted_rounds(row: RunRow, gamma: int) -> tuple[Rounds, ...]:
     """Without a trace: the mean live rows per round, and the share of two-token first steps that
     i.i.d. acceptance at the run's per-position α gives."""
-    forwards = row.counts["target_forwards"]
-    live = row.counts["rounds"] / forwards  # sequence-rounds per batch round
-    rate = row.counts["accepted"] / row.counts["drafted"] if row.counts["drafted"] else 0.0
+    forwards = row.counts.target_forwards
+    live = row.counts.rounds / forwards  # sequence-rounds per batch round
+    rate = acceptance_rate(row.counts.accepted, row.counts.drafted) or 0.0  # no proposals: none accepted
     alpha = per_token_alpha(min(rate, 1.0), gamma)
     wide = 1.0 - (1.0 - alpha**gamma) ** live
     return (Rounds(live, float(forwards), wide),)
 
 
 def plain_schedule(row: RunRow) -> PlainSchedule:
-    steps = row.counts["target_forwards"]
-    host = (row.times["overhead_s"] + (row.times["draft_s"] or 0.0)) / steps
-    return PlainSchedule(float(row.config["batch_size"]), float(steps), float(row.counts["emitted"]), host)
+    steps = row.counts.target_forwards
+    host = (row.times.overhead_s + (row.times.draft_s or 0.0)) / steps
+    return PlainSchedule(float(row.config["batch_size"]), float(steps), float(row.counts.emitted), host)
 
 
 def _paired_units(rows: Sequence[RunRow]) -> dict[str, list[tuple[RunRow, RunRow]]]:
@@ -191,13 +194,13 @@ def check_rows(
         for (sd_row, base_row), (schedule, base) in zip(pairs, schedules, strict=True):
             no_draft = SDSchedule(schedule.gamma, schedule.groups, schedule.emitted)
             verify[0].append(sd_seconds(target, None, no_draft))
-            verify[1].append(sd_row.times["verify_s"])
+            verify[1].append(sd_row.times.verify_s)
             draft_s[0].append(sd_seconds(target, draft, no_draft) - verify[0][-1])
-            draft_s[1].append(sd_row.times["draft_s"])
+            draft_s[1].append(sd_row.times.draft_s)
             plain[0].append(plain_seconds(target, base))
-            plain[1].append(base_row.times["decode_s"])
+            plain[1].append(base_row.times.decode_s)
         measured = comparison.speedup
-        host = sum(s.times["overhead_s"] for s, _ in pairs) / sum(s.times["decode_s"] for s, _ in pairs)
+        host = sum(s.times.overhead_s for s, _ in pairs) / sum(s.times.decode_s for s, _ in pairs)
         out.append(
             Checked(
                 engine=engine,
@@ -232,9 +235,9 @@ def check_rows(
 def group_alpha(cells: Sequence[Checked]) -> float:
     """The per-position acceptance a user would give advise: the oracle's dialed value, else the
     median over the group's cells of the α whose i.i.d. acceptance gives each cell's measured rate."""
-    draft = cells[0].draft
-    if draft.startswith("oracle:"):
-        return float(draft.split(":", 1)[1])
+    draft = draft_of(cells[0].draft)
+    if isinstance(draft, OracleDraft):
+        return draft.acceptance
     return min(statistics.median(per_token_alpha(c.acceptance, c.gamma) for c in cells), 0.999)
 
 
@@ -350,7 +353,7 @@ class ModelLibrary:
         if is_free_drafter(draft_name):
             return target, None
         draft_model = config.get("draft_model") or {}
-        name = config.get("oracle_cost") if draft_name.startswith("oracle:") else draft_name
+        name = config.get("oracle_cost") if isinstance(draft_of(draft_name), OracleDraft) else draft_name
         draft_dtype = str(draft_model.get("gguf") or config["dtype"])
         draft = self._times(draft_model.get("zoo_preset"), str(name), draft_dtype)
         return None if draft is None else (target, draft)

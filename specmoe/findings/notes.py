@@ -36,7 +36,7 @@ def _ratio_text(ratios: list[float]) -> str:
 
 def _baseline_ms(rows: Sequence[RunRow], target: str, batch: int) -> str:
     found = [
-        r.times["verify_s"] / r.counts["target_forwards"]
+        r.times.verify_s / r.counts.target_forwards
         for r in rows
         if r.arm == "baseline"
         and r.config.get("group") == "batch"

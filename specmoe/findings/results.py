@@ -15,6 +15,7 @@ from typing import Any
 
 from specmoe.bench.store import RunRow
 from specmoe.errors import SpecmoeError
+from specmoe.metrics import RunCounts, RunTimes
 
 _INT = re.compile(r"-?\d+")
 _NESTED = ("config", "env", "measure")
@@ -58,6 +59,10 @@ def _none_if_empty(value: Any) -> Any:
     return value
 
 
+def _numbers(values: dict[str, Any], kind: type) -> dict[str, Any]:
+    return {k: None if v is None else kind(v) for k, v in values.items()}
+
+
 def read_export(path: Path) -> list[RunRow]:
     path = Path(path)
     if not path.is_file():
@@ -83,8 +88,12 @@ def read_export(path: Path) -> list[RunRow]:
                 config=config,
                 env=nested.get("env", {}),
                 # None: a count or time the run could not know (a server that reports no drafts).
-                counts={k: None if v is None else int(v) for k, v in nested["counts"].items()},
-                times={k: None if v is None else float(v) for k, v in nested["times"].items()},
+                counts=RunCounts.from_dict(
+                    {k: None if v is None else int(v) for k, v in nested["counts"].items()}
+                ),
+                times=RunTimes.from_dict(
+                    {k: None if v is None else float(v) for k, v in nested["times"].items()}
+                ),
                 tokens_per_s=float(record["tokens_per_s"]),
                 acceptance_rate=float(rate) if rate else None,
                 rounds_trace=[],

@@ -8,10 +8,10 @@ import logging
 import time
 from pathlib import Path
 
-from specmoe.bench.cli import prepare_zoo
 from specmoe.bench.store import export
-from specmoe.bench.suite import builtin_suite_path, load_suite
+from specmoe.bench.suite_load import builtin_suite_path, load_suite
 from specmoe.bench.suite_run import run_suite
+from specmoe.bench.suite_zoo import prepare_zoo
 from specmoe.findings.plan import ENGINE_PROFILES, LLAMACPP_THREADS, PROFILES, Profile, Step, plan
 
 log = logging.getLogger(__name__)
@@ -97,7 +97,7 @@ def add_wall_time(out: Path, name: str, seconds: float) -> None:
 def run_profiles(out: Path, engines: tuple[str, ...] = ()) -> Path:
     """Profile and fit the bench models the predictions and cost ratios need (resuming: existing
     files are kept), only those of `engines` when named; returns the folder of the moesd fits."""
-    from specmoe.bench.cli import default_zoo_dir
+    from specmoe.bench.suite_zoo import default_zoo_dir
     from specmoe.perf.files import write_json
     from specmoe.zoo import build_zoo
 

@@ -26,12 +26,12 @@ def run_hw(args) -> int:
 
 
 def run_profile(args) -> int:
-    from specmoe.api import resolve
     from specmoe.perf.hardware import load_hardware
     from specmoe.perf.profile import profile_model
+    from specmoe.zoo.manifest import resolve_model_file
 
     profile = profile_model(
-        resolve(args.model, args.zoo),
+        resolve_model_file(args.model, args.zoo),
         args.batch,
         args.tokens,
         context=args.context,

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from specmoe.dtypes import torch_dtype
 from specmoe.errors import SpecmoeError
 
 SCHEMA = 1
@@ -91,11 +92,9 @@ def matmul_rate(device, dtype: str, size: int, repeats: int) -> float:
     """FLOP/s of a square [size, size] @ [size, size] product (2·size³ FLOPs) in `dtype`."""
     import torch
 
-    from specmoe.backends.hf import DTYPES
-
     generator = torch.Generator().manual_seed(0)
-    left = torch.randn(size, size, generator=generator).to(device=device, dtype=DTYPES[dtype])
-    right = torch.randn(size, size, generator=generator).to(device=device, dtype=DTYPES[dtype])
+    left = torch.randn(size, size, generator=generator).to(device=device, dtype=torch_dtype(dtype))
+    right = torch.randn(size, size, generator=generator).to(device=device, dtype=torch_dtype(dtype))
     seconds = _median_seconds(lambda: left @ right, device, repeats)
     return 2.0 * size**3 / seconds
 

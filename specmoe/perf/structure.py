@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specmoe.dtypes import DTYPE_BYTES
 from specmoe.errors import SpecmoeError
 
 _EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
@@ -28,7 +29,6 @@ _UNSUPPORTED = {
     "q_lora_rank": "multi-head latent attention (DeepSeek MLA)",
     "quantization_config": "quantised weights",
 }
-DTYPE_BYTES = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def _text_config(config: dict) -> dict:

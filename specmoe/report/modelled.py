@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specmoe.bench.suite import parse_ngram, parse_oracle
+from specmoe.engine.draft_spec import NgramDraft, OracleDraft, draft_of
 from specmoe.report.results import SdResult
 from specmoe.theory import per_token_alpha
 
@@ -50,9 +50,10 @@ def modelled_pair(config: dict[str, Any], fits: Sequence[tuple[str, str, Any]]) 
     if top_k and target.shape.num_experts and top_k != target.shape.top_k:
         target = replace(target, shape=with_top_k(target.shape, top_k, "report"))
     draft_name = str(config["draft"])
-    if parse_ngram(draft_name) is not None:
+    spec = draft_of(draft_name)
+    if isinstance(spec, NgramDraft):
         return ModelledPair(target, FreeDraft(draft_name))
-    cost_model = config.get("oracle_cost") if parse_oracle(draft_name) is not None else draft_name
+    cost_model = config.get("oracle_cost") if isinstance(spec, OracleDraft) else draft_name
     draft = by_name.get((cost_model, config["dtype"]))
     return None if draft is None else ModelledPair(target, draft)
 
@@ -60,8 +61,8 @@ def modelled_pair(config: dict[str, Any], fits: Sequence[tuple[str, str, Any]]) 
 def pair_alpha(group: Sequence[SdResult]) -> float:
     """The per-position α of one target/draft pair: an oracle's dialed p, else the mean over the
     group's configurations of the α their measured acceptance rate implies (`per_token_alpha`)."""
-    dialed = parse_oracle(group[0].config.get("draft"))
-    if dialed is not None:
-        return min(dialed, MAX_ALPHA)
+    dialed = draft_of(group[0].config.get("draft"))
+    if isinstance(dialed, OracleDraft):
+        return min(dialed.acceptance, MAX_ALPHA)
     alphas = [per_token_alpha(r.acceptance_rate, int(r.config["gamma"])) for r in group]
     return min(sum(alphas) / len(alphas), MAX_ALPHA)

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmoe.bench.store import RunRow
-from specmoe.bench.suite import parse_oracle
 from specmoe.bench.summary import Comparison, cell_key, compare, known_sum
+from specmoe.engine.draft_spec import OracleDraft, draft_of
 from specmoe.metrics import mean_accepted_length, position_acceptance, time_shares_of
 from specmoe.report.intervals import Interval, mean_interval
 from specmoe.report.sizes import ModelSize, is_moe_target, target_size
@@ -71,7 +71,8 @@ class SdResult:
     @property
     def oracle_p(self) -> float | None:
         """The per-position acceptance an "oracle:P" draft was set to; None for model drafts."""
-        return parse_oracle(self.config.get("draft"))
+        draft = draft_of(self.config.get("draft"))
+        return draft.acceptance if isinstance(draft, OracleDraft) else None
 
 
 @dataclass(frozen=True)
@@ -112,8 +113,8 @@ def _baseline_result(rows: list[RunRow]) -> BaselineResult:
 def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdResult:
     sd_rows = by_key[_config_key(comparison, by_key)]
     base_rows = by_key[_baseline_key(sd_rows[0])]
-    accepted = known_sum(r.counts["accepted"] for r in sd_rows)
-    rounds = known_sum(r.counts["rounds"] for r in sd_rows)
+    accepted = known_sum(r.counts.accepted for r in sd_rows)
+    rounds = known_sum(r.counts.rounds for r in sd_rows)
     config = comparison.config
     return SdResult(
         config=config,
@@ -157,22 +158,22 @@ def accepted_histogram(rows: list[RunRow], gamma: int) -> tuple[int, ...]:
 
 
 def step_times(base_rows: list[RunRow], sd_rows: list[RunRow], gamma: int) -> StepTimes | None:
-    base_forwards = known_sum(r.counts["target_forwards"] for r in base_rows)
-    sd_forwards = known_sum(r.counts["target_forwards"] for r in sd_rows)
+    base_forwards = known_sum(r.counts.target_forwards for r in base_rows)
+    sd_forwards = known_sum(r.counts.target_forwards for r in sd_rows)
     if not base_forwards or not sd_forwards or gamma < 1:  # unknown (None) for server runs
         return None
-    target_step = sum(r.times["decode_s"] for r in base_rows) / base_forwards
-    verify = sum(r.times["verify_s"] for r in sd_rows) / sd_forwards
+    target_step = sum(r.times.decode_s for r in base_rows) / base_forwards
+    verify = sum(r.times.verify_s for r in sd_rows) / sd_forwards
     if target_step <= 0 or verify <= 0:
         return None
-    draft_step = sum(r.times["draft_s"] for r in sd_rows) / (sd_forwards * gamma)
+    draft_step = sum(r.times.draft_s for r in sd_rows) / (sd_forwards * gamma)
     return StepTimes(target_step_s=target_step, verify_s=verify, draft_step_s=draft_step)
 
 
 def decode_time_shares(rows: list[RunRow]) -> dict[str, float] | None:
     """Draft / verify / overhead shares of the rows' summed decode time; None when any is unknown."""
     draft, verify, overhead = (
-        known_sum(r.times[key] for r in rows) for key in ("draft_s", "verify_s", "overhead_s")
+        known_sum(getattr(r.times, key) for r in rows) for key in ("draft_s", "verify_s", "overhead_s")
     )
     if draft is None or verify is None or overhead is None or draft + verify + overhead <= 0:
         return None

@@ -17,21 +17,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-# The axes of a suite grid (specmoe.bench.suite), moe_top_k folded into "target". Concurrency is
-# the requests in flight of a server run (None for local runs, which have batch_size instead).
-AXES = (
-    "target",
-    "draft",
-    "gamma",
-    "prompt_set",
-    "prompt_length",
-    "batch_size",
-    "concurrency",
-    "temperature",
-    "max_new_tokens",
-    "dtype",
-    "device",
-)
+from specmoe.bench.suite_schema import GRID_AXES
+
+# The axes of a suite grid, moe_top_k folded into "target" and request_rate left to the serving
+# tables. Concurrency is the requests in flight of a server run (None for local runs, which have
+# batch_size instead).
+AXES = tuple(a for a in GRID_AXES if a not in ("moe_top_k", "request_rate"))
 # Axes a baseline configuration has no value for.
 SD_ONLY_AXES = ("draft", "gamma")
 

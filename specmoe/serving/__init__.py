@@ -3,10 +3,10 @@
 specmoe does not run distributed inference itself: a suite model with `backend = "openai"` names a
 server, and the harness sends the suite's prompts to it at a controlled concurrency, timing each
 streamed response and reading the server's speculative-decoding counters around the run. The
-modules, one concept each:
+modules, one concept each (what a suite says of a server lives below, in the suite's layer:
+`bench.server_spec` for where a served model is and how to talk to it, `bench.server_engines` for
+which counters and response fields each engine exposes):
 
-- `spec`: where a served model is and how to talk to it (`ServerSpec`).
-- `engines`: which counters and response fields each engine exposes (a table, not code).
 - `prometheus`: reading those counters from a `/metrics` text.
 - `sse`: reading a streamed response (server-sent events, OpenAI chunk objects).
 - `client`: HTTP with timeouts, retries and one-line errors.

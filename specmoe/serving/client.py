@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from specmoe.bench.server_spec import ServerSpec
 from specmoe.errors import SpecmoeError
-from specmoe.serving.spec import ServerSpec
 from specmoe.serving.sse import MalformedResponse, StreamedError, event_data, parse_chunk
 
 RETRIES = 3  # extra attempts after a connection error

@@ -14,11 +14,13 @@ from dataclasses import asdict
 from typing import Any
 
 from specmoe.bench.audit import audit_served_run
-from specmoe.bench.store import RunRow
+from specmoe.bench.server_spec import ServerSpec
+from specmoe.bench.store import RunRow, run_row
 from specmoe.bench.suite import RunSpec
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import (
-    acceptance_rate,
+    RunCounts,
+    RunTimes,
     request_tokens_per_s,
     served_decode_tokens_per_s,
     served_run_times,
@@ -26,7 +28,6 @@ from specmoe.metrics import (
     time_to_first_token,
 )
 from specmoe.serving.load import RequestRecord, ServedRun
-from specmoe.serving.spec import ServerSpec
 
 
 def served_row(
@@ -48,45 +49,35 @@ def served_row(
             "raise max_new_tokens or check what the server returns"
         )
     c = run.counters
-    counts = {
-        "rounds": c.rounds,
-        "target_forwards": None,
-        "drafted": c.drafted,
-        "accepted": c.accepted,
-        "emitted": sum(outputs),
-        "truncated": None,
-    }
-    times = {
-        "prefill_s": prefill_s,
-        "decode_s": decode_s,
-        "draft_s": None,
-        "verify_s": None,
-        "overhead_s": None,
-        "wall_s": prefill_s + decode_s,
-    }
+    counts = RunCounts(
+        rounds=c.rounds,
+        target_forwards=None,
+        drafted=c.drafted,
+        accepted=c.accepted,
+        emitted=sum(outputs),
+        truncated=None,
+    )
+    times = RunTimes(
+        prefill_s=prefill_s,
+        decode_s=decode_s,
+        draft_s=None,
+        verify_s=None,
+        overhead_s=None,
+        wall_s=prefill_s + decode_s,
+    )
     cut_off = sum(r.finish_reason is None for r in run.requests)
     audit = audit_served_run(
         counts, spec.gamma, tokens_per_s, baseline.tokens_per_s if baseline else None, cut_off
     )
-    reason = "; ".join([audit.reason, *run.notes])
-    rate = acceptance_rate(c.accepted, c.drafted) if c.accepted is not None and c.drafted else None
-    return RunRow(
-        run_id=spec.run_id,
-        config_key=spec.config_key,
-        baseline_key=spec.baseline_key,
-        suite=spec.suite,
-        group=spec.group,
-        arm=spec.arm,
-        repeat=spec.repeat,
-        config=spec.as_dict(),
+    return run_row(
+        spec,
         env=env,
         counts=counts,
         times=times,
         tokens_per_s=tokens_per_s,
-        acceptance_rate=rate if spec.arm == "sd" else None,
         rounds_trace=[request_trace(r) for r in run.requests] + [server_trace(run)],
         audit_verdict=audit.verdict,
-        audit_reason=reason,
+        audit_reason="; ".join([audit.reason, *run.notes]),
         created_at=created_at,
     )
 

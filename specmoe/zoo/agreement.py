@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specmoe import api
-from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, load_prompt_set
 from specmoe.metrics import acceptance_by_position, acceptance_rate, mean_accepted_length, totals
+from specmoe.prompts import BUILTIN_PROMPT_SETS, load_prompt_set
 from specmoe.zoo.tokenizer import EOS_TOKEN_ID
 
 

@@ -105,6 +105,13 @@ def format_zoo_table(rows: list[dict]) -> str:
     return "\n".join([render(header), *(render(line) for line in body)])
 
 
+def resolve_model_file(spec: str, zoo_dir: Path | None) -> Path:
+    """`resolve_model`, or a .gguf file's path as given (its backend checks the file when it loads it)."""
+    if spec.endswith(".gguf"):
+        return Path(spec).expanduser()
+    return resolve_model(spec, zoo_dir)
+
+
 def resolve_model(spec: str, zoo_dir: Path | None) -> Path:
     """A model directory from a path, from a zoo model name looked up in zoo_dir's manifest, or from
     a hub ID ("org/name") found in the local Hugging Face cache (`specmoe.zoo.hub_cache`).

@@ -10,14 +10,13 @@ are only expected from the same Python.
 
 Held out, never trained on:
 - every `held_out_every`-th window of every source (for each model's held-out loss), and
-- the benchmark prompts: any paragraph containing a built-in prompt (`specmoe/bench/prompt_sets`) is
+- the benchmark prompts: any paragraph containing a built-in prompt (`specmoe/prompt_sets`) is
   dropped, so acceptance measured on those prompts is measured on text the models never saw.
 
 Documents are joined with blank lines, never with EOS: the models never learn to stop, like the
 random zoo's, and benchmark lengths stay set by max_new_tokens.
 """
 
-import hashlib
 import importlib.util
 import sys
 import sysconfig
@@ -28,7 +27,8 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer
 
-from specmoe.bench.prompts import BUILTIN_PROMPT_SETS, load_prompt_set
+from specmoe.canonical import sha256_text
+from specmoe.prompts import BUILTIN_PROMPT_SETS, load_prompt_set
 from specmoe.zoo import synthetic
 from specmoe.zoo.presets import TrainingPlan
 from specmoe.zoo.tokenizer import corpus_files
@@ -122,10 +122,6 @@ def _repeat(train: torch.Tensor, repeats: int) -> torch.Tensor:
     return torch.cat([_windows(ids, seq_len, r * seq_len // repeats) for r in range(repeats)])
 
 
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _stdlib_dir() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
@@ -203,7 +199,9 @@ def training_data(plan: TrainingPlan, tokenizer: Tokenizer) -> TrainingData:
         train.append(_repeat(source_train, repeats) if repeats > 1 else source_train)
         held_out.append(source_held)
         tokens = (source_train.shape[0] + source_held.shape[0]) * plan.seq_len
-        records.append(SourceRecord(name, _sha256(text), tokens, source_train.shape[0], source_held.shape[0]))
+        records.append(
+            SourceRecord(name, sha256_text(text), tokens, source_train.shape[0], source_held.shape[0])
+        )
     return TrainingData(torch.cat(train), torch.cat(held_out), tuple(records))
 
 

@@ -1,0 +1,259 @@
+"""specmoe's import graph between its layers, read from the source with `ast` (nothing is imported).
+
+Layers, top to bottom; an import may point sideways (within one layer) or down, never up:
+
+    0  cli                      the command line (specmoe/cli.py, bench/cli.py, perf/cli.py count as
+                                their package: a sub-command's CLI module is part of that package)
+    1  findings                 the studies' claims checked on measured runs
+    2  report, serving          the HTML report; benchmarking models behind servers
+    3  bench                    suites, runs, the results store
+    4  zoo, perf                the model zoo; the performance model
+    5  prompts                  prompt sets and chat templates, shared by zoo and bench
+    6  api                      one-call decoding for library users
+    7  metrics                  scalars derived from recorded counts
+    8  engine                   the SD loop, drafters, acceptance
+    9  backends, theory         model runtimes; closed-form algebra
+    10 errors, stats, console, dtypes, canonical
+                                small shared modules that import no other specmoe module: the error
+                                type, interval statistics, terminal output, dtype names, canonical JSON
+
+An import inside a function (or under `if TYPE_CHECKING:`) runs later than module import, so it
+cannot close an import-time circle; it still couples the layers, so it is checked for direction too
+and reported as "deferred". Circles are reported twice: among module-level imports (they fail at
+import time) and among all imports (a deferred circle still ties two modules into one).
+
+Usage: python scripts/import_graph.py [package_dir]   (default: specmoe next to this script)
+Exit status 1 when there is a circle or an upward arrow.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LAYERS: dict[str, int] = {
+    "cli": 0,
+    "findings": 1,
+    "report": 2,
+    "serving": 2,
+    "bench": 3,
+    "zoo": 4,
+    "perf": 4,
+    "prompts": 5,
+    "api": 6,
+    "metrics": 7,
+    "engine": 8,
+    "backends": 9,
+    "theory": 9,
+    "errors": 10,
+    "stats": 10,
+    "console": 10,
+    "dtypes": 10,
+    "canonical": 10,
+}
+
+
+@dataclass(frozen=True)
+class Edge:
+    """`source` imports `target` (dotted module names); `deferred` when not at module level."""
+
+    source: str
+    target: str
+    deferred: bool
+
+
+@dataclass
+class Graph:
+    modules: list[str]
+    edges: list[Edge] = field(default_factory=list)
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _resolve(name: str, modules: set[str]) -> str | None:
+    """The longest existing module that `name` (a dotted import target) lives in."""
+    while name:
+        if name in modules:
+            return name
+        name = name.rpartition(".")[0]
+    return None
+
+
+def _targets(node: ast.Import | ast.ImportFrom, current: str, is_pkg: bool) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    base = node.module or ""
+    if node.level:
+        package = current if is_pkg else current.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}" if base else package
+    # `from pkg import mod` imports the submodule pkg.mod when one exists.
+    return [f"{base}.{alias.name}" for alias in node.names] + [base]
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.Module) -> list[tuple[ast.Import | ast.ImportFrom, bool]]:
+    """Every import statement with whether it is deferred (in a function or TYPE_CHECKING block)."""
+    found: list[tuple[ast.Import | ast.ImportFrom, bool]] = []
+
+    def visit(node: ast.AST, deferred: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                found.append((child, deferred))
+            inner = deferred or isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                inner = True
+            visit(child, inner)
+
+    visit(tree, False)
+    return found
+
+
+def build_graph(package_dir: Path) -> Graph:
+    """Edges between specmoe modules; one edge per (source, target), module level winning."""
+    files = sorted(package_dir.rglob("*.py"))
+    names = {module_name(f, package_dir): f for f in files}
+    known = set(names)
+    best: dict[tuple[str, str], bool] = {}
+    for name, path in names.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        is_pkg = path.name == "__init__.py"
+        for node, deferred in _imports(tree):
+            resolved = set()
+            for target in _targets(node, name, is_pkg):
+                hit = _resolve(target, known)
+                if hit is not None and hit != name:
+                    resolved.add(hit)
+            # `from a.b import c` where a.b.c is a module also names a.b's __init__: keep the
+            # most specific targets only.
+            specific = {t for t in resolved if not any(o.startswith(t + ".") for o in resolved)}
+            for target in specific:
+                key = (name, target)
+                best[key] = best.get(key, True) and deferred
+    edges = [Edge(s, t, d) for (s, t), d in sorted(best.items())]
+    return Graph(modules=sorted(known), edges=edges)
+
+
+def layer_of(module: str) -> str:
+    """The layer name of a dotted module name (`specmoe.bench.cli` -> `cli`)."""
+    parts = module.split(".")[1:]
+    if not parts:
+        return "errors"  # the package's own __init__ holds only the version
+    if parts[-1] == "cli":
+        return "cli"
+    return parts[0]
+
+
+def upward(graph: Graph) -> list[Edge]:
+    """Arrows from a lower layer to a higher one."""
+    return [e for e in graph.edges if LAYERS[layer_of(e.source)] > LAYERS[layer_of(e.target)]]
+
+
+def unknown_layers(graph: Graph) -> list[str]:
+    return sorted({layer_of(m) for m in graph.modules} - set(LAYERS))
+
+
+def cycles(graph: Graph, with_deferred: bool = False) -> list[list[str]]:
+    """Strongly connected components (more than one module) among module-level imports, or among
+    all imports with `with_deferred` (Tarjan's algorithm)."""
+    succ: dict[str, list[str]] = defaultdict(list)
+    for e in graph.edges:
+        if with_deferred or not e.deferred:
+            succ[e.source].append(e.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in succ[v]:
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    sys.setrecursionlimit(10_000)
+    for module in graph.modules:
+        if module not in index:
+            strong(module)
+    return sorted(found)
+
+
+def layer_arrows(graph: Graph) -> dict[tuple[str, str], tuple[int, int]]:
+    """(source layer, target layer) -> (module-level import count, deferred import count)."""
+    counts: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for e in graph.edges:
+        a, b = layer_of(e.source), layer_of(e.target)
+        if a != b:
+            counts[(a, b)][int(e.deferred)] += 1
+    return {k: (v[0], v[1]) for k, v in sorted(counts.items())}
+
+
+def format_report(graph: Graph) -> str:
+    lines = [f"{len(graph.modules)} modules, {len(graph.edges)} imports between them", ""]
+    lines.append("layer arrows (module-level + deferred imports):")
+    order = sorted(layer_arrows(graph).items(), key=lambda kv: (LAYERS.get(kv[0][0], 99), kv[0]))
+    for (a, b), (top, deferred) in order:
+        mark = "  UP" if LAYERS.get(a, 99) > LAYERS.get(b, 99) else ""
+        lines.append(f"  {a:>9} -> {b:<9} {top:3d} + {deferred:2d} deferred{mark}")
+    missing = unknown_layers(graph)
+    if missing:
+        lines.append(f"modules in no layer: {', '.join(missing)}")
+    ups = upward(graph) if not missing else []
+    lines.append("")
+    lines.append(f"upward arrows: {len(ups)}")
+    for e in ups:
+        kind = "deferred" if e.deferred else "module-level"
+        lines.append(f"  {e.source} -> {e.target} ({kind})")
+    found = cycles(graph)
+    lines.append(f"circles among module-level imports: {len(found)}")
+    for component in found:
+        lines.append("  " + " <-> ".join(component))
+    found = cycles(graph, with_deferred=True)
+    lines.append(f"circles once deferred imports count: {len(found)}")
+    for component in found:
+        lines.append("  " + " <-> ".join(component))
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    default = Path(__file__).resolve().parent.parent / "specmoe"
+    package_dir = Path(argv[0]) if argv else default
+    graph = build_graph(package_dir)
+    print(format_report(graph))
+    bad = upward(graph) if not unknown_layers(graph) else graph.edges
+    return 1 if bad or cycles(graph, with_deferred=True) or unknown_layers(graph) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

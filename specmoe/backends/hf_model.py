@@ -1,0 +1,30 @@
+"""What both transformers backends read off a loaded model, in one place below both of them."""
+
+from __future__ import annotations
+
+import torch
+
+MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+
+
+def set_model_facts(backend, model, name: str, device: torch.device) -> None:
+    """The protocol's read-only attributes of a backend over a transformers model, read from the
+    model once: both HF backends (eager in hf, static-cache in hf_static) describe a model the same."""
+    config = model.config
+    backend.model = model
+    backend.name = name
+    backend.device = device
+    backend.dtype = next(model.parameters()).dtype
+    backend.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+    backend.max_context = int(getattr(config, "max_position_embeddings", 1 << 30))
+    backend.eos_token_ids = eos_ids(model)
+    backend.is_moe = any(getattr(config, k, None) for k in MOE_CONFIG_KEYS)
+
+
+def eos_ids(model) -> frozenset[int]:
+    ids = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if ids is None:
+        ids = getattr(model.config, "eos_token_id", None)
+    if ids is None:
+        return frozenset()
+    return frozenset([ids] if isinstance(ids, int) else ids)

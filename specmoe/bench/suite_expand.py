@@ -1,0 +1,121 @@
+"""A suite flattened into `RunSpec`s: one per arm, grid point, prompt batch and repeat."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import replace
+
+from specmoe.bench.suite import Group, ModelSpec, RunSpec, Suite, zoo_shape
+from specmoe.engine.draft_spec import ModelDraft, OracleDraft, draft_of
+from specmoe.prompts import batch_count, load_prompts, selection_size
+
+
+def expand(suite: Suite) -> list[RunSpec]:
+    """Every RunSpec of the suite, repeat outermost: all of repeat 0, then all of repeat 1, ...
+
+    Within a repeat, specs follow the file: group order, then the grid (target outermost, so the
+    runner switches models rarely), then the prompt batch; each SD spec follows its baseline. Each
+    grid point measures ⌈N / B⌉ batches of its set's N selected prompts (`prompts`). Specs are
+    deduplicated by run_id; a run shared by two groups keeps the first group's name. The order in
+    which a runner measures them is `specmoe.bench.plan.plan`'s.
+    """
+    specs: dict[str, RunSpec] = {}
+    points = [(group, point) for group in suite.groups for point in _grid(suite, group)]
+    for repeat in range(max(group.repeats for group in suite.groups)):
+        for group, point in points:
+            if repeat >= group.repeats:
+                continue
+            for batch in range(_batches(point)):
+                spec = replace(point, repeat=repeat, prompt_batch=batch)
+                baseline = spec.baseline()
+                specs.setdefault(baseline.run_id, baseline)
+                specs.setdefault(spec.run_id, spec)
+    return list(specs.values())
+
+
+def _batches(spec: RunSpec) -> int:
+    """Prompt batches a grid point measures: ⌈selected prompts / B⌉; one for servers and for
+    synthetic prompts without an explicit count."""
+    if spec.concurrency is not None:
+        return 1
+    if spec.prompt_length is not None:
+        return batch_count(spec.prompts or spec.batch_size, spec.batch_size)
+    return batch_count(selection_size(len(load_prompts(spec.prompt_set)), spec.prompts), spec.batch_size)
+
+
+def _grid(suite: Suite, group: Group):
+    axes = itertools.product(
+        group.target,
+        group.draft or (None,),
+        group.gamma,
+        group.prompt_set,
+        group.prompt_length,
+        group.batch_size,
+        group.concurrency,
+        group.request_rate,
+        group.moe_top_k,
+        group.temperature,
+        group.max_new_tokens,
+        group.dtype,
+        group.device,
+    )
+    for (
+        target,
+        draft,
+        gamma,
+        prompt_set,
+        length,
+        batch,
+        concurrency,
+        rate,
+        top_k,
+        temperature,
+        new_tokens,
+        dtype,
+        device,
+    ) in axes:
+        target_model = suite.model(target)
+        draft_model = None
+        spec = draft_of(draft)
+        if isinstance(spec, OracleDraft):
+            draft_model = suite.model(group.oracle_cost)
+        elif isinstance(spec, ModelDraft):
+            draft_model = suite.model(spec.name)
+        yield RunSpec(
+            suite=suite.name,
+            group=group.name,
+            arm="baseline" if draft is None else "sd",
+            target=target,
+            draft=draft,
+            gamma=gamma if draft is not None else 0,
+            prompt_set=prompt_set,
+            prompt_length=length,
+            batch_size=batch,
+            temperature=temperature,
+            max_new_tokens=new_tokens,
+            moe_top_k=_effective_top_k(target_model, top_k),
+            dtype=dtype,
+            device=device,
+            repeat=0,
+            warmup=group.warmup,
+            oracle_cost=group.oracle_cost if isinstance(spec, OracleDraft) else None,
+            target_model=target_model,
+            draft_model=draft_model,
+            concurrency=concurrency,
+            request_rate=rate,
+            requests=group.requests,
+            prompts=None if concurrency is not None else group.prompts,
+            compile=group.compile and concurrency is None,
+            chat=group.chat and concurrency is None,
+        )
+
+
+def _effective_top_k(model: ModelSpec, top_k: int | None) -> int | None:
+    # Zoo MoE targets always carry their real top-k, so an override equal to the preset's own value
+    # is the same run as no override at all.
+    if model.zoo is None:
+        return top_k
+    shape = zoo_shape(model)
+    if not shape.is_moe:
+        return None
+    return shape.top_k if top_k is None else top_k

@@ -1,0 +1,24 @@
+"""Canonical JSON and the digests taken of it, defined once: run keys and stored rows depend on them
+byte for byte, so every writer and every key must use these functions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted keys, no whitespace, no NaN: the same value always gives the same bytes (NaN is
+    refused, not smuggled in)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_text(text: str) -> str:
+    """The sha256 hex digest of a string's UTF-8 bytes."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def short_key(value: Any) -> str:
+    """16 hex digits of sha256 over `canonical_json(value)`: a key stable across processes."""
+    return sha256_text(canonical_json(value))[:16]

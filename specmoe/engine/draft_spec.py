@@ -1,0 +1,131 @@
+"""What drafts the tokens of a speculative run, as one typed value parsed once from its spelling.
+
+Spellings (a suite's `draft` values, `specmoe generate --draft`), and the canonical string each one
+is stored and keyed under (the results store's run keys contain it, so it must never change):
+
+    draft-xs, path/to/model    ModelDraft(name)            "draft-xs"
+    ngram                      NgramDraft(1, 3)            "ngram:1-3"
+    ngram:MIN-MAX              NgramDraft(MIN, MAX)        "ngram:MIN-MAX"
+    oracle:P                   OracleDraft(P)              "oracle:" + repr(P), e.g. "oracle:0.6"
+
+An oracle draft proposes the target's own continuation, each token accepted with probability P, and
+pays for the forward passes of a real model (a suite's `oracle_cost`): that cost model is a setting of
+the run, not part of the draft's spelling. `make_drafter` is the one place a drafter is built.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specmoe.backends.base import Backend
+from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramDrafter
+from specmoe.engine.oracle import OracleDrafter
+from specmoe.errors import SpecmoeError
+
+NGRAM = "ngram"
+ORACLE_PREFIX = "oracle:"
+NGRAM_DEFAULT = (DEFAULT_MIN_N, DEFAULT_MAX_N)  # what "ngram" alone means
+_NGRAM_RE = re.compile(r"ngram:(\d+)-(\d+)")
+
+
+@dataclass(frozen=True)
+class ModelDraft:
+    """A draft model, named as the user named it (a suite model name or a path)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(frozen=True)
+class NgramDraft:
+    """Prompt-lookup drafting from n-grams of MIN..MAX tokens; runs no model."""
+
+    min_n: int
+    max_n: int
+
+    def __str__(self) -> str:
+        return f"{NGRAM}:{self.min_n}-{self.max_n}"
+
+
+@dataclass(frozen=True)
+class OracleDraft:
+    """The target's own continuation, each token accepted with probability `acceptance`."""
+
+    acceptance: float
+
+    def __str__(self) -> str:
+        # repr, so "oracle:0.60" and "oracle:0.6" are one run.
+        return f"{ORACLE_PREFIX}{self.acceptance!r}"
+
+
+DraftSpec = ModelDraft | NgramDraft | OracleDraft
+
+
+def is_reserved_name(name: str) -> bool:
+    """Whether a model may not be called `name`: it reads as (or like) a draft spelling."""
+    return name.startswith("oracle") or name == NGRAM
+
+
+def parse_draft(text: str) -> DraftSpec:
+    """The draft a spelling names; a bad n-gram or oracle spelling raises a one-line SpecmoeError
+    (without a location: callers that know the file and key add it)."""
+    if text == NGRAM or text.startswith(NGRAM + ":"):
+        return _parse_ngram(text)
+    if text.startswith(ORACLE_PREFIX):
+        return _parse_oracle(text)
+    return ModelDraft(text)
+
+
+def draft_of(text: str | None) -> DraftSpec | None:
+    """The draft of a stored or planned run's "draft" (its canonical string); None: no draft."""
+    return None if text is None else parse_draft(text)
+
+
+def _parse_ngram(text: str) -> NgramDraft:
+    if text == NGRAM:
+        low, high = NGRAM_DEFAULT
+    else:
+        match = _NGRAM_RE.fullmatch(text)
+        low, high = (int(match[1]), int(match[2])) if match else (0, 0)
+    if not 1 <= low <= high:
+        raise SpecmoeError(
+            f"bad n-gram draft '{text}'; write ngram or ngram:MIN-MAX with 1 <= MIN <= MAX, "
+            'e.g. "ngram:1-3"'
+        )
+    return NgramDraft(low, high)
+
+
+def _parse_oracle(text: str) -> OracleDraft:
+    try:
+        acceptance = float(text[len(ORACLE_PREFIX) :])
+    except ValueError:
+        acceptance = -1.0
+    if not 0.0 <= acceptance <= 1.0:  # also rejects nan
+        raise SpecmoeError(f"bad oracle draft '{text}'; write oracle:P with P in [0, 1], e.g. \"oracle:0.6\"")
+    return OracleDraft(acceptance)
+
+
+def make_drafter(
+    draft: DraftSpec,
+    target: Backend,
+    model: Backend | None = None,
+    continuations: Sequence[Sequence[int]] | None = None,
+    seed: int = 0,
+) -> ModelDrafter | NgramDrafter | OracleDrafter:
+    """The drafter for `draft` against `target`. `model` is the draft model for a ModelDraft and the
+    cost model for an OracleDraft; `continuations` (the target's greedy continuation of each prompt)
+    and `seed` are the oracle's."""
+    if isinstance(draft, NgramDraft):
+        return NgramDrafter(target, draft.min_n, draft.max_n)
+    if model is None:
+        raise ValueError(f"draft '{draft}' needs a loaded model")
+    if isinstance(draft, OracleDraft):
+        if continuations is None:
+            raise ValueError(f"draft '{draft}' needs the target's continuations")
+        return OracleDrafter(model, draft.acceptance, continuations, seed=seed)
+    return ModelDrafter(model)

@@ -1,0 +1,64 @@
+"""A draft's spelling parsed once into a typed value, and its canonical string (part of run keys)."""
+
+import pytest
+import torch
+
+from specmoe.engine.draft_spec import (
+    ModelDraft,
+    NgramDraft,
+    OracleDraft,
+    draft_of,
+    is_reserved_name,
+    make_drafter,
+    parse_draft,
+)
+from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramDrafter
+from specmoe.engine.oracle import OracleDrafter
+from specmoe.errors import SpecmoeError
+
+
+@pytest.mark.parametrize(
+    ("text", "draft", "canonical"),
+    [
+        ("draft-xs", ModelDraft("draft-xs"), "draft-xs"),
+        ("/models/draft", ModelDraft("/models/draft"), "/models/draft"),
+        ("ngram", NgramDraft(DEFAULT_MIN_N, DEFAULT_MAX_N), "ngram:1-3"),
+        ("ngram:1-3", NgramDraft(1, 3), "ngram:1-3"),
+        ("ngram:02-4", NgramDraft(2, 4), "ngram:2-4"),
+        ("oracle:0.9", OracleDraft(0.9), "oracle:0.9"),
+        ("oracle:0.60", OracleDraft(0.6), "oracle:0.6"),
+        ("oracle:1", OracleDraft(1.0), "oracle:1.0"),
+    ],
+)
+def test_spellings_parse_to_one_value_with_a_stable_canonical_string(text, draft, canonical):
+    assert parse_draft(text) == draft
+    assert str(draft) == canonical
+    assert parse_draft(canonical) == draft  # stored strings read back to the same value
+
+
+@pytest.mark.parametrize(
+    "text", ["ngram:3-1", "ngram:0-2", "ngram:x", "ngram:", "oracle:1.5", "oracle:nan", "oracle:"]
+)
+def test_bad_spellings_are_one_line_errors(text):
+    with pytest.raises(SpecmoeError, match=rf"^bad (n-gram|oracle) draft '{text}'; write "):
+        parse_draft(text)
+
+
+def test_no_draft_and_reserved_names():
+    assert draft_of(None) is None
+    assert is_reserved_name("ngram") and is_reserved_name("oracle-x")
+    assert not is_reserved_name("ngram2") and not is_reserved_name("draft-xs")
+
+
+class _Model:
+    vocab_size, max_context, device = 8, 64, torch.device("cpu")
+
+
+def test_make_drafter_builds_each_kind():
+    target = _Model()
+    assert isinstance(make_drafter(NgramDraft(2, 4), target), NgramDrafter)
+    assert isinstance(make_drafter(ModelDraft("d"), target, _Model()), ModelDrafter)
+    assert isinstance(make_drafter(OracleDraft(0.5), target, _Model(), [[1, 2]]), OracleDrafter)
+    with pytest.raises(ValueError, match="needs a loaded model"):
+        make_drafter(ModelDraft("d"), target)
