@@ -1,4 +1,5 @@
-"""The suite format's pydantic description agrees with the loader and prints as a JSON Schema."""
+"""The suite format's pydantic models: the loader validates through them, their errors read as one
+line naming the file and key, and they print as a JSON Schema."""
 
 from __future__ import annotations
 
@@ -35,6 +36,55 @@ def test_a_test_suite_validates_and_unknown_keys_are_refused_by_both(tmp_path):
         load_suite(path)
     with pytest.raises(ValidationError):
         SuiteFile.model_validate(tomllib.loads(path.read_text(encoding="utf-8")))
+
+
+@pytest.mark.parametrize(
+    ("defaults", "message"),
+    [
+        ("cpus = 0", "defaults.cpus: cpus must be > 0, got 0"),
+        ("gpus = -1", "defaults.gpus: gpus must be >= 0, got -1"),
+        ('prompts = "some"', "defaults.prompts: prompts must be a count >= 1 or \"all\", got 'some'"),
+        ("prompts = 0", 'defaults.prompts: prompts must be a count >= 1 or "all", got 0'),
+        ('request_rate = ["fast"]', "defaults.request_rate: request_rate must be a number of requests/s"),
+        ("request_rate = -1.0", "defaults.request_rate: request_rate must be a number of requests/s"),
+        ("temperature = nan", "defaults.temperature: temperature must be >= 0, got nan"),
+        ("compile = 1", "defaults.compile: compile must be true or false, got 1"),
+        ('device = ["cpu", "cuda:x"]', "defaults.device: unknown device 'cuda:x'; use cpu, mps, cuda"),
+        ("oracle_cost = 3", "defaults.oracle_cost: expected a string, got an integer 3"),
+        ("gamma = [[2]]", "defaults.gamma: expected an integer, got an array [2]"),
+        ('draft = ["oracle:2"]', "defaults.draft: "),
+        ('prompt_set = "code"\nprompt_length = 8', "defaults.prompt_length: set prompt_set or prompt_length"),
+    ],
+)
+def test_schema_errors_are_one_line_naming_the_key(tmp_path, defaults, message):
+    path = tiny_sd_suite(tmp_path, "s", defaults)
+    with pytest.raises(SpecmoeError) as info:
+        load_suite(path)
+    assert str(info.value).startswith(f"{path}: {message}") and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("schema = 1", "schema = true", "schema: unsupported schema True; this specmoe reads schema = 1"),
+        ('[zoo]\npreset = "tiny"', "zoo = 3", "zoo: expected a table, got an integer"),
+        ("seed = 0\n", "seed = -1\n", "zoo.seed: seed must be >= 0, got -1"),
+        (
+            'dtype = "float32"',
+            'dtype = "f16"',
+            "defaults.dtype: unknown dtype 'f16' (did you mean 'float16'?); choose from",
+        ),
+        ("[[groups]]", "[groups]", "groups: a suite needs at least one [[groups]] table"),
+        ('target = ["moe"]', 'target = ["moe"]\nrequests = "8"', "groups[0].requests: expected an integer"),
+    ],
+)
+def test_table_and_type_errors_name_the_table(tmp_path, old, new, message):
+    path = tiny_sd_suite(tmp_path, "s", "")
+    text = path.read_text(encoding="utf-8").replace('preset = "tiny"\n', 'preset = "tiny"\nseed = 0\n')
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    with pytest.raises(SpecmoeError) as info:
+        load_suite(path)
+    assert str(info.value).startswith(f"{path}: {message}"), str(info.value)
 
 
 def test_builtin_defaults_leave_the_required_axes_unset():

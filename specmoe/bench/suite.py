@@ -3,9 +3,9 @@
 A suite is a TOML file (`schema = 1`) naming models and groups of experiments; list-valued axes of a
 group form a cartesian grid. This module holds what a loaded suite is (`Suite`, `ModelSpec`, `Group`)
 and the unit of work it expands into (`RunSpec`). Reading and checking a file is `suite_load`
-(`load_suite`; every error is one line naming the file and key, `suite_checks`; the groups,
-`suite_groups`); flattening it into runs, each SD arm paired with its baseline arm, is
-`suite_expand.expand`. The schema is documented in docs/suites.md.
+(`load_suite`: the values through the pydantic schema, `suite_schema`; the groups, `suite_groups`;
+every error one line naming the file and key, `suite_errors`); flattening it into runs, each SD arm
+paired with its baseline arm, is `suite_expand.expand`. The schema is documented in docs/suites.md.
 
 Run identity: `RunSpec.config_key` hashes everything that decides the measured work (models by what
 they are, not by their suite-local names), so the same work in two groups or two suites is one run.

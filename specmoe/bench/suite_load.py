@@ -1,40 +1,23 @@
-"""Reading a suite file: TOML, command-line overrides, the top-level tables and [models], then the
-groups (`suite_groups`); every problem is one line naming the file and key (`suite_checks`)."""
+"""Reading a suite file: TOML, command-line overrides, the schema (`suite_schema`), then [models]
+and the groups (`suite_groups`); every problem is one line naming the file and key (`suite_errors`)."""
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from specmoe.bench.overrides import SuiteOverrides, apply_overrides
-from specmoe.bench.server_engines import ENGINES
-from specmoe.bench.server_spec import (
-    DEFAULT_TIMEOUT_S,
-    ENDPOINTS,
-    ServerSpec,
-    normalize_url,
-    without_userinfo,
-)
-from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, Group, ModelSpec, Suite
-from specmoe.bench.suite_checks import SuiteContext, suggest
+from specmoe.bench.server_spec import DEFAULT_TIMEOUT_S, ServerSpec
+from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, Suite
+from specmoe.bench.suite_errors import SuiteContext, explain, suggest
 from specmoe.bench.suite_groups import parse_group
-from specmoe.bench.suite_schema import (
-    DEFAULTS_KEYS,
-    MODEL_KEYS,
-    SCHEMA_VERSION,
-    SERVER_KEYS,
-    TOP_KEYS,
-    ZOO_KEYS,
-)
-from specmoe.engine.draft_spec import NGRAM, is_reserved_name
+from specmoe.bench.suite_schema import ModelTable, SuiteFile
 from specmoe.errors import SpecmoeError
 
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
-
-_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def builtin_suite_path(name: str) -> Path:
@@ -83,119 +66,65 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
 def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
     """Validate a suite given as the parsed TOML table, as if read from `path` (relative paths are
     taken from its folder, errors name it): `load_suite` after reading, and `specmoe bench quick`,
-    which builds the table from its arguments."""
+    which builds the table from its arguments. The values go through the schema (`SuiteFile`),
+    then the checks that tie tables together: zoo models against the preset, backends against the
+    registry, groups against the models (`suite_groups`)."""
+    try:
+        table = SuiteFile.model_validate(raw)
+    except ValidationError as err:
+        raise explain(err, path) from None
     ctx = SuiteContext(path)
-    ctx.check_keys("", raw, TOP_KEYS)
-    _check_schema(ctx, raw)
-    preset, seed = _parse_zoo(ctx, raw.get("zoo", {}))
-    models = _parse_models(ctx, raw.get("models"), preset, seed, path.parent)
-    defaults = ctx.table("defaults", raw.get("defaults", {}))
-    ctx.check_keys("defaults", defaults, DEFAULTS_KEYS)
-    groups_raw = raw.get("groups")
-    if not isinstance(groups_raw, list) or not groups_raw:
-        ctx.fail("groups", "a suite needs at least one [[groups]] table")
+    preset, seed = _preset(ctx, table.zoo.preset), table.zoo.seed
+    models = {
+        name: _parse_model(ctx, f"models.{name}", name, entry, preset, seed)
+        for name, entry in table.models.items()
+    }
     groups = tuple(
-        parse_group(ctx, f"groups[{i}]", ctx.table(f"groups[{i}]", g), defaults, models)
-        for i, g in enumerate(groups_raw)
+        parse_group(ctx, f"groups[{i}]", group, table.defaults, models)
+        for i, group in enumerate(table.groups)
     )
-    _check_unique_group_names(ctx, groups)
-    name = ctx.string("name", raw.get("name", path.stem))
-    description = ctx.string("description", raw.get("description", ""))
-    return Suite(name, description, path, preset, seed, models, groups)
+    name = path.stem if table.name is None else table.name
+    return Suite(name, table.description, path, preset, seed, models, groups)
 
 
 def _line_count(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines())
 
 
-def _check_schema(ctx: SuiteContext, raw: dict[str, Any]) -> None:
-    if "schema" not in raw:
-        ctx.fail("schema", f"missing; put `schema = {SCHEMA_VERSION}` at the top of the file")
-    schema = raw["schema"]
-    if isinstance(schema, bool) or not isinstance(schema, int) or schema != SCHEMA_VERSION:
-        ctx.fail("schema", f"unsupported schema {schema!r}; this specmoe reads schema = {SCHEMA_VERSION}")
-
-
-def _check_unique_group_names(ctx: SuiteContext, groups: tuple[Group, ...]) -> None:
-    seen: set[str] = set()
-    for i, group in enumerate(groups):
-        if group.name in seen:
-            ctx.fail(
-                f"groups[{i}].name", f"duplicate group name '{group.name}'; give each group its own name"
-            )
-        seen.add(group.name)
-
-
-def _parse_zoo(ctx: SuiteContext, raw: Any) -> tuple[str | None, int]:
-    zoo = ctx.table("zoo", raw)
-    ctx.check_keys("zoo", zoo, ZOO_KEYS)
-    seed = ctx.integer("zoo.seed", zoo.get("seed", 0), minimum=0)
-    if "preset" not in zoo:
-        return None, seed
-    preset = ctx.string("zoo.preset", zoo["preset"])
+def _preset(ctx: SuiteContext, preset: str | None) -> str | None:
     from specmoe.zoo.presets import PRESETS  # every preset the zoo builds, known here by name
 
-    if preset not in PRESETS:
+    if preset is not None and preset not in PRESETS:
         hint = suggest(preset, tuple(PRESETS))
         ctx.fail("zoo.preset", f"unknown zoo preset '{preset}'{hint}; available: {', '.join(PRESETS)}")
-    return preset, seed
-
-
-def _parse_models(
-    ctx: SuiteContext, raw: Any, preset: str | None, seed: int, base_dir: Path
-) -> dict[str, ModelSpec]:
-    if raw is None:
-        ctx.fail("models", "no models; declare each one as [models.<name>] with zoo = or path =")
-    models = {}
-    for name, entry in ctx.table("models", raw).items():
-        where = f"models.{name}"
-        if not _NAME_RE.fullmatch(name) or is_reserved_name(name):
-            ctx.fail(
-                where,
-                f"bad model name '{name}'; use letters, digits, '_', '.', '-' (not 'oracle...' or '{NGRAM}')",
-            )
-        models[name] = _parse_model(ctx, where, name, ctx.table(where, entry), preset, seed, base_dir)
-    return models
+    return preset
 
 
 def _parse_model(
-    ctx: SuiteContext,
-    where: str,
-    name: str,
-    entry: dict[str, Any],
-    preset: str | None,
-    seed: int,
-    base_dir: Path,
+    ctx: SuiteContext, where: str, name: str, entry: ModelTable, preset: str | None, seed: int
 ) -> ModelSpec:
-    ctx.check_keys(where, entry, MODEL_KEYS)
-    if sum(k in entry for k in ("zoo", "path", "url")) != 1:
-        ctx.fail(
-            where, 'give exactly one of zoo = "<zoo model>", path = "<HF dir or .gguf>" or url = "<server>"'
-        )
-    if "url" in entry:
+    """A model table the schema accepted (one of zoo, path or url; server keys on servers only),
+    checked against the zoo preset, the backend registry and the file system."""
+    if entry.url is not None:
         return _parse_served_model(ctx, where, name, entry)
-    for key in SERVER_KEYS:
-        if key in entry:
-            ctx.fail(f"{where}.{key}", f"{key} applies to served models (url = ...) only; remove it")
-    if "zoo" in entry:
-        zoo = ctx.string(f"{where}.zoo", entry["zoo"])
+    if entry.zoo is not None:
         if preset is None:
             ctx.fail(
                 f"{where}.zoo", 'zoo models need a [zoo] table with preset = "tiny", "bench" or "trained"'
             )
         names = _zoo_model_names(preset)
-        if zoo not in names:
-            hint = suggest(zoo, names)
+        if entry.zoo not in names:
+            hint = suggest(entry.zoo, names)
             ctx.fail(
-                f"{where}.zoo", f"preset '{preset}' has no model '{zoo}'{hint}; available: {', '.join(names)}"
+                f"{where}.zoo",
+                f"preset '{preset}' has no model '{entry.zoo}'{hint}; available: {', '.join(names)}",
             )
         backend = _backend(ctx, where, entry, "hf")
-        return ModelSpec(name, zoo, None, backend, preset, seed, gguf=_gguf_type(ctx, where, entry, backend))
-    if "gguf" in entry:
-        ctx.fail(f"{where}.gguf", "gguf = picks a zoo model's export; a path names its .gguf file itself")
-    text = ctx.string(f"{where}.path", entry["path"])
-    resolved, hub_id = _model_path(text, base_dir)
-    backend = _backend(ctx, where, entry, "llamacpp" if text.endswith(".gguf") else "hf")
+        gguf = _gguf_type(ctx, where, entry, backend)
+        return ModelSpec(name, entry.zoo, None, backend, preset, seed, gguf=gguf)
+    assert entry.path is not None  # the schema's one-of
+    resolved, hub_id = _model_path(entry.path, ctx.path.parent)
+    backend = _backend(ctx, where, entry, "llamacpp" if entry.path.endswith(".gguf") else "hf")
     return ModelSpec(name, None, str(resolved), backend, hub_id=hub_id)
 
 
@@ -218,31 +147,25 @@ def _model_path(text: str, base_dir: Path) -> tuple[Path, str | None]:
         return resolved, text
 
 
-def _gguf_type(ctx: SuiteContext, where: str, entry: dict[str, Any], backend: str) -> str | None:
+def _gguf_type(ctx: SuiteContext, where: str, entry: ModelTable, backend: str) -> str | None:
     """The GGUF export a llamacpp zoo model runs (f16 unless gguf = says otherwise); None for others."""
     from specmoe.zoo.gguf import DEFAULT_GGUF_TYPE, GGUF_TYPES
 
     if backend != LLAMACPP_BACKEND:
-        if "gguf" in entry:
+        if entry.gguf is not None:
             ctx.fail(f"{where}.gguf", f'gguf = needs backend = "{LLAMACPP_BACKEND}"; add it or remove gguf')
         return None
-    return ctx.choice(f"{where}.gguf", entry.get("gguf", DEFAULT_GGUF_TYPE), GGUF_TYPES)
+    return ctx.choice(f"{where}.gguf", entry.gguf or DEFAULT_GGUF_TYPE, GGUF_TYPES)
 
 
-def _backend(ctx: SuiteContext, where: str, entry: dict[str, Any], default: str) -> str:
-    backend = ctx.string(f"{where}.backend", entry.get("backend", default))
-    if backend == SERVING_BACKEND:
-        ctx.fail(
-            f"{where}.backend",
-            f'backend "{SERVING_BACKEND}" talks to a server: give url = "http://host:port" and '
-            'model = "<served name>" instead of zoo = or path =',
-        )
+def _backend(ctx: SuiteContext, where: str, entry: ModelTable, default: str) -> str:
+    backend = entry.backend or default
     if backend != "hf":
         # Imported only here: the registry pulls in torch, which validating a zoo suite never needs.
         from specmoe.backends import available_backends
 
         if backend not in available_backends():
-            implied = "" if "backend" in entry else " (the default for .gguf paths)"
+            implied = "" if entry.backend else " (the default for .gguf paths)"
             ctx.fail(
                 f"{where}.backend",
                 f"unknown backend '{backend}'{implied}; "
@@ -251,56 +174,35 @@ def _backend(ctx: SuiteContext, where: str, entry: dict[str, Any], default: str)
     return backend
 
 
-def _parse_served_model(ctx: SuiteContext, where: str, name: str, entry: dict[str, Any]) -> ModelSpec:
-    backend = ctx.string(f"{where}.backend", entry.get("backend", SERVING_BACKEND))
-    if backend != SERVING_BACKEND:
-        ctx.fail(f"{where}.backend", f'a model with url = is served: backend must be "{SERVING_BACKEND}"')
-    if "gguf" in entry:
-        ctx.fail(f"{where}.gguf", "gguf = picks the export of a zoo model; a server loads its own weights")
-    url = normalize_url(ctx.string(f"{where}.url", entry["url"]))
-    if url is None:
-        shown = without_userinfo(str(entry["url"]))  # never echo a password
-        ctx.fail(f"{where}.url", f"not a server URL: {shown!r}; write http://host:port")
-    if "model" not in entry:
-        ctx.fail(f"{where}.model", 'a served model needs model = "<its name on the server>" (GET /v1/models)')
-    key_env = entry.get("api_key_env")
-    if key_env is not None and not _ENV_NAME_RE.fullmatch(ctx.string(f"{where}.api_key_env", key_env)):
-        # Never echo the value: it may be a key pasted by mistake.
-        ctx.fail(
-            f"{where}.api_key_env",
-            "not an environment variable name; give the name of the variable that holds the key "
-            "(e.g. OPENAI_API_KEY), never the key itself",
-        )
-    tokenizer = None
-    if "tokenizer" in entry:  # only for synthetic prompts (prompt_length): the ids are made here
-        text = ctx.string(f"{where}.tokenizer", entry["tokenizer"])
-        found, hub_id = _model_path(text, ctx.path.parent)
-        if hub_id is not None:
-            from specmoe.zoo.hub_cache import resolve_hub_id
-
-            try:
-                resolve_hub_id(hub_id)  # not cached: its one line says where it looked and what to do
-            except SpecmoeError as err:
-                ctx.fail(f"{where}.tokenizer", str(err))
-        if not found.is_dir():
-            ctx.fail(
-                f"{where}.tokenizer",
-                f"no model directory at {found}; give the served model's HF directory or hub ID",
-            )
-        tokenizer = str(found)
-    timeout = entry.get("timeout_s", DEFAULT_TIMEOUT_S)
-    if ctx.number(f"{where}.timeout_s", timeout) <= 0:
-        ctx.fail(f"{where}.timeout_s", f"timeout_s must be > 0, got {timeout}")
+def _parse_served_model(ctx: SuiteContext, where: str, name: str, entry: ModelTable) -> ModelSpec:
+    """A server the schema accepted (a URL, a served model name, server keys only)."""
+    assert entry.url is not None and entry.model is not None
     server = ServerSpec(
-        url=url,
-        model=ctx.string(f"{where}.model", entry["model"]),
-        engine=ctx.choice(f"{where}.engine", entry.get("engine", "generic"), tuple(ENGINES)),
-        endpoint=ctx.choice(f"{where}.endpoint", entry.get("endpoint", "completions"), ENDPOINTS),
-        api_key_env=key_env,
-        timeout_s=float(timeout),
-        tokenizer=tokenizer,
+        url=entry.url,
+        model=entry.model,
+        engine=entry.engine or "generic",
+        endpoint=entry.endpoint or "completions",
+        api_key_env=entry.api_key_env,
+        timeout_s=DEFAULT_TIMEOUT_S if entry.timeout_s is None else float(entry.timeout_s),
+        tokenizer=None if entry.tokenizer is None else _tokenizer(ctx, f"{where}.tokenizer", entry.tokenizer),
     )
     return ModelSpec(name, None, None, SERVING_BACKEND, server=server)
+
+
+def _tokenizer(ctx: SuiteContext, key: str, text: str) -> str:
+    """A served model's local tokenizer directory: only synthetic prompts (prompt_length) need it,
+    for their ids are made here."""
+    found, hub_id = _model_path(text, ctx.path.parent)
+    if hub_id is not None:
+        from specmoe.zoo.hub_cache import resolve_hub_id
+
+        try:
+            resolve_hub_id(hub_id)  # not cached: its one line says where it looked and what to do
+        except SpecmoeError as err:
+            ctx.fail(key, str(err))
+    if not found.is_dir():
+        ctx.fail(key, f"no model directory at {found}; give the served model's HF directory or hub ID")
+    return str(found)
 
 
 def _zoo_model_names(preset: str) -> tuple[str, ...]:

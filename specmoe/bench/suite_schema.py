@@ -1,78 +1,179 @@
-"""The suite file format, described once as pydantic models: its tables, keys, types and defaults.
+"""The suite file format, described once as pydantic models: its tables, keys, types, defaults and
+the values each key may take.
 
-The loader (`suite_load`, `suite_groups`) takes from here the keys each table may hold, their order
-(error messages list them in it) and the value a group gets when neither it nor [defaults] sets a
-key; `specmoe bench schema` prints the models' JSON Schema for editors. The values themselves are
-checked by the loader, whose one-line errors name the file, the key, the fix and a close match;
-a file the loader accepts also validates here (`tests/test_suite_schema.py`).
+`suite_load` validates the parsed TOML through `SuiteFile` and `suite_errors` turns the first
+problem into one line naming the file and the key. Validation is strict: TOML's types are the file's
+types, so "64" is not an integer and `true` is not 1. A check that one table can answer alone (a
+served model's keys, prompt_set against prompt_length) is a model validator here; what needs other
+tables or the file system (a draft naming an undefined model, a zoo model its preset lacks, a
+prompt file) is `suite_groups` / `suite_load`. `specmoe bench schema` prints the JSON Schema.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, Any, Literal, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
+from specmoe.bench.server_engines import ENGINES
+from specmoe.bench.server_spec import ENDPOINTS, normalize_url, without_userinfo
+from specmoe.bench.suite import SERVING_BACKEND
 from specmoe.dtypes import DTYPE_NAMES
+from specmoe.engine.draft_spec import NGRAM, is_reserved_name, parse_draft
+from specmoe.errors import SpecmoeError
 
 SCHEMA_VERSION = 1
 
-DType = Literal[DTYPE_NAMES]  # type: ignore[valid-type]  # the names of specmoe.dtypes
-Rate = Annotated[float, Field(gt=0.0)] | Literal["inf"]
+_DEVICE_RE = re.compile(r"cpu|mps|cuda(:\d+)?")
+_ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+# --- errors a validator raises: `suite_errors` words them with the file and key -----------------
+
+
+def fail(message: str, key: str = "") -> NoReturn:
+    """Refuse a value with the whole message; `key` names a key below the validated value's own
+    (a model validator speaks of one of its table's keys, "" for the table itself)."""
+    raise PydanticCustomError("suite", "{message}", {"message": message, "key": key})
+
+
+def _choice(options: tuple[str, ...]):
+    """A string that must be one of `options` ("unknown dtype 'bf16' (did you mean ...)")."""
+
+    def check(value: str) -> str:
+        if value not in options:
+            raise PydanticCustomError("suite_choice", "not one of the options", {"options": options})
+        return value
+
+    return Annotated[str, AfterValidator(check), Field(json_schema_extra={"enum": list(options)})]
+
+
+# --- value types --------------------------------------------------------------------------------
+
+
+def _device(value: str) -> str:
+    if not _DEVICE_RE.fullmatch(value):
+        fail(f"unknown device '{value}'; use cpu, mps, cuda or cuda:<index>")
+    return value
+
+
+def _draft(value: str) -> str:
+    """The canonical spelling of a draft (`specmoe.engine.draft_spec`), so "ngram" and "ngram:1-3",
+    or "oracle:0.60" and "oracle:0.6", are one run; a model name stays as written."""
+    try:
+        return str(parse_draft(value))
+    except SpecmoeError as err:
+        fail(str(err))
+
+
+def _prompt_count(value: Any) -> int | Literal["all"]:
+    if value == "all" or (type(value) is int and value >= 1):
+        return value
+    fail(f'prompts must be a count >= 1 or "all", got {value!r}')
+
+
+def _rate(value: Any) -> float:
+    """requests/s > 0, or "inf" (TOML's bare inf too): every request at once."""
+    if value == "inf":
+        return float("inf")
+    if type(value) in (int, float) and value > 0:
+        return float(value)
+    fail(f'request_rate must be a number of requests/s > 0 or "inf", got {value!r}')
+
+
+def _as_list(value: Any) -> Any:
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _axis(item: Any, *, may_be_empty: bool = False) -> Any:
+    """A grid axis: one value or a list of them (stored as a list); empty only where allowed."""
+    items = list[item] if may_be_empty else Annotated[list[item], Field(min_length=1)]
+    return Annotated[items, BeforeValidator(_as_list, json_schema_input_type=item | items)]
+
+
 Positive = Annotated[int, Field(ge=1)]
-NonNegative = Annotated[float, Field(ge=0.0)]
+NonNegative = Annotated[float, Field(ge=0)]
+Device = Annotated[
+    str, AfterValidator(_device), Field(json_schema_extra={"pattern": f"^(?:{_DEVICE_RE.pattern})$"})
+]
+Draft = Annotated[str, AfterValidator(_draft)]
+DType = _choice(DTYPE_NAMES)
+PromptCount = Annotated[
+    int | Literal["all"], PlainValidator(_prompt_count, json_schema_input_type=Positive | Literal["all"])
+]
+Rate = Annotated[
+    float,
+    PlainValidator(_rate, json_schema_input_type=Annotated[float, Field(gt=0)] | Literal["inf"]),
+]
 
 
 class _Table(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, validate_default=True)
+
+
+# --- [defaults] and [[groups]] ------------------------------------------------------------------
 
 
 class GridAxes(_Table):
     """Axes of a group's grid: each takes one value or a list, and the group runs their product."""
 
-    target: str | list[str] | None = Field(None, description="target model names (required)")
-    draft: str | list[str] = Field(
+    target: _axis(str) | None = Field(None, description="target model names (required)")
+    draft: _axis(Draft, may_be_empty=True) = Field(
         default_factory=list,
         description='draft model names, "ngram", "ngram:MIN-MAX" or "oracle:P"; none: baseline only',
     )
-    gamma: Positive | list[Positive] | None = Field(
-        None, description="tokens drafted per round (with drafts)"
-    )
-    prompt_set: str | list[str] = Field(
+    gamma: _axis(Positive) | None = Field(None, description="tokens drafted per round (with drafts)")
+    prompt_set: _axis(str) = Field(
         "factual", description="a built-in set (factual, code, reasoning, chinese) or a .jsonl path"
     )
-    prompt_length: Positive | list[Positive] | None = Field(
+    prompt_length: _axis(Positive) | None = Field(
         None, description="synthetic prompts of exactly this many tokens, instead of a set"
     )
-    batch_size: Positive | list[Positive] = Field(1, description="sequences decoded together")
-    concurrency: Positive | list[Positive] | None = Field(
+    batch_size: _axis(Positive) = Field(1, description="sequences decoded together")
+    concurrency: _axis(Positive) | None = Field(
         None, description="served targets: requests in flight (1 when unset)"
     )
-    request_rate: Rate | list[Rate] | None = Field(
+    request_rate: _axis(Rate) | None = Field(
         None, description='served targets: Poisson arrivals, requests/s, or "inf" (open loop)'
     )
-    moe_top_k: Positive | list[Positive] | None = Field(None, description="experts per token of MoE targets")
-    temperature: NonNegative | list[NonNegative] = Field(0.0, description="0: greedy")
-    max_new_tokens: Positive | list[Positive] = Field(64, description="tokens decoded per sequence")
-    dtype: DType | list[DType] = "float32"
-    device: str | list[str] = Field("cpu", description="cpu, mps, cuda or cuda:<index>")
+    moe_top_k: _axis(Positive) | None = Field(None, description="experts per token of MoE targets")
+    temperature: _axis(NonNegative) = Field(0.0, description="0: greedy")
+    max_new_tokens: _axis(Positive) = Field(64, description="tokens decoded per sequence")
+    dtype: _axis(DType) = "float32"
+    device: _axis(Device) = Field("cpu", description="cpu, mps, cuda or cuda:<index>")
 
 
 class GroupSettings(GridAxes):
     """[defaults]: every axis and setting a group may take, inherited by each group."""
 
-    prompts: Positive | Literal["all"] = Field(
-        "all", description="prompts of the set each grid point measures"
-    )
+    prompts: PromptCount = Field("all", description="prompts of the set each grid point measures")
     repeats: int = Field(1, ge=1)
     warmup: int = Field(0, ge=0, description="untimed runs of each arm before the timed ones")
     oracle_cost: str = Field("draft-xs", description="the model whose forwards an oracle draft pays for")
     requests: int | None = Field(None, ge=1, description="served targets: requests per run")
-    cpus: float = Field(1.0, ge=0.0, description="per run, for the Ray executor")
-    gpus: float | None = Field(None, ge=0.0, description="per run; unset: 1 on cuda devices, else 0")
+    cpus: float = Field(1.0, gt=0, description="per run, for the Ray executor")
+    gpus: float | None = Field(None, ge=0, description="per run; unset: 1 on cuda devices, else 0")
     compile: bool = Field(False, description="compiled static-shape forwards (hf backend)")
     chat: bool = Field(False, description="prompts wrapped in the target tokenizer's chat template")
+
+    @model_validator(mode="after")
+    def _one_kind_of_prompt(self) -> GroupSettings:
+        # Per table: a group's prompt_length may still override a default prompt_set.
+        if {"prompt_set", "prompt_length"} <= self.model_fields_set:
+            fail("set prompt_set or prompt_length, not both", "prompt_length")
+        return self
 
 
 class GroupTable(GroupSettings):
@@ -82,6 +183,31 @@ class GroupTable(GroupSettings):
     description: str = ""
 
 
+# --- [models.<name>] and [zoo] ------------------------------------------------------------------
+
+
+def _url(value: str) -> str:
+    url = normalize_url(value)
+    if url is None:
+        fail(f"not a server URL: {without_userinfo(value)!r}; write http://host:port")  # no password
+    return url
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME_RE.fullmatch(value):  # never echo the value: it may be a key pasted by mistake
+        fail(
+            "not an environment variable name; give the name of the variable that holds the key "
+            "(e.g. OPENAI_API_KEY), never the key itself"
+        )
+    return value
+
+
+def _model_name(name: str) -> str:
+    if not _NAME_RE.fullmatch(name) or is_reserved_name(name):
+        fail(f"bad model name '{name}'; use letters, digits, '_', '.', '-' (not 'oracle...' or '{NGRAM}')")
+    return name
+
+
 class ModelTable(_Table):
     """One [models.<name>] table: a zoo model, a path (HF directory or .gguf) or a server."""
 
@@ -89,13 +215,53 @@ class ModelTable(_Table):
     path: str | None = Field(None, description="an HF model directory, a .gguf file or a hub ID")
     backend: str | None = Field(None, description='hf, llamacpp or "openai" (a server)')
     gguf: str | None = Field(None, description="llamacpp zoo models: the GGUF weight type, e.g. q8_0")
-    url: str | None = Field(None, description="served models: http://host:port")
+    url: Annotated[str, AfterValidator(_url)] | None = Field(
+        None, description="served models: http://host:port"
+    )
     model: str | None = Field(None, description="served models: the model name the server serves")
-    engine: str | None = Field(None, description="served models: vllm, sglang, llamacpp or generic")
-    endpoint: str | None = Field(None, description="served models: chat or completions")
-    api_key_env: str | None = Field(None, description="served models: environment variable of the key")
-    timeout_s: float | None = Field(None, gt=0.0, description="served models: seconds per request")
+    engine: _choice(tuple(ENGINES)) | None = Field(
+        None, description="served models: vllm, sglang, llamacpp-server or generic"
+    )
+    endpoint: _choice(ENDPOINTS) | None = Field(None, description="served models: chat or completions")
+    api_key_env: Annotated[str, AfterValidator(_env_name)] | None = Field(
+        None, description="served models: environment variable of the key"
+    )
+    timeout_s: float | None = Field(None, gt=0, description="served models: seconds per request")
     tokenizer: str | None = Field(None, description="served models: a local tokenizer directory")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelTable:
+        given = self.model_fields_set
+        if sum(k in given for k in ("zoo", "path", "url")) != 1:
+            fail('give exactly one of zoo = "<zoo model>", path = "<HF dir or .gguf>" or url = "<server>"')
+        if "url" in given:
+            _check_served(self)
+        else:
+            _check_local(self)
+        return self
+
+
+def _check_served(table: ModelTable) -> None:
+    if table.backend not in (None, SERVING_BACKEND):
+        fail(f'a model with url = is served: backend must be "{SERVING_BACKEND}"', "backend")
+    if table.gguf is not None:
+        fail("gguf = picks the export of a zoo model; a server loads its own weights", "gguf")
+    if table.model is None:
+        fail('a served model needs model = "<its name on the server>" (GET /v1/models)', "model")
+
+
+def _check_local(table: ModelTable) -> None:
+    for key in SERVER_KEYS:
+        if key in table.model_fields_set:
+            fail(f"{key} applies to served models (url = ...) only; remove it", key)
+    if table.backend == SERVING_BACKEND:
+        fail(
+            f'backend "{SERVING_BACKEND}" talks to a server: give url = "http://host:port" and '
+            'model = "<served name>" instead of zoo = or path =',
+            "backend",
+        )
+    if table.path is not None and table.gguf is not None:
+        fail("gguf = picks a zoo model's export; a path names its .gguf file itself", "gguf")
 
 
 class ZooTable(_Table):
@@ -103,16 +269,40 @@ class ZooTable(_Table):
     seed: int = Field(0, ge=0)
 
 
+# --- the file -----------------------------------------------------------------------------------
+
+
+def _schema_version(value: int) -> int:
+    if value != SCHEMA_VERSION:
+        fail(f"unsupported schema {value!r}; this specmoe reads schema = {SCHEMA_VERSION}")
+    return value
+
+
 class SuiteFile(_Table):
     """A suite file (TOML): models, and groups of experiments whose list-valued axes form a grid."""
 
-    schema_version: Literal[1] = Field(alias="schema", description="the suite format's version: 1")
+    schema_version: Annotated[int, AfterValidator(_schema_version)] = Field(
+        alias="schema",
+        description="the suite format's version: 1",
+        json_schema_extra={"const": SCHEMA_VERSION},
+    )
     name: str | None = Field(None, description="the suite's name (default: the file name)")
     description: str = ""
     zoo: ZooTable = Field(default_factory=ZooTable)
     defaults: GroupSettings = Field(default_factory=GroupSettings)
-    models: dict[str, ModelTable]
+    models: dict[Annotated[str, AfterValidator(_model_name)], ModelTable]
     groups: list[GroupTable] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_group_names(self) -> SuiteFile:
+        seen: set[str] = set()
+        for i, group in enumerate(self.groups):
+            if group.name in seen:
+                fail(
+                    f"duplicate group name '{group.name}'; give each group its own name", f"groups[{i}].name"
+                )
+            seen.add(group.name)
+        return self
 
 
 def keys(model: type[BaseModel]) -> tuple[str, ...]:
@@ -122,7 +312,6 @@ def keys(model: type[BaseModel]) -> tuple[str, ...]:
 
 GRID_AXES = keys(GridAxes)
 DEFAULTS_KEYS = keys(GroupSettings)
-SETTINGS = DEFAULTS_KEYS[len(GRID_AXES) :]
 GROUP_KEYS = ("name", "description", *DEFAULTS_KEYS)  # a group's own keys first
 TOP_KEYS = keys(SuiteFile)
 ZOO_KEYS = keys(ZooTable)
