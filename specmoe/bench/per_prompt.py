@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.store import RunRow, stored_rows, write_records
+from specmoe.bench.store import RunRow, stored_rows
+from specmoe.bench.store_export import write_records
 from specmoe.metrics import acceptance_rate, decode_tokens_per_s
 
 PER_PROMPT_COLUMNS = (

@@ -14,27 +14,22 @@ upgraded in place when opened: its runs keep their values and get empty records 
 
 from __future__ import annotations
 
-import csv
 import json
-import math
 import os
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from specmoe.bench.suite import ARMS
+from specmoe.bench.run_row import FailedAttempt, RunRow, run_row
+from specmoe.bench.store_export import EXPORT_FORMATS, export_records, write_records
 from specmoe.canonical import canonical_json
 from specmoe.errors import SpecmoeError
-from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes, run_acceptance
-
-if TYPE_CHECKING:
-    from specmoe.bench.suite import RunSpec
+from specmoe.metrics import RunCounts, RunTimes
 
 STORE_SCHEMA_VERSION = 2
-EXPORT_FORMATS = ("csv", "parquet")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -85,98 +80,6 @@ _V2_COLUMNS = (
     "measure TEXT NOT NULL DEFAULT '{}'",
     "noisy INTEGER NOT NULL DEFAULT 0",
 )
-
-
-@dataclass(frozen=True)
-class RunRow:
-    """One finished run as stored. Counts are tokens or forward passes summed over the run; times are
-    seconds of wall clock. `created_at` is an ISO-8601 string chosen by the caller."""
-
-    run_id: str
-    config_key: str
-    baseline_key: str  # the baseline arm's config_key (a baseline row's own config_key)
-    suite: str
-    group: str
-    arm: str  # "baseline" | "sd"
-    repeat: int
-    config: dict[str, Any]
-    env: dict[str, Any]
-    counts: RunCounts  # None in a field: a server run's count the server hides
-    times: RunTimes  # None as for counts
-    tokens_per_s: float
-    acceptance_rate: float | None  # `metrics.run_acceptance`: None for the baseline arm, no proposals
-    rounds_trace: list[dict[str, Any]]
-    audit_verdict: str
-    audit_reason: str
-    created_at: str
-    # One record per prompt of the batch, in batch order: prompt_id, category and that sequence's
-    # counts (rounds, drafted, accepted, emitted, truncated, accepted_by_position). Empty for runs
-    # stored before schema version 2 and for server runs.
-    prompts: list[dict[str, Any]] = field(default_factory=list)
-    # How the run was measured: started_at / finished_at (ISO-8601, ms), block and position in it,
-    # threads, the machine's load (other_cpu, steal, load_avg), step_spread, attempts, noise reason.
-    measure: dict[str, Any] = field(default_factory=dict)
-    noisy: bool = False  # the noise guard could not get an undisturbed measurement (measure["noise"])
-
-    def __post_init__(self) -> None:
-        # A malformed row is a bug in the caller: refuse it before it reaches the file.
-        if self.arm not in ARMS:
-            raise ValueError(f"arm must be one of {ARMS}, got {self.arm!r}")
-        if not isinstance(self.counts, RunCounts) or not isinstance(self.times, RunTimes):
-            raise TypeError(f"counts and times must be RunCounts and RunTimes, got {self.counts!r}")
-        if not math.isfinite(self.tokens_per_s):
-            raise ValueError(f"tokens_per_s must be finite, got {self.tokens_per_s}")
-
-
-def run_row(
-    spec: RunSpec,
-    *,
-    env: dict[str, Any],
-    counts: RunCounts,
-    times: RunTimes,
-    tokens_per_s: float,
-    rounds_trace: list[dict[str, Any]],
-    audit_verdict: str,
-    audit_reason: str,
-    created_at: str,
-    prompts: list[dict[str, Any]] | None = None,
-    measure: dict[str, Any] | None = None,
-    noisy: bool = False,
-) -> RunRow:
-    """The row of a finished run of `spec`, local or served: its identity and config come from the
-    spec, its acceptance rate from its counts (`metrics.run_acceptance`), so no caller derives them."""
-    return RunRow(
-        run_id=spec.run_id,
-        config_key=spec.config_key,
-        baseline_key=spec.baseline_key,
-        suite=spec.suite,
-        group=spec.group,
-        arm=spec.arm,
-        repeat=spec.repeat,
-        config=spec.as_dict(),
-        env=env,
-        counts=counts,
-        times=times,
-        tokens_per_s=tokens_per_s,
-        acceptance_rate=run_acceptance(spec.arm, counts),
-        rounds_trace=rounds_trace,
-        audit_verdict=audit_verdict,
-        audit_reason=audit_reason,
-        created_at=created_at,
-        prompts=[] if prompts is None else prompts,
-        measure={} if measure is None else measure,
-        noisy=noisy,
-    )
-
-
-@dataclass(frozen=True)
-class FailedAttempt:
-    """An attempt at a run that produced no row: its task raised, or the process running it died."""
-
-    run_id: str
-    attempt: int  # 1-based
-    error: str  # one line
-    final: bool  # no attempt left: the run stays missing until the suite runs again
 
 
 LOCK_TIMEOUT_S = 30.0  # how long a write waits for another process's transaction to end
@@ -452,52 +355,7 @@ def _row_from_values(values: tuple[Any, ...]) -> RunRow:
     )
 
 
-# --- export --------------------------------------------------------------------------------------
-
-_LEAD_COLUMNS = ("run_id", "config_key", "baseline_key", "suite", "group", "arm", "repeat")
-_TAIL_COLUMNS = ("tokens_per_s", "acceptance_rate", "noisy", "audit_verdict", "audit_reason", "created_at")
-
-
-def flatten(prefix: str, value: dict[str, Any]) -> dict[str, Any]:
-    """Nested dicts as dotted keys ("config.target_model.zoo"); lists become JSON text."""
-    flat: dict[str, Any] = {}
-    for key, item in value.items():
-        name = f"{prefix}.{key}"
-        if isinstance(item, dict):
-            flat.update(flatten(name, item))
-        else:
-            flat[name] = canonical_json(item) if isinstance(item, list) else item
-    return flat
-
-
-def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]:
-    """Columns and one flat record per run (traces omitted).
-
-    Column order is fixed: identity, then config.*, env.* and measure.* (sorted), counts.* and times.* (in
-    COUNT_KEYS / TIME_KEYS order), then the scalars.
-    """
-    records = []
-    for row in rows:
-        record: dict[str, Any] = {name: getattr(row, name) for name in _LEAD_COLUMNS}
-        record.update(flatten("config", row.config))
-        record.update(flatten("env", row.env))
-        record.update(flatten("measure", row.measure))
-        record.update({f"counts.{k}": getattr(row.counts, k) for k in COUNT_KEYS})
-        record.update({f"times.{k}": getattr(row.times, k) for k in TIME_KEYS})
-        record.update({name: getattr(row, name) for name in _TAIL_COLUMNS})
-        record["noisy"] = int(row.noisy)
-        records.append(record)
-    config_cols = sorted({k for r in records for k in r if k.startswith("config.")})
-    env_cols = sorted({k for r in records for k in r if k.startswith(("env.", "measure."))})
-    columns = [
-        *_LEAD_COLUMNS,
-        *config_cols,
-        *env_cols,
-        *(f"counts.{k}" for k in COUNT_KEYS),
-        *(f"times.{k}" for k in TIME_KEYS),
-        *_TAIL_COLUMNS,
-    ]
-    return columns, records
+# --- export (the file formats are `store_export`'s) ----------------------------------------------
 
 
 def export(db_path: str | Path, out_path: str | Path, fmt: str) -> int:
@@ -520,26 +378,15 @@ def stored_rows(db_path: str | Path, out_path: str | Path, fmt: str) -> list[Run
         return store.rows()
 
 
-def write_records(out_path: Path, columns: list[str], records: list[dict[str, Any]], fmt: str) -> None:
-    """Flat records as a CSV or Parquet file, columns in the given order."""
-    if fmt == "csv":
-        _write_csv(out_path, columns, records)
-    else:
-        _write_parquet(out_path, columns, records)
-
-
-def _write_csv(out_path: Path, columns: list[str], records: list[dict[str, Any]]) -> None:
-    with out_path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(records)  # missing keys (and None) become empty cells
-
-
-def _write_parquet(out_path: Path, columns: list[str], records: list[dict[str, Any]]) -> None:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise SpecmoeError("parquet export needs pyarrow: pip install pyarrow") from None
-    table = pa.table({name: [r.get(name) for r in records] for name in columns})
-    pq.write_table(table, out_path)
+__all__ = [  # the run's row types live in `run_row`; importers of the store find them here too
+    "EXPORT_FORMATS",
+    "LOCK_TIMEOUT_S",
+    "STORE_SCHEMA_VERSION",
+    "FailedAttempt",
+    "RunRow",
+    "Store",
+    "check_store_path",
+    "export",
+    "run_row",
+    "stored_rows",
+]

@@ -6,7 +6,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from specmoe.bench.store import RunRow, flatten
+from specmoe.bench.store import RunRow
+from specmoe.bench.store_export import flatten
 from specmoe.report.slices import AXES, SD_ONLY_AXES, axis_value, format_axis, label
 
 # Environment keys in reading order (specmoe.bench.env); any others follow, sorted.

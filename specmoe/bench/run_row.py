@@ -1,0 +1,106 @@
+"""A finished run as the store holds it (`RunRow`), built in one place (`run_row`), and an attempt
+that produced none (`FailedAttempt`). `store` writes and reads them; `store_export` flattens them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from specmoe.bench.suite import ARMS
+from specmoe.metrics import RunCounts, RunTimes, run_acceptance
+
+if TYPE_CHECKING:
+    from specmoe.bench.suite import RunSpec
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One finished run as stored. Counts are tokens or forward passes summed over the run; times are
+    seconds of wall clock. `created_at` is an ISO-8601 string chosen by the caller."""
+
+    run_id: str
+    config_key: str
+    baseline_key: str  # the baseline arm's config_key (a baseline row's own config_key)
+    suite: str
+    group: str
+    arm: str  # "baseline" | "sd"
+    repeat: int
+    config: dict[str, Any]
+    env: dict[str, Any]
+    counts: RunCounts  # None in a field: a server run's count the server hides
+    times: RunTimes  # None as for counts
+    tokens_per_s: float
+    acceptance_rate: float | None  # `metrics.run_acceptance`: None for the baseline arm, no proposals
+    rounds_trace: list[dict[str, Any]]
+    audit_verdict: str
+    audit_reason: str
+    created_at: str
+    # One record per prompt of the batch, in batch order: prompt_id, category and that sequence's
+    # counts (rounds, drafted, accepted, emitted, truncated, accepted_by_position). Empty for runs
+    # stored before schema version 2 and for server runs.
+    prompts: list[dict[str, Any]] = field(default_factory=list)
+    # How the run was measured: started_at / finished_at (ISO-8601, ms), block and position in it,
+    # threads, the machine's load (other_cpu, steal, load_avg), step_spread, attempts, noise reason.
+    measure: dict[str, Any] = field(default_factory=dict)
+    noisy: bool = False  # the noise guard could not get an undisturbed measurement (measure["noise"])
+
+    def __post_init__(self) -> None:
+        # A malformed row is a bug in the caller: refuse it before it reaches the file.
+        if self.arm not in ARMS:
+            raise ValueError(f"arm must be one of {ARMS}, got {self.arm!r}")
+        if not isinstance(self.counts, RunCounts) or not isinstance(self.times, RunTimes):
+            raise TypeError(f"counts and times must be RunCounts and RunTimes, got {self.counts!r}")
+        if not math.isfinite(self.tokens_per_s):
+            raise ValueError(f"tokens_per_s must be finite, got {self.tokens_per_s}")
+
+
+def run_row(
+    spec: RunSpec,
+    *,
+    env: dict[str, Any],
+    counts: RunCounts,
+    times: RunTimes,
+    tokens_per_s: float,
+    rounds_trace: list[dict[str, Any]],
+    audit_verdict: str,
+    audit_reason: str,
+    created_at: str,
+    prompts: list[dict[str, Any]] | None = None,
+    measure: dict[str, Any] | None = None,
+    noisy: bool = False,
+) -> RunRow:
+    """The row of a finished run of `spec`, local or served: its identity and config come from the
+    spec, its acceptance rate from its counts (`metrics.run_acceptance`), so no caller derives them."""
+    return RunRow(
+        run_id=spec.run_id,
+        config_key=spec.config_key,
+        baseline_key=spec.baseline_key,
+        suite=spec.suite,
+        group=spec.group,
+        arm=spec.arm,
+        repeat=spec.repeat,
+        config=spec.as_dict(),
+        env=env,
+        counts=counts,
+        times=times,
+        tokens_per_s=tokens_per_s,
+        acceptance_rate=run_acceptance(spec.arm, counts),
+        rounds_trace=rounds_trace,
+        audit_verdict=audit_verdict,
+        audit_reason=audit_reason,
+        created_at=created_at,
+        prompts=[] if prompts is None else prompts,
+        measure={} if measure is None else measure,
+        noisy=noisy,
+    )
+
+
+@dataclass(frozen=True)
+class FailedAttempt:
+    """An attempt at a run that produced no row: its task raised, or the process running it died."""
+
+    run_id: str
+    attempt: int  # 1-based
+    error: str  # one line
+    final: bool  # no attempt left: the run stays missing until the suite runs again

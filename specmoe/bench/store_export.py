@@ -1,0 +1,85 @@
+"""Stored runs as flat files: one record per run, nested values as dotted columns, written as CSV
+or Parquet. `store.export` reads a store and writes its runs through here; `per_prompt` writes
+its per-prompt records with the same writers."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from specmoe.bench.run_row import RunRow
+from specmoe.canonical import canonical_json
+from specmoe.errors import SpecmoeError
+from specmoe.metrics import COUNT_KEYS, TIME_KEYS
+
+EXPORT_FORMATS = ("csv", "parquet")
+_LEAD_COLUMNS = ("run_id", "config_key", "baseline_key", "suite", "group", "arm", "repeat")
+_TAIL_COLUMNS = ("tokens_per_s", "acceptance_rate", "noisy", "audit_verdict", "audit_reason", "created_at")
+
+
+def flatten(prefix: str, value: dict[str, Any]) -> dict[str, Any]:
+    """Nested dicts as dotted keys ("config.target_model.zoo"); lists become JSON text."""
+    flat: dict[str, Any] = {}
+    for key, item in value.items():
+        name = f"{prefix}.{key}"
+        if isinstance(item, dict):
+            flat.update(flatten(name, item))
+        else:
+            flat[name] = canonical_json(item) if isinstance(item, list) else item
+    return flat
+
+
+def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]:
+    """Columns and one flat record per run (traces omitted).
+
+    Column order is fixed: identity, then config.*, env.* and measure.* (sorted), counts.* and times.* (in
+    COUNT_KEYS / TIME_KEYS order), then the scalars.
+    """
+    records = []
+    for row in rows:
+        record: dict[str, Any] = {name: getattr(row, name) for name in _LEAD_COLUMNS}
+        record.update(flatten("config", row.config))
+        record.update(flatten("env", row.env))
+        record.update(flatten("measure", row.measure))
+        record.update({f"counts.{k}": getattr(row.counts, k) for k in COUNT_KEYS})
+        record.update({f"times.{k}": getattr(row.times, k) for k in TIME_KEYS})
+        record.update({name: getattr(row, name) for name in _TAIL_COLUMNS})
+        record["noisy"] = int(row.noisy)
+        records.append(record)
+    config_cols = sorted({k for r in records for k in r if k.startswith("config.")})
+    env_cols = sorted({k for r in records for k in r if k.startswith(("env.", "measure."))})
+    columns = [
+        *_LEAD_COLUMNS,
+        *config_cols,
+        *env_cols,
+        *(f"counts.{k}" for k in COUNT_KEYS),
+        *(f"times.{k}" for k in TIME_KEYS),
+        *_TAIL_COLUMNS,
+    ]
+    return columns, records
+
+
+def write_records(out_path: Path, columns: list[str], records: list[dict[str, Any]], fmt: str) -> None:
+    """Flat records as a CSV or Parquet file, columns in the given order."""
+    if fmt == "csv":
+        _write_csv(out_path, columns, records)
+    else:
+        _write_parquet(out_path, columns, records)
+
+
+def _write_csv(out_path: Path, columns: list[str], records: list[dict[str, Any]]) -> None:
+    with out_path.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(records)  # missing keys (and None) become empty cells
+
+
+def _write_parquet(out_path: Path, columns: list[str], records: list[dict[str, Any]]) -> None:
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise SpecmoeError("parquet export needs pyarrow: pip install pyarrow") from None
+    table = pa.table({name: [r.get(name) for r in records] for name in columns})
+    pq.write_table(table, out_path)
