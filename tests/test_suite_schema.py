@@ -67,6 +67,7 @@ def test_schema_errors_are_one_line_naming_the_key(tmp_path, defaults, message):
     ("old", "new", "message"),
     [
         ("schema = 1", "schema = true", "schema: unsupported schema True; this specmoe reads schema = 1"),
+        ("schema = 1", "schema = 1\nschema_version = 1", "schema_version: unknown key 'schema_version'"),
         ('[zoo]\npreset = "tiny"', "zoo = 3", "zoo: expected a table, got an integer"),
         ("seed = 0\n", "seed = -1\n", "zoo.seed: seed must be >= 0, got -1"),
         (

@@ -120,7 +120,7 @@ Rate = Annotated[
 
 
 class _Table(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", strict=True, validate_default=True)
 
 
 # --- [defaults] and [[groups]] ------------------------------------------------------------------
