@@ -206,7 +206,7 @@ def _add_zoo(commands) -> None:
         "--preset",
         default="tiny",
         help="tiny, bench (random weights), trained (about 4 minutes on one core) or smollm2-draft "
-        "(a draft distilled from SmolLM2-135M, fetched first; under 20 minutes on one core)",
+        "(a draft distilled from SmolLM2-135M, fetched first; about 23 minutes on one core)",
     )
     build.add_argument(
         "--out",

@@ -104,9 +104,17 @@ class _Handler(BaseHTTPRequestHandler):
         with self.config.lock:
             self.config.in_flight += 1
             self.config.max_in_flight = max(self.config.max_in_flight, self.config.in_flight)
+        self._counted = True
         try:
             self._stream(body)
         finally:
+            self._leave()
+
+    def _leave(self) -> None:
+        """The request stops counting as in flight, once. Called before the stream's last write:
+        a client that has read [DONE] may send its next request before this thread runs again."""
+        if getattr(self, "_counted", False):
+            self._counted = False
             with self.config.lock:
                 self.config.in_flight -= 1
 
@@ -154,6 +162,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._event("[DONE]")
 
     def _event(self, data) -> None:
+        if data == "[DONE]":
+            self._leave()
         text = data if isinstance(data, str) else json.dumps(data)
         self.wfile.write(f"data: {text}\n\n".encode())
         self.wfile.flush()
