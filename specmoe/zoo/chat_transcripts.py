@@ -7,9 +7,10 @@ draft learns from exactly that: instructions made offline, wrapped in the target
 with the target's top-k log-probabilities at every answer position kept as the soft labels.
 
 Instructions come from the project's own text, never from the benchmark's prompts (those are the
-evaluation): the questions of `specmoe.zoo.synthetic` (the part before its answer) and the
-paragraphs of the package corpus, each asked about with one of a few request templates per kind.
-Any instruction containing a built-in prompt is dropped (`train_data.held_out_prompts`).
+evaluation): requests shaped like served traffic (`specmoe.zoo.chat_requests`), the questions of
+`specmoe.zoo.synthetic` (the part before its answer) and the paragraphs of the package corpus, each
+asked about with one of a few request templates per kind. Any instruction containing a built-in
+prompt is dropped (`train_data.held_out_prompts`).
 
 Generation is batched and left-padded: one forward of B sequences costs little more than one of a
 single sequence at this size, and the answers (EOS included; like the benchmark, the target writes
