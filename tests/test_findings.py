@@ -256,3 +256,11 @@ def test_the_bandwidth_regime_compares_the_one_token_step_with_its_floor(tmp_pat
     (tmp_path / "profiles" / "moe-float32.json").write_text(json.dumps(profile))
     assert bandwidth_regime(tmp_path).ok
     assert not bandwidth_regime(tmp_path / "nothing").ok
+
+
+def test_export_writes_home_paths_from_tilde(tmp_path, monkeypatch):
+    from specmoe.bench.store_export import flatten
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    flat = flatten("config", {"target_model": {"path": f"{tmp_path}/zoo/moe"}, "other": "/opt/x", "n": 3})
+    assert flat == {"config.target_model.path": "~/zoo/moe", "config.other": "/opt/x", "config.n": 3}

@@ -19,15 +19,25 @@ _TAIL_COLUMNS = ("tokens_per_s", "acceptance_rate", "noisy", "audit_verdict", "a
 
 
 def flatten(prefix: str, value: dict[str, Any]) -> dict[str, Any]:
-    """Nested dicts as dotted keys ("config.target_model.zoo"); lists become JSON text."""
+    """Nested dicts as dotted keys ("config.target_model.zoo"); lists become JSON text; a path under
+    the home folder is written from `~` (`shareable`)."""
     flat: dict[str, Any] = {}
     for key, item in value.items():
         name = f"{prefix}.{key}"
         if isinstance(item, dict):
             flat.update(flatten(name, item))
         else:
-            flat[name] = canonical_json(item) if isinstance(item, list) else item
+            flat[name] = canonical_json(item) if isinstance(item, list) else shareable(item)
     return flat
+
+
+def shareable(value: Any) -> Any:
+    """A path under the home folder as `~/...`: exports are made to be shared, and the measuring
+    machine's home folder says nothing about the run (`Path.expanduser` reads it back)."""
+    home = str(Path.home())
+    if isinstance(value, str) and home != "/" and value.startswith(home + "/"):
+        return "~" + value[len(home) :]
+    return value
 
 
 def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]:
