@@ -17,7 +17,7 @@ requests of these shapes.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 _FACT_PATTERNS = (
     "What is the capital of {country}?",
@@ -206,7 +206,7 @@ KINDS: dict[str, Callable[[random.Random], str]] = {
 }
 
 
-def requests(seed: int = 0):
+def requests(seed: int = 0) -> Iterator[str]:
     """Requests of the four kinds in turn, endlessly (repeats possible: callers drop them)."""
     rng = random.Random(seed)
     while True:

@@ -94,14 +94,14 @@ def instructions(count: int, seed: int = 0) -> list[str]:
     corpus = _corpus_requests(rng)
     rng.shuffle(corpus)
     held_out = held_out_prompts()
-    corpus_iter, questions, traffic = iter(corpus), _synthetic_questions(seed), chat_requests.requests(seed)
+    questions = _synthetic_questions(seed)
+    streams = {"traffic": chat_requests.requests(seed), "corpus": iter(corpus), "synthetic": questions}
     seen, out, turn = set(), [], 0
     while len(out) < count:
-        source = _MIX[turn % len(_MIX)]
+        text = next(streams[_MIX[turn % len(_MIX)]], None)
         turn += 1
-        text = next(corpus_iter, None) if source == "corpus" else None
-        if text is None:
-            text = next(traffic) if source == "traffic" else next(questions)
+        if text is None:  # the corpus ran out (the other two never do): questions take its turns
+            text = next(questions)
         if text in seen or any(prompt in text for prompt in held_out):
             continue
         seen.add(text)
