@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 
 from specmoe.api import load_model
+from specmoe.backends.hf_experts import NAME as GATHERED
 from specmoe.backends.hf_static import SLOT_STEP, StaticHFBackend
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
@@ -19,8 +20,8 @@ from specmoe.metrics import invariant_violations
 PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [40, 41], [99]]  # different lengths, one a single token
 
 
-def _static(tiny_zoo, name: str, **options) -> StaticHFBackend:
-    eager = load_model(tiny_zoo / name, dtype="float64", experts_implementation="batched_mm")
+def _static(tiny_zoo, name: str, experts: str = "batched_mm", **options) -> StaticHFBackend:
+    eager = load_model(tiny_zoo / name, dtype="float64", experts_implementation=experts)
     return StaticHFBackend(eager.model, name, eager.device, **options)
 
 
@@ -89,3 +90,17 @@ def test_rows_leave_the_static_batch_independently(tiny_zoo):
     result = decode(target, PROMPTS, DecodeConfig(max_new_tokens=16, gamma=3), ModelDrafter(draft))
     assert [o.token_ids for o in result.outputs] == expected
     assert len({len(t) for t in expected}) > 1  # rows really left at different rounds
+
+
+def test_gathered_experts_through_compiled_graphs_are_exact(exact_models, tiny_zoo):
+    # The compiled path's default experts on CPU: fused in one-token steps, the expert loop in the
+    # wider verify blocks and the eager prefill.
+    target = _static(tiny_zoo, "moe", experts=GATHERED, compiler="eager")
+    draft = _static(tiny_zoo, "draft-xs", compiler="eager")
+    expected = _plain(exact_models["moe"], PROMPTS[:2], 10)
+    assert [
+        o.token_ids
+        for o in decode(target, PROMPTS[:2], DecodeConfig(max_new_tokens=10, ignore_eos=True)).outputs
+    ] == expected
+    config = DecodeConfig(max_new_tokens=10, gamma=4, ignore_eos=True)
+    assert [o.token_ids for o in decode(target, PROMPTS[:2], config, ModelDrafter(draft)).outputs] == expected

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from specmoe.backends import hf_experts
 from specmoe.backends.hf_model import MOE_CONFIG_KEYS, set_model_facts
 from specmoe.backends.weights import check_safetensors_dir
 from specmoe.dtypes import DTYPE_NAMES, torch_dtype
@@ -37,13 +38,16 @@ def default_dtype(device: str) -> str:
 
 
 def default_experts_implementation(dtype: str, compile: bool = False, device: str = "cpu") -> str:
-    """grouped_mm measured fastest on CPU in bf16 and fp32 (docs/engine.md); it has no float64 path,
-    so the exact reference uses the eager loop. Compiled, the eager loop's shapes depend on the
-    routing (each new shape a new graph), and outside bf16 grouped_mm falls back to a per-expert loop
-    that reads its offsets on the host, which a CUDA graph cannot capture: batched_mm instead."""
+    """Eager: grouped_mm measured fastest on CPU in bf16 and fp32 (docs/engine.md); it has no
+    float64 path, so the exact reference uses the model's per-expert loop. Compiled on CPU: the
+    gathered contraction (`hf_experts.py`), which inductor fuses into one kernel per projection.
+    Compiled on a GPU: outside bf16 grouped_mm falls back to a per-expert loop that reads its offsets
+    on the host, which a CUDA graph cannot capture, so batched_mm."""
+    if compile and device == "cpu":
+        return hf_experts.NAME
     if dtype == "float64":
         return "batched_mm" if compile else "eager"
-    if compile and dtype != "bfloat16" and device != "cpu":
+    if compile and dtype != "bfloat16":
         return "batched_mm"
     return "grouped_mm"
 
@@ -129,6 +133,8 @@ def load_hf(
         kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(
             dtype, compile, device
         )
+        if kwargs["experts_implementation"] == hf_experts.NAME:
+            hf_experts.register()
     verbosity = hf_logging.get_verbosity()
     # transformers reports missing or unexpected weights as a multi-line notice and goes on with
     # random ones; that is an error here (`check_loading_info`), so the notice is not printed.

@@ -20,6 +20,10 @@ that changes rarely (gpt-fast's recipe, extended to ragged batches):
 The first call of each shape compiles it. That call runs once as a warm-up whose effects are undone
 (its writes sit past the pointer and are masked), and its seconds go to `compile_s`, so the engine
 can keep compile time out of decode time. Prefill runs eagerly: its length varies per batch.
+
+Kernels on CPU, chosen by measurement (docs/engine.md): an MoE's experts run the gathered
+contraction of `hf_experts.py` (the loader's default with compile), and a dense model's one-row
+matmuls are written by inductor rather than called from BLAS (`_one_row_matmuls_fused`).
 """
 
 from __future__ import annotations
@@ -60,7 +64,9 @@ class StaticHFBackend:
         # CUDA graph trees run a new shape eagerly, record it on the next call, then replay it.
         self._warm_calls = 3 if mode == "reduce-overhead" else 1
         self._eager_step = self._build_step()
-        self._step = self._compile(self._eager_step, mode, compiler) if compile else self._eager_step
+        self._step = (
+            self._compile(self._eager_step, mode, compiler, self.is_moe) if compile else self._eager_step
+        )
         self._seen: set[tuple[int, int, int]] = set()  # (S, t, L) shapes already compiled
         self._cache = None
         self._rows = 0  # S
@@ -95,12 +101,16 @@ class StaticHFBackend:
         return step
 
     @staticmethod
-    def _compile(step, mode: str | None, compiler: str):
+    def _compile(step, mode: str | None, compiler: str, is_moe: bool):
         # Each (S, t, L) is its own graph by design (dynamic=False); the default limit of 8 graphs
         # per function would silently fall back to eager past it.
         limit = torch._dynamo.config.recompile_limit
         torch._dynamo.config.recompile_limit = max(limit, _RECOMPILE_LIMIT)
-        return torch.compile(step, mode=mode, dynamic=False, backend=compiler)
+        # Measured on this CPU: fusing one-row matmuls speeds dense models' steps and slows the MoE's
+        # (bench moe T(1,1) 16.5 -> 21.5 ms in float32, 18.5 -> 21 ms in bf16; docs/engine.md).
+        fuse = mode is None and compiler == "inductor" and not is_moe
+        options = _one_row_matmuls_fused() if fuse else None
+        return torch.compile(step, mode=mode, dynamic=False, backend=compiler, options=options)
 
     # -- protocol -------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -238,6 +248,25 @@ class StaticHFBackend:
         self._pointer = pointer
         for layer in self._cache.layers:
             layer.cumulative_length.fill_(pointer)
+
+
+def _one_row_matmuls_fused() -> dict:
+    """Inductor options that write each one-row matmul (decode and draft steps) as its own fused
+    multiply-and-sum instead of a BLAS call. On this CPU the BLAS matrix-vector product streams
+    weights at about half the read bandwidth; inductor's generated reduction does better (bench
+    dense-s T(1,1) measured 31 -> 19 ms in float32 and 34 -> 19 ms in bf16, docs/engine.md).
+    Inductor applies it to CPU tensors only, and by default only to matrices up to 2048 on a side;
+    the limit is lifted so real vocabularies and hidden sizes qualify (it lives in the pass's
+    module, read at its import)."""
+    try:
+        from torch._inductor.fx_passes import decompose_mem_bound_mm as decompose
+
+        decompose.cpu_max_other_dimension_decomposition = max(
+            decompose.cpu_max_other_dimension_decomposition, 1 << 20
+        )
+    except (ImportError, AttributeError):  # another torch: its own limits apply
+        pass
+    return {"post_grad_fusion_options": {"decompose_mm_pass": {}}}
 
 
 def _bucket(batch: int) -> int:

@@ -1,0 +1,67 @@
+"""The compiled path's MoE experts: each token's K expert matrices indexed inside one contraction.
+
+Shape legend: T tokens, H hidden, K top-k, E experts, I expert width.
+
+gpt-fast's MoE recipe. `gate_up_proj[top_k_index]` is [T, K, 2I, H]; written as an einsum over it,
+inductor fuses the indexing into the reduction it generates, so a decode step streams the K routed
+experts' weights once, in one kernel, with no copy, no host read of the routing and no graph break.
+transformers' `grouped_mm` on CPU outside bf16 loops over experts reading offsets on the host (a
+graph break per layer under torch.compile), and eager indexing would copy T x K expert matrices;
+measured on this CPU, the bench MoE's compiled T(1,1) in float32 went from 31 to 17 ms
+(docs/engine.md).
+
+The fused read costs T x K expert matrices where the routed tokens touch at most E distinct ones,
+so it is used only while T x K <= E and only inside a compiled graph; otherwise (eager prefill,
+wide batches) the forward is transformers' `grouped_mm`, or its per-expert loop in float64, where
+`grouped_mm` has no kernel. Both branches compute the same sum; only the order of additions differs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAME = "specmoe_gathered"
+
+
+def gathered_experts_forward(
+    self,
+    hidden_states: torch.Tensor,  # [T, H]
+    top_k_index: torch.Tensor,  # [T, K] selected experts
+    top_k_weights: torch.Tensor,  # [T, K] their routing weights
+) -> torch.Tensor:
+    """[T, H]: sum over each token's K experts of weight x down(act(gate(x)) * up(x))."""
+    tokens, top_k = top_k_index.shape
+    if not (torch.compiler.is_compiling() and tokens * top_k <= self.num_experts and _standard_layout(self)):
+        return _fallback(self, hidden_states, top_k_index, top_k_weights)
+    gate_up = torch.einsum("th,tkoh->tko", hidden_states, self.gate_up_proj[top_k_index])  # [T, K, 2I]
+    gate, up = gate_up.chunk(2, dim=-1)
+    out = torch.einsum("tki,tkhi->tkh", self.act_fn(gate) * up, self.down_proj[top_k_index])  # [T, K, H]
+    return (out * top_k_weights[..., None].to(out.dtype)).sum(1).to(hidden_states.dtype)
+
+
+def _standard_layout(experts) -> bool:
+    """Fused [E, 2I, H] gate-up and [E, H, I] down weights, no biases: Qwen3-MoE and alike."""
+    return (
+        getattr(experts, "has_gate", True)
+        and getattr(experts, "is_concatenated", True)
+        and not getattr(experts, "is_transposed", False)
+        and not getattr(experts, "has_bias", False)
+        and not getattr(experts, "has_post_expert_norm", False)
+    )
+
+
+def _fallback(experts, hidden_states, top_k_index, top_k_weights) -> torch.Tensor:
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    if hidden_states.dtype == torch.float64 or "grouped_mm" not in ALL_EXPERTS_FUNCTIONS:
+        loop = type(experts).forward.__wrapped__  # the model's own per-expert loop
+        return loop(experts, hidden_states, top_k_index, top_k_weights)
+    return ALL_EXPERTS_FUNCTIONS["grouped_mm"](experts, hidden_states, top_k_index, top_k_weights)
+
+
+def register() -> str:
+    """Make the forward available as `experts_implementation=NAME`; idempotent."""
+    from transformers.integrations.moe import ExpertsInterface
+
+    ExpertsInterface.register(NAME, gathered_experts_forward)
+    return NAME
