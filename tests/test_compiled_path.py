@@ -93,14 +93,13 @@ def test_rows_leave_the_static_batch_independently(tiny_zoo):
 
 
 def test_gathered_experts_through_compiled_graphs_are_exact(exact_models, tiny_zoo):
-    # The compiled path's default experts on CPU: fused in one-token steps, the expert loop in the
-    # wider verify blocks and the eager prefill.
+    # The compiled path's default experts on CPU. Three rows pad to S = 4: one-token steps (4 x 2
+    # slots <= 32 experts) run the fused contraction, the 5-token verify blocks (40 slots) and the
+    # eager prefill the expert loop.
     target = _static(tiny_zoo, "moe", experts=GATHERED, compiler="eager")
     draft = _static(tiny_zoo, "draft-xs", compiler="eager")
-    expected = _plain(exact_models["moe"], PROMPTS[:2], 10)
-    assert [
-        o.token_ids
-        for o in decode(target, PROMPTS[:2], DecodeConfig(max_new_tokens=10, ignore_eos=True)).outputs
-    ] == expected
+    expected = _plain(exact_models["moe"], PROMPTS, 10)
+    plain = decode(target, PROMPTS, DecodeConfig(max_new_tokens=10, ignore_eos=True))
+    assert [o.token_ids for o in plain.outputs] == expected
     config = DecodeConfig(max_new_tokens=10, gamma=4, ignore_eos=True)
-    assert [o.token_ids for o in decode(target, PROMPTS[:2], config, ModelDrafter(draft)).outputs] == expected
+    assert [o.token_ids for o in decode(target, PROMPTS, config, ModelDrafter(draft)).outputs] == expected
