@@ -24,6 +24,8 @@ COMPUTE_OPS = (
     "aten::_scaled_dot_product_attention_math",
     "aten::_weight_int8pack_mm",
 )
+# The profiler's name for the call of an inductor-compiled graph; its self time is the generated kernels.
+GENERATED_CODE = "## Call CompiledFxGraph"
 
 
 def read_bandwidth(gib: float = 1.0, repeats: int = 5) -> float:
@@ -100,10 +102,6 @@ def framework_share(backend, context: list[int], forwards: int = 5) -> float:
 
 def _computes(key: str) -> bool:
     return key in COMPUTE_OPS or key.startswith(GENERATED_CODE)
-
-
-# The profiler's name for the call of an inductor-compiled graph; its self time is the generated kernels.
-GENERATED_CODE = "## Call CompiledFxGraph"
 
 
 class CountingBackend:
