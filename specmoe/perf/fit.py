@@ -32,7 +32,9 @@ from specmoe.perf.model import Constants, MoEShape, forward_time
 KIND = "specmoe-fit"
 FIT_HINT = "make one with `specmoe model fit PROFILE --out FIT`"
 MAX_POINTS = 21
-FORM = "moesd-roofline-v1"
+FORM = "moesd-roofline-v2"
+# v1 fits lack reread_tokens, which then defaults to 1: the same model, so they still read.
+READABLE_FORMS = ("moesd-roofline-v1", FORM)
 
 # Free constants and their bounds; the rest stay at their defaults (no KV term: see docs).
 DENSE_FREE = ("overhead_s", "sequence_s", "dense_s", "knee_tokens", "sharpness")
@@ -44,13 +46,26 @@ BOUNDS = {
     "expert_s": (0.0, np.inf),
     "knee_tokens": (0.05, 1e4),
     "sharpness": (1.0, 16.0),
+    "reread_tokens": (1.0, 64.0),
 }
 _START_KNEES = (1.0, 4.0, 16.0, 64.0)
 _START_SHARPNESS = (1.5, 6.0)
 
 
-def free_constants(shape: MoEShape) -> tuple[str, ...]:
-    return MOE_FREE if shape.is_moe else DENSE_FREE
+def free_constants(shape: MoEShape, reread: bool = False) -> tuple[str, ...]:
+    names = MOE_FREE if shape.is_moe else DENSE_FREE
+    return (*names, "reread_tokens") if reread else names
+
+
+def aicc(residuals: np.ndarray, parameters: int) -> float:
+    """Akaike's criterion with the small-sample correction, for least squares: m·ln(RSS/m) + 2p +
+    2p(p+1)/(m−p−1). It charges the extra constant what it is worth in fit; inf where m − p − 1 ≤ 0,
+    so a form is never chosen on too few points to judge it."""
+    m, p = residuals.size, parameters
+    if m - p - 1 <= 0:
+        return math.inf
+    rss = max(float(residuals @ residuals), 1e-300)
+    return m * math.log(rss / m) + 2 * p + 2 * p * (p + 1) / (m - p - 1)
 
 
 def select_points(grid: list[tuple[int, int]], max_points: int = MAX_POINTS) -> list[tuple[int, int]]:
@@ -94,7 +109,12 @@ def _initial(points: list[dict], shape: MoEShape, knee: float, sharpness: float)
 
 def fit_points(points: list[dict], shape: MoEShape, where: str = "profile") -> tuple[Constants, dict]:
     """Least-squares constants for `points` (dicts with batch, tokens, median_s); returns them and
-    per-constant {value, std, at_bound}."""
+    per-constant {value, std, at_bound}.
+
+    Two forms compete: the roofline (μ = 1) and the same with μ free (`weight_cost`). The second
+    is kept only when its AICc is lower, so a profile that bends like a roofline keeps the plain
+    form and one whose kernel re-reads weights over its first rows (llama.cpp's few-row products,
+    BLAS at 2–3 rows in float32) gets μ."""
     names = free_constants(shape)
     if len(points) < len(names):
         raise SpecmoeError(
@@ -102,6 +122,20 @@ def fit_points(points: list[dict], shape: MoEShape, where: str = "profile") -> t
             f"{len(names)} constants; profile at least {len(names)} (B, t) points "
             "(e.g. --batch 1,2,4 --tokens 1,2,4)"
         )
+    plain = _least_squares(points, shape, names)
+    reread_names = free_constants(shape, reread=True)
+    best, best_names = plain, names
+    if len(points) > len(reread_names) + 1:
+        reread = _least_squares(points, shape, reread_names)
+        if aicc(reread.fun, len(reread_names)) < aicc(plain.fun, len(names)):
+            best, best_names = reread, reread_names
+    lower = np.array([BOUNDS[n][0] for n in best_names])
+    upper = np.array([BOUNDS[n][1] for n in best_names])
+    constants = Constants(**dict(zip(best_names, best.x, strict=True)))
+    return constants, _uncertainty(best, best_names, lower, upper)
+
+
+def _least_squares(points: list[dict], shape: MoEShape, names: tuple[str, ...]):
     batch = np.array([p["batch"] for p in points], dtype=float)
     tokens = np.array([p["tokens"] for p in points], dtype=float)
     measured = np.array([p["median_s"] for p in points], dtype=float)
@@ -112,14 +146,15 @@ def fit_points(points: list[dict], shape: MoEShape, where: str = "profile") -> t
 
     lower = np.array([BOUNDS[n][0] for n in names])
     upper = np.array([BOUNDS[n][1] for n in names])
+    rereads = (1.0, 2.5, 6.0) if "reread_tokens" in names else (1.0,)
     best = None
-    for knee, sharpness in itertools.product(_START_KNEES, _START_SHARPNESS):
-        start = _initial(points, shape, knee, sharpness)
+    for knee, sharpness, reread in itertools.product(_START_KNEES, _START_SHARPNESS, rereads):
+        start = _initial(points, shape, knee, sharpness) | {"reread_tokens": reread}
         x0 = np.clip([start[n] for n in names], lower, upper)
         result = least_squares(residuals, x0, bounds=(lower, upper), x_scale="jac", max_nfev=4000)
         if best is None or result.cost < best.cost:
             best = result
-    return Constants(**dict(zip(names, best.x, strict=True))), _uncertainty(best, names, lower, upper)
+    return best
 
 
 def _uncertainty(result, names, lower, upper) -> dict:
@@ -196,9 +231,10 @@ def quality(rows: list[dict]) -> dict:
 
 def load_fit(path: Path) -> dict:
     fit = read_json(Path(path), (KIND,), FIT_HINT)
-    if fit.get("form") != FORM:
+    if fit.get("form") not in READABLE_FORMS:
         raise SpecmoeError(
-            f"'{path}' holds model form {fit.get('form')!r}, this specmoe reads {FORM}; {FIT_HINT}"
+            f"'{path}' holds model form {fit.get('form')!r}, this specmoe reads {', '.join(READABLE_FORMS)}; "
+            f"{FIT_HINT}"
         )
     return fit
 

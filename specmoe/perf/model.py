@@ -66,6 +66,7 @@ class Constants:
     sharpness: float = math.inf  # s; inf is the hard roofline max(1, x)
     kv_s: float = 0.0  # w_kv
     kv_knee_tokens: float = 1.0  # λ_kv
+    reread_tokens: float = 1.0  # μ; 1 is the plain roofline
 
     def to_json(self) -> dict:
         return {f.name: (None if math.isinf(v := getattr(self, f.name)) else v) for f in fields(self)}
@@ -94,6 +95,20 @@ def roofline(x: ArrayLike, sharpness: float) -> ArrayLike:
     return big * (1.0 + ratio**sharpness) ** (1.0 / sharpness)
 
 
+def weight_cost(rows: ArrayLike, knee: float, reread: float, sharpness: float) -> ArrayLike:
+    """Cost of one weight matrix multiplied with `rows` tokens, in units of streaming it once:
+    G_μ(m) = (min(m, μ)^s + (m/λ)^s)^(1/s) = r·G(m / (λ·r)), r = min(m, μ).
+
+    μ = 1 is the roofline G(m/λ). μ > 1 is a kernel that streams the weights again for each of its
+    first μ rows (a matrix-vector product per row, or tiles narrower than the rows), so the cost
+    climbs by one load per row up to μ rows and then only by compute: concave over a few rows,
+    where the roofline is flat and then linear.
+    """
+    m = np.asarray(rows, dtype=float)
+    r = np.minimum(m, reread)
+    return r * roofline(m / (knee * r), sharpness)
+
+
 def check_counts(batch: ArrayLike, tokens: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     b = np.asarray(batch, dtype=float)
     t = np.asarray(tokens, dtype=float)
@@ -105,17 +120,31 @@ def check_counts(batch: ArrayLike, tokens: ArrayLike) -> tuple[np.ndarray, np.nd
 
 
 def forward_time(
-    constants: Constants, shape: MoEShape, batch: ArrayLike, tokens: ArrayLike, context: float = 0.0
+    constants: Constants,
+    shape: MoEShape,
+    batch: ArrayLike,
+    tokens: ArrayLike,
+    context: float = 0.0,
+    active: ArrayLike | None = None,
 ) -> ArrayLike:
-    """T(B, t) in seconds for B sequences of t new tokens each over `context` cached tokens."""
+    """T(B, t) in seconds for B sequences of t new tokens each over `context` cached tokens.
+
+    `active`: experts per MoE layer the pass activates, when known (traced from a run's own
+    tokens); it replaces N(n), the expectation for tokens that route independently, and each
+    activated expert then multiplies K·n/active tokens."""
     c = constants
     b, t = check_counts(batch, tokens)
     n = b * t
-    time = c.overhead_s + c.sequence_s * b + c.dense_s * roofline(n / c.knee_tokens, c.sharpness)
+    mu, knee, s = c.reread_tokens, c.knee_tokens, c.sharpness
+    time = c.overhead_s + c.sequence_s * b + c.dense_s * weight_cost(n, knee, mu, s)
     if shape.is_moe:
-        active = expected_active_experts(n, shape.num_experts, shape.top_k)
-        load = mean_expert_load(n, shape.top_k / shape.num_experts)
-        time = time + c.expert_s * active * roofline(load / c.knee_tokens, c.sharpness)
+        if active is None:
+            active = expected_active_experts(n, shape.num_experts, shape.top_k)
+            load = mean_expert_load(n, shape.top_k / shape.num_experts)
+        else:
+            active = np.clip(np.asarray(active, dtype=float), shape.top_k, shape.num_experts)
+            load = shape.top_k * n / active
+        time = time + c.expert_s * active * weight_cost(load, knee, mu, s)
     if c.kv_s:
         time = time + c.kv_s * b * context * roofline(t / c.kv_knee_tokens, c.sharpness)
     return float(time) if np.ndim(time) == 0 else time
