@@ -11,8 +11,13 @@ and `advise`'s γ against the measured best γ. Not a test: writes a table (Mark
 only: the schedule estimated from them); `--fits` folders of fits named as
 `specmoe.findings.model_check.ModelLibrary` expects. `--profile` first measures (resuming) the
 profiles in PROFILES that the findings' own fits do not cover and fits them into the first --fits
-folder; run it under one thread on a quiet core. How the prediction is composed:
-`specmoe/findings/model_check.py` and docs/perf-model.md.
+folder; run it under one thread on a quiet core. `--replay` first decodes again, untimed and with
+the target's routers traced, every greedy SD run of a transformers MoE at B = 1 in the runs of a
+findings step (the study), and records the experts its verify passes activated in `--routing`
+(resuming); `--routing` alone reads them. Run it with the runs' thread count (one), since a
+bfloat16 decode with another split can differ and a replay whose counts differ is not used. How the
+prediction is composed: `specmoe/findings/model_check.py`, `specmoe/findings/routing.py` and
+docs/perf-model.md.
 """
 
 from __future__ import annotations
@@ -98,6 +103,37 @@ def measure_profiles(fits: Path, context: int = 64) -> None:
             write_json(fit_path, fit_profile(json.loads(profile_path.read_text()), where=str(profile_path)))
 
 
+def replay_routing(paths: list[Path], out: Path) -> None:
+    """Replay the B = 1 runs of `paths` named as a findings step into `out` (run id -> Routed),
+    saving after each run so an interrupted replay resumes."""
+    from specmoe.bench.runner import ModelPool
+    from specmoe.bench.suite_load import builtin_suite_path, load_suite
+    from specmoe.bench.suite_run import plan_specs
+    from specmoe.bench.suite_zoo import prepare_zoo
+    from specmoe.findings.plan import plan
+    from specmoe.findings.routing import replay_rows
+
+    done = json.loads(out.read_text()) if out.is_file() else {}
+    steps = {s.name: s for s in plan("cpu")}
+    for path in paths:
+        step = steps.get(path.stem)
+        if step is None:
+            continue
+        suite = load_suite(builtin_suite_path(step.suite), step.overrides)
+        rows = [r for r in read_rows(path) if r.run_id not in done and int(r.config["batch_size"]) == 1]
+        pool = ModelPool(suite, prepare_zoo(suite, None))
+        for routed in replay_rows(rows, plan_specs(suite), pool):
+            done[routed.run_id] = routed.to_json()
+            out.write_text(json.dumps(done, indent=1, sort_keys=True) + "\n")
+
+
+def read_routing(path: Path | None) -> dict[str, float]:
+    """Run id -> experts per MoE layer per verify, for the replays that reproduced their run."""
+    if path is None or not path.is_file():
+        return {}
+    return {k: v["active"] for k, v in json.loads(path.read_text()).items() if v["matches"]}
+
+
 def summary(cells: list[Checked]) -> dict[str, dict]:
     out = {}
     for engine in sorted({c.engine for c in cells}):
@@ -131,23 +167,32 @@ def leaves_out(cell: Checked) -> str:
         parts.append(("draft passes", cell.draft_error))
     name, worst = max(parts, key=lambda p: abs(p[1]))
     where = f"{name} {worst:+.0%}"
-    if cell.draft.startswith("ngram") and name == "verify passes":
+    moe = cell.target.startswith("moe")
+    if cell.draft.startswith("ngram") and name == "verify passes" and moe and cell.routed is None:
         return (
             f"{where}: an n-gram block repeats one token when nothing matches, and repeated tokens "
-            "route to one token's experts; the fit's profile verifies γ + 1 random tokens"
+            "route to one token's experts; not traced here, so the fit charges N(γ + 1)"
         )
     profiled = None if cell.from_profiles is None else cell.from_profiles / cell.measured - 1
     if cell.engine == "transformers" and cell.dtype == "float32" and cell.target.startswith("dense"):
         return (
-            f"{where}: float32 GEMM runs 2–3 rows as separate matrix-vector products, which the "
-            "fit's roofline cannot follow (docs/perf-model.md)"
+            f"{where}: float32 BLAS is slower at 3 rows than at 5 on this CPU, which neither of the "
+            "fit's forms follows (docs/perf-model.md)"
         )
     if profiled is not None and abs(profiled) <= GOAL_MEDIAN:
         return (
-            f"{where}: the fit, not the composition (from profiles {profiled:+.0%}): its roofline "
-            "does not follow this kernel's cost over these shapes"
+            f"{where}: the fit, not the composition (from profiles {profiled:+.0%}): its form does "
+            "not follow this kernel's cost over these shapes"
         )
-    return f"{where}: the fit against the runs at equal shapes (runs route their tokens, profiles random)"
+    if moe and cell.routed is None:
+        return f"{where}: the fit against the runs at equal shapes (runs route their tokens, profiles random)"
+    return f"{where}: the fit against the runs at equal shapes (the profile timed them slower or faster)"
+
+
+def _experts(cell: Checked) -> str:
+    if cell.routed is not None:
+        return f"{cell.routed:.1f} traced"
+    return "N(n)" if cell.target.startswith("moe") else "–"
 
 
 def _profiled(cell: Checked) -> str:
@@ -170,7 +215,9 @@ def markdown(cells: list[Checked], advice: list[AdviceCheck], totals: dict[str, 
         "seconds of the SD arm's verify and draft passes and of the plain arm's steps against the "
         "runs' own clocks. From profiles: the same composition from the profiled (measured) forward "
         "times instead of the fits, where a profile holds the run's shapes; it separates what the "
-        "fit misses from what the composition misses.",
+        "fit misses from what the composition misses. Verify experts: where the runs were replayed "
+        "with their routers traced (`--replay`), the experts per MoE layer their verify passes "
+        "activated, which the prediction uses in place of N(n); N(n) where not traced.",
         "",
         "| engine | cells | median abs. error | worst abs. error | within 10% | within 25% "
         "| goal (≤ 10% / ≤ 25%) | from profiles: cells, median, worst |",
@@ -188,9 +235,9 @@ def markdown(cells: list[Checked], advice: list[AdviceCheck], totals: dict[str, 
     lines += [
         "",
         "| engine | suite | target | draft | dtype | γ | B | top-k | prompts | acceptance | measured "
-        "| predicted | error | verify | draft | plain | host share | from profiles "
+        "| predicted | error | verify | draft | plain | host share | verify experts | from profiles "
         "| what the model leaves out |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         lines.append(
@@ -198,7 +245,7 @@ def markdown(cells: list[Checked], advice: list[AdviceCheck], totals: dict[str, 
             f"{_num(c.top_k, 'd')} | {c.prompt} | {c.acceptance:.1%} | {c.interval()} | "
             f"{c.predicted:.2f}× | {c.error:+.1%} | {c.verify_error:+.1%} | "
             f"{_num(c.draft_error, '+.1%')} | {c.plain_error:+.1%} | {c.host_share:.1%} | "
-            f"{_profiled(c)} | {leaves_out(c)} |"
+            f"{_experts(c)} | {_profiled(c)} | {leaves_out(c)} |"
         )
     lines += [
         "",
@@ -255,10 +302,17 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, required=True, help="folder for predictions.md and .json")
     parser.add_argument("--profile", action="store_true", help="measure missing profiles first")
+    parser.add_argument("--routing", type=Path, help="traced experts per verify of replayed runs (JSON)")
+    parser.add_argument("--replay", action="store_true", help="replay the runs into --routing first")
     args = parser.parse_args()
+    if args.replay and args.routing is None:
+        parser.error("--replay writes to --routing FILE; name one")
     if args.profile:
         args.fits[0].mkdir(parents=True, exist_ok=True)
         measure_profiles(args.fits[0])
+    if args.replay:
+        replay_routing(args.runs, args.routing)
+    routing = read_routing(args.routing)
     library = ModelLibrary(args.fits)
     profiled = ModelLibrary(
         args.profiles or [f.parent / f.name.replace("fits", "profiles") for f in args.fits], True
@@ -269,7 +323,7 @@ def main() -> None:
         engines = {engine_of(r.config) for r in rows}
         for engine in sorted(engines):
             subset = [r for r in rows if engine_of(r.config) == engine]
-            cells += check_rows(subset, library, engine, profiled)
+            cells += check_rows(subset, library, engine, profiled, routing)
     cells.sort(key=lambda c: (c.engine, c.suite, c.target, c.draft, c.batch, c.top_k or 0, c.prompt, c.gamma))
     advice = check_advice(cells, library)
     totals = summary(cells)

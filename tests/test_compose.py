@@ -174,3 +174,27 @@ def test_the_advice_check_asks_advise_with_what_the_runs_measured():
     assert checked.gammas == (2, 8) and checked.advised == 2 and checked.best == 2 and checked.lost == 0.0
     expected = advise(TARGET, [DRAFT], [checked.alpha], [1], gammas=[2, 8], host_s=1.0)["rows"][0]["best"]
     assert checked.predicted == pytest.approx(expected["speedup"])
+
+
+@dataclass(frozen=True)
+class RoutedTable(Table):
+    """TARGET's seconds, halved for a verify whose traced expert count is passed in."""
+
+    def time(self, batch: float, tokens: float, active: float | None = None) -> float:
+        return self.seconds[int(tokens)] * (0.5 if active is not None else 1.0)
+
+
+def test_traced_expert_counts_reach_the_verify_and_profiles_compose_without_them():
+    rows = _runs(gamma=4, accepted_per_round=0)
+    routed_target = RoutedTable(TARGET.seconds)
+    routing = {r.run_id: 4.0 for r in rows if r.arm == "sd"}
+    [cell] = check_rows(
+        rows, lambda c: (routed_target, DRAFT), "transformers", lambda c: (TARGET, DRAFT), routing
+    )
+    assert cell.routed == 4.0
+    assert cell.verify_error == pytest.approx(-0.5)  # the traced count reached every verify
+    assert cell.from_profiles == pytest.approx(cell.measured)  # profiles: random tokens, N(n)
+    # a cell with a unit not traced composes every unit with N(n)
+    del routing[next(iter(routing))]
+    [cell] = check_rows(rows, lambda c: (routed_target, DRAFT), "transformers", None, routing)
+    assert cell.routed is None and cell.verify_error == pytest.approx(0.0, abs=1e-12)

@@ -9,7 +9,9 @@ seconds of each arm are composed (`specmoe.perf.compose`) from
   two tokens (after a fully accepted round), and the tokens it emitted (acceptance as measured);
   from the round trace when the rows come from a store, else from the run's counts;
 - the engine's host seconds per round and per plain step as the runs measured them (acceptance,
-  bookkeeping, rollback; a drafter without a model, n-gram lookup, is host work too).
+  bookkeeping, rollback; a drafter without a model, n-gram lookup, is host work too);
+- where a run was replayed with its routers traced (`specmoe.findings.routing`), the experts its
+  verify passes activated, in place of N(n) for independently routed tokens.
 
 Predicted decode tokens/s of both arms then go through the measurement's own estimator (ratio of
 means over the cell's units), so prediction and measurement count alike; prefill is in neither.
@@ -22,8 +24,8 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from specmoe.bench.store import RunRow
@@ -67,6 +69,7 @@ class Checked:
     host_share: float  # host seconds / decode seconds of the SD arm, measured
     host_s: float  # median host seconds per SD round (drafting without a model included)
     plain_host_s: float  # median host seconds per plain step
+    routed: float | None = None  # experts per MoE layer per verify, traced from the runs; None: N(n)
     config: dict = field(repr=False, compare=False, default_factory=dict)  # a run config of the cell
 
     @property
@@ -111,14 +114,22 @@ def is_free_drafter(draft: str) -> bool:
     return isinstance(draft_of(draft), NgramDraft)
 
 
-def sd_schedule(row: RunRow) -> SDSchedule:
-    """The rounds an SD run went through, from its trace, or estimated from its counts."""
+def sd_schedule(row: RunRow, active: float | None = None) -> SDSchedule:
+    """The rounds an SD run went through, from its trace, or estimated from its counts; `active`,
+    the experts per MoE layer its verify passes activated (traced), when known."""
     gamma = int(row.config["gamma"])
     forwards = row.counts.target_forwards
     draft_host = row.times.draft_s / forwards if is_free_drafter(str(row.config["draft"])) else 0.0
     host = row.times.overhead_s / forwards
     groups = trace_rounds(row.rounds_trace, gamma) if row.rounds_trace else counted_rounds(row, gamma)
+    if active is not None:
+        groups = tuple(replace(g, active=active) for g in groups)
     return SDSchedule(gamma, groups, float(row.counts.emitted), host, draft_host)
+
+
+def random_routing(schedule: SDSchedule) -> SDSchedule:
+    """The schedule without traced expert counts: what profiled times (random tokens) can compose."""
+    return replace(schedule, groups=tuple(replace(g, active=None) for g in schedule.groups))
 
 
 def trace_rounds(trace: Sequence[dict], gamma: int) -> tuple[Rounds, ...]:
@@ -174,11 +185,17 @@ def _predicted(found, schedules: Sequence[tuple[SDSchedule, PlainSchedule]]) -> 
 
 
 def check_rows(
-    rows: Sequence[RunRow], models: Models, engine: str, profiled: Models | None = None
+    rows: Sequence[RunRow],
+    models: Models,
+    engine: str,
+    profiled: Models | None = None,
+    routing: Mapping[str, float] | None = None,
 ) -> list[Checked]:
     """Every SD cell of `rows` whose models `models` knows, measured beside predicted; with
     `profiled` (measured forward times), also the composition from those, which isolates the
-    composition's error from the fit's."""
+    composition's error from the fit's. `routing` maps run ids to the experts per MoE layer their
+    verify passes activated (replayed and traced); a cell uses it only when every unit has one."""
+    routing = routing or {}
     units = _paired_units(rows)
     out = []
     for comparison in compare(list(rows)):
@@ -189,7 +206,11 @@ def check_rows(
             continue
         target, draft = found
         verify, draft_s, plain = ([], []), ([], []), ([], [])
-        schedules = [(sd_schedule(s), plain_schedule(b)) for s, b in pairs]
+        traced = all(s.run_id in routing for s, _ in pairs)
+        schedules = [
+            (sd_schedule(s, routing[s.run_id] if traced else None), plain_schedule(b)) for s, b in pairs
+        ]
+        profile_schedules = [(random_routing(sd), base) for sd, base in schedules]
         measured_times = profiled(config) if profiled is not None else None
         for (sd_row, base_row), (schedule, base) in zip(pairs, schedules, strict=True):
             no_draft = SDSchedule(schedule.gamma, schedule.groups, schedule.emitted)
@@ -218,7 +239,9 @@ def check_rows(
                 level=measured.level,
                 units=comparison.units,
                 predicted=_predicted(found, schedules),
-                from_profiles=None if measured_times is None else _predicted(measured_times, schedules),
+                from_profiles=None
+                if measured_times is None
+                else _predicted(measured_times, profile_schedules),
                 acceptance=comparison.acceptance_rate,
                 verify_error=_mean_error(*verify),
                 draft_error=None if draft is None else _mean_error(*draft_s),
@@ -226,6 +249,7 @@ def check_rows(
                 host_share=host,
                 host_s=statistics.median(s.host_s + s.draft_host_s for s, _ in schedules),
                 plain_host_s=statistics.median(b.host_s for _, b in schedules),
+                routed=statistics.fmean(routing[s.run_id] for s, _ in pairs) if traced else None,
                 config=config,
             )
         )

@@ -36,7 +36,9 @@ from specmoe.theory import expected_tokens_per_round
 
 class ForwardTimes(Protocol):
     def time(self, batch: float, tokens: float) -> float:
-        """Seconds of one forward pass over `tokens` new tokens for each of `batch` sequences."""
+        """Seconds of one forward pass over `tokens` new tokens for each of `batch` sequences.
+        A source that models routing (a fit) also takes `active=`, the experts per MoE layer the
+        pass activates; only rounds that recorded it (`Rounds.active`) pass it."""
         ...
 
 
@@ -47,6 +49,7 @@ class Rounds:
     batch: float  # live sequences in these rounds
     rounds: float  # how many such rounds
     wide_first: float  # share of them whose first draft step fed two tokens, in [0, 1]
+    active: float | None = None  # experts per MoE layer a verify activated, traced; None: N(n)
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,11 @@ def draft_round_s(draft: ForwardTimes | None, batch: float, gamma: int, wide_fir
 
 def round_s(target: ForwardTimes, draft: ForwardTimes | None, gamma: int, rounds: Rounds) -> float:
     """Seconds of one round's forwards: draft then verify (host time not included)."""
-    return draft_round_s(draft, rounds.batch, gamma, rounds.wide_first) + target.time(rounds.batch, gamma + 1)
+    if rounds.active is None:
+        verify = target.time(rounds.batch, gamma + 1)
+    else:
+        verify = target.time(rounds.batch, gamma + 1, active=rounds.active)
+    return draft_round_s(draft, rounds.batch, gamma, rounds.wide_first) + verify
 
 
 def sd_seconds(target: ForwardTimes, draft: ForwardTimes | None, schedule: SDSchedule) -> float:

@@ -42,8 +42,8 @@ class ModelTimes:
     fitted: bool
     grid: dict | None = None
 
-    def time(self, batch: float, tokens: float) -> float:
-        return forward_time(self.constants, self.shape, batch, tokens, self.context)
+    def time(self, batch: float, tokens: float, active: float | None = None) -> float:
+        return forward_time(self.constants, self.shape, batch, tokens, self.context, active)
 
     def extrapolated(self, batch: float, tokens: float) -> bool:
         if self.grid is None:
