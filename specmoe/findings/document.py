@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import statistics
 from collections import Counter
 from importlib import resources
 from pathlib import Path
@@ -191,7 +192,13 @@ def _pass_summary(key: str, rows: list) -> str:
     audit = f"audit {v[f'{key}.pass']} pass / {v[f'{key}.fail']} fail"
     noisy = f"{sum(r.noisy for r in rows)} flagged noisy"
     units = f"paired units per cell {v[f'{key}.units']}"
-    return f"{v[f'{key}.runs']} runs, {audit}, {noisy}, {units}, {_threads(rows)}"
+    return f"{v[f'{key}.runs']} runs, {audit}, {noisy}, {units}, {_threads(rows)}{_load(rows)}"
+
+
+def _load(rows: list) -> str:
+    """The machine's 1-minute load average over the pass's runs, as each run recorded it."""
+    loads = [float(r.measure["load_avg"]) for r in rows if r.measure.get("load_avg") is not None]
+    return f", load average median {statistics.median(loads):.1f} (max {max(loads):.1f})" if loads else ""
 
 
 def _threads(rows: list) -> str:
