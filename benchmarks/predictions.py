@@ -12,12 +12,15 @@ only: the schedule estimated from them); `--fits` folders of fits named as
 `specmoe.findings.model_check.ModelLibrary` expects. `--profile` first measures (resuming) the
 profiles in PROFILES that the findings' own fits do not cover and fits them into the first --fits
 folder; run it under one thread on a quiet core. `--replay` first decodes again, untimed and with
-the target's routers traced, every greedy SD run of a transformers MoE at B = 1 in the runs of a
-findings step (the study), and records the experts its verify passes activated in `--routing`
-(resuming); `--routing` alone reads them. Run it with the runs' thread count (one), since a
-bfloat16 decode with another split can differ and a replay whose counts differ is not used. How the
-prediction is composed: `specmoe/findings/model_check.py`, `specmoe/findings/routing.py` and
-docs/perf-model.md.
+the target's routers traced, every greedy n-gram SD run of a transformers MoE at B = 1 in the runs
+of a findings step (the study), and records the experts its verify passes activated in `--routing`
+(resuming); `--routing` alone reads them. n-gram runs only: a drafter with no match proposes one
+token γ times, a block the profiles' random tokens do not resemble, while a draft model's proposals
+route much as random tokens do (a draft-s run at γ = 8 traced 27.7 experts per layer per verify
+against N(9) = 28.2), and replaying those would cost about as long as the runs. Run it with the
+runs' thread count (one), since a bfloat16 decode with another split can differ and a replay whose
+counts differ is not used. How the prediction is composed: `specmoe/findings/model_check.py`,
+`specmoe/findings/routing.py` and docs/perf-model.md.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from specmoe.findings.model_check import (
     ModelLibrary,
     check_advice,
     check_rows,
+    is_free_drafter,
     read_rows,
 )
 
@@ -120,7 +124,13 @@ def replay_routing(paths: list[Path], out: Path) -> None:
         if step is None:
             continue
         suite = load_suite(builtin_suite_path(step.suite), step.overrides)
-        rows = [r for r in read_rows(path) if r.run_id not in done and int(r.config["batch_size"]) == 1]
+        rows = [
+            r
+            for r in read_rows(path)
+            if r.run_id not in done
+            and int(r.config["batch_size"]) == 1
+            and is_free_drafter(str(r.config["draft"]))
+        ]
         pool = ModelPool(suite, prepare_zoo(suite, None))
         for routed in replay_rows(rows, plan_specs(suite), pool):
             done[routed.run_id] = routed.to_json()
@@ -172,6 +182,12 @@ def leaves_out(cell: Checked) -> str:
         return (
             f"{where}: an n-gram block repeats one token when nothing matches, and repeated tokens "
             "route to one token's experts; not traced here, so the fit charges N(γ + 1)"
+        )
+    if cell.routed is not None and name == "verify passes" and cell.top_k:
+        load = cell.top_k * cell.batch * (cell.gamma + 1) / cell.routed
+        return (
+            f"{where}: traced, the block loads each activated expert with {load:.0f} tokens, where the "
+            "profiles' random tokens load about one at this width: the fit extrapolates expert compute"
         )
     profiled = None if cell.from_profiles is None else cell.from_profiles / cell.measured - 1
     if cell.engine == "transformers" and cell.dtype == "float32" and cell.target.startswith("dense"):
