@@ -25,7 +25,9 @@ Together they bound what a real draft does. The two outputs are compared byte fo
 decoding of the same files should print the same text.
 
 The two tools run alternately (ours, theirs, ours, ...), so drift in what else the machine does
-falls on both; figures are medians over the repeats.
+falls on both; figures are medians over the repeats. Each repeat's pair of runs is also a paired
+unit: the ratio of mean tokens/s over the repeats comes with its t-interval (`specmoe.stats`), which
+says whether a gap is larger than what the machine's run-to-run spread lets one tell.
 
 Also reported for ours: the host overhead share (time in the Python loop outside the draft's and
 the target's llama.cpp calls) of decode wall time, and its mean per round.
@@ -45,6 +47,7 @@ from specmoe.api import load_model, load_tokenizer
 from specmoe.bench.llamacpp_logs import SpeculativeLog, parse_log
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
+from specmoe.stats import ratio_of_means
 from specmoe.zoo.gguf import zoo_gguf
 
 PROMPT = "Explain step by step how a hash map resolves collisions, and compare open addressing with chaining."
@@ -136,7 +139,28 @@ def compare(target, draft, paths, prompt_ids, gamma: int, args, binary: str | No
         row["same_text"] = tokenizer.decode_bytes(mine[0]["token_ids"]) in theirs[0]["printed"]
         for clock in ("decode_tokens_per_s", "end_to_end_tokens_per_s"):
             row[f"ratio_{clock}"] = row["ours"][clock] / row["llama_speculative"][clock]
+            # each repeat ran both tools back to back: a paired unit, so drift cancels in the interval
+            ours_rates, their_rates = [r[clock] for r in mine], [r[clock] for r in theirs]
+            estimate = ratio_of_means(ours_rates, their_rates)
+            row[f"paired_{clock}"] = {
+                "ratio_of_means": estimate.value,
+                "low": estimate.low,
+                "high": estimate.high,
+                "level": estimate.level,
+                "units": estimate.n,
+                "ours": ours_rates,
+                "llama_speculative": their_rates,
+            }
     return row
+
+
+def _paired(estimate: dict | None) -> str:
+    if estimate is None:
+        return "–"
+    e = estimate
+    if e["level"] is None:
+        return f"{e['ratio_of_means']:.3f} (range {e['low']:.3f}–{e['high']:.3f}, n={e['units']})"
+    return f"{e['ratio_of_means']:.3f} [{e['low']:.3f}, {e['high']:.3f}] {e['level']:.0%} n={e['units']}"
 
 
 def markdown(report: dict) -> str:
@@ -147,17 +171,18 @@ def markdown(report: dict) -> str:
         f"a {report['prompt_tokens']}-token prompt, greedy; medians of {report['repeats']} alternating runs.",
         "",
         "| draft | γ | acceptance | specmoe tok/s | llama-speculative tok/s | ratio (decode) "
-        "| ratio (end to end) | same text | host overhead share | per round |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| ratio (end to end) | end to end, paired ratio of means | same text | host overhead share "
+        "| per round |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in report["results"]:
         ours, theirs = row["ours"], row.get("llama_speculative")
         their_rate = f"{theirs['decode_tokens_per_s']:.2f}" if theirs else "–"
         ratios = (
             f"{row['ratio_decode_tokens_per_s']:.3f} | {row['ratio_end_to_end_tokens_per_s']:.3f} | "
-            f"{'yes' if row['same_text'] else 'no'}"
+            f"{_paired(row.get('paired_end_to_end_tokens_per_s'))} | {'yes' if row['same_text'] else 'no'}"
             if theirs
-            else "– | – | –"
+            else "– | – | – | –"
         )
         lines.append(
             f"| {Path(row['draft']).stem} | {row['gamma']} | {ours['acceptance_rate']:.2f} | "
