@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from synthetic_profiles import synthetic_profile
 
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
@@ -32,18 +33,7 @@ DENSE_TRUE = Constants(overhead_s=1e-3, sequence_s=3e-4, dense_s=9e-3, knee_toke
 
 
 def _synthetic_profile(constants: Constants, shape: MoEShape, grid=GRID, noise=0.0, seed=0) -> dict:
-    rng = np.random.default_rng(seed)
-    points = []
-    for b, t in grid:
-        seconds = forward_time(constants, shape, b, t) * (1 + noise * rng.standard_normal())
-        points.append({"batch": b, "tokens": t, "median_s": seconds, "times_s": [seconds]})
-    model = {
-        "name": "synthetic",
-        "is_moe": shape.is_moe,
-        "num_experts": shape.num_experts,
-        "top_k": shape.top_k,
-    }
-    return {"schema": 1, "kind": "specmoe-profile", "model": model, "context": 64, "points": points}
+    return synthetic_profile(constants, shape, grid, noise, seed)
 
 
 def _cli(capsys, *argv) -> tuple[int, str, str]:

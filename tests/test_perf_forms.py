@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from synthetic_profiles import synthetic_profile
 
 from specmoe.perf.fit import fit_profile, load_fit
 from specmoe.perf.model import Constants, MoEShape, forward_time, roofline, weight_cost
@@ -18,14 +19,7 @@ MOE = MoEShape(num_experts=64, top_k=4)
 
 
 def _profile(constants: Constants, shape: MoEShape) -> dict:
-    points = [{"batch": b, "tokens": t, "median_s": forward_time(constants, shape, b, t)} for b, t in GRID]
-    model = {
-        "name": "synthetic",
-        "is_moe": shape.is_moe,
-        "num_experts": shape.num_experts,
-        "top_k": shape.top_k,
-    }
-    return {"schema": 1, "kind": "specmoe-profile", "model": model, "context": 64, "points": points}
+    return synthetic_profile(constants, shape, GRID)
 
 
 def test_one_reread_row_is_the_roofline():
