@@ -2,10 +2,12 @@
 
 Residuals are relative, (model − measured) / measured, because times span an order of magnitude
 across the grid and a 1 ms miss matters at 5 ms, not at 200 ms. `scipy.optimize.least_squares`
-minimises them within bounds (all times ≥ 0, λ in [0.05, 10⁴] tokens, s in [1, 16]) from a few
-starting knees and sharpnesses; the best start wins. Uncertainties are the square roots of the
-diagonal of σ²·(JᵀJ)⁻¹ at the solution, σ² = Σr² / (m − p): meaningful only with m > p points and for
-constants away from their bounds (flagged `at_bound`).
+minimises them within bounds (all times ≥ 0, λ in [0.05, 10⁴] tokens, s in [1, 16], μ in [1, 64])
+from a few starting knees and sharpnesses; the best start wins. Two forms are fitted, μ = 1 (the
+roofline) and μ free, and the second is kept only when its AICc is lower (`fit_points`).
+Uncertainties are the square roots of the diagonal of σ²·(JᵀJ)⁻¹ at the solution,
+σ² = Σr² / (m − p): meaningful only with m > p points and for constants away from their bounds
+(flagged `at_bound`).
 
 Point choice: at most 21 points enter the fit (MoESD fits from about 21 measurements). When a
 profile has more, a spread-out subset is picked deterministically (`select_points`): the grid's

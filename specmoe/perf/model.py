@@ -4,13 +4,14 @@ Shape legend: B sequences, t new tokens per sequence, n = B·t tokens in the pas
 per sequence, E routed experts per MoE layer, K experts per token, ρ = K/E.
 
     T(B, t) = c₀ + c_seq·B                                   fixed and per-sequence costs
-            + W_d · G(n / λ)                                 dense weights (attention, lm_head, ...)
-            + w_e · N(n) · G(T_exp(n) / λ)                   routed experts
+            + W_d · G_μ(n)                                   dense weights (attention, lm_head, ...)
+            + w_e · N(n) · G_μ(T_exp(n))                     routed experts
             + w_kv · B·C · G(t / λ_kv)                       KV-cache reads (first principles)
 
     N(n)      = E·(1 − (1 − ρ)^n)          experts a pass activates per layer (expected)
     T_exp(n)  = K·n / N(n)                  tokens each activated expert processes
     G(x; s)   = (1 + x^s)^(1/s)             smooth max(1, x): the roofline transition
+    G_μ(m)    = (min(m, μ)^s + (m/λ)^s)^(1/s)  a matrix times m rows; μ = 1 is G(m/λ) (`weight_cost`)
 
 Each weight-bearing term is "time to stream the weights once" times G: while a weight sees fewer
 than λ tokens the pass is memory-bound (G ≈ 1, the cost does not grow with tokens); beyond λ it is
