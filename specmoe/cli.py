@@ -449,6 +449,9 @@ def _add_profile(commands) -> None:
     p.add_argument("--context", type=int, default=64, help="cached tokens per sequence before each pass")
     p.add_argument("--repeats", type=int, default=5, help="timed passes per point (median is kept)")
     p.add_argument("--warmup", type=int, default=2, help="untimed passes per point")
+    p.add_argument(
+        "--passes", type=int, default=1, help="measure the grid this many times; each point keeps the faster"
+    )
     p.add_argument("--moe-top-k", type=int, default=None, help="route to this many experts (sparsity sweeps)")
     p.add_argument("--threads", type=int, default=None, help="torch and llama.cpp threads (default: torch's)")
     p.add_argument(

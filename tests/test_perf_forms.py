@@ -72,3 +72,24 @@ def test_traced_experts_replace_the_independent_routing_expectation():
     assert copies < forward_time(c, MOE, 1, n)
     # a count outside [K, E] is clipped to what a pass can activate
     assert forward_time(c, MOE, 1, n, active=1.0) == pytest.approx(copies)
+
+
+def test_more_passes_keep_each_points_faster_measurement(tiny_zoo):
+    from specmoe.perf.profile import faster, profile_model
+
+    profile = profile_model(
+        tiny_zoo / "draft-xs", [1, 2], [1, 2], context=8, dtype="float32", repeats=2, passes=2
+    )
+    assert profile["passes"] == 2 and [(p["batch"], p["tokens"]) for p in profile["points"]] == [
+        (1, 1), (1, 2), (2, 1), (2, 2)
+    ]  # fmt: skip
+    for point in profile["points"]:
+        assert point["attempts"] >= 2 and len(point["discarded_times_s"]) >= 2  # the other pass, kept
+    slow = {"median_s": 2.0, "times_s": [2.0], "discarded_times_s": [], "attempts": 1}
+    fast = {"median_s": 1.0, "times_s": [1.0], "discarded_times_s": [3.0], "attempts": 2}
+    assert faster(slow, fast) == {
+        "median_s": 1.0,
+        "times_s": [1.0],
+        "discarded_times_s": [3.0, 2.0],
+        "attempts": 3,
+    }

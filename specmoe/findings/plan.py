@@ -74,6 +74,7 @@ class Profile:
     repeats: int = 3
     folder: str = "profiles"  # under the results folder; fits go to the matching fits folder
     engine: str = "transformers-bf16"
+    passes: int = 1  # grid passes; each point keeps the faster (`specmoe.perf.profile`)
 
     @property
     def name(self) -> str:
@@ -105,8 +106,15 @@ ENGINE_PROFILES = (
         for model, tokens in (("moe", _STUDY_TOKENS), ("dense-s", _STUDY_TOKENS), ("draft-xs", _DRAFT_TOKENS))
     ),
     *(
+        # two passes: one quiet llama.cpp pass read a draft step 60% slow over a whole point
         Profile(
-            model, _PROFILE_BATCHES, tokens, quant, folder="profiles-llamacpp", engine=f"llamacpp-{quant}"
+            model,
+            _PROFILE_BATCHES,
+            tokens,
+            quant,
+            folder="profiles-llamacpp",
+            engine=f"llamacpp-{quant}",
+            passes=2,
         )
         for quant in ("q8_0", "q4_k_m")
         for model, tokens in (("draft-xs", _DRAFT_TOKENS), ("dense-s", _STUDY_TOKENS), ("moe", _STUDY_TOKENS))

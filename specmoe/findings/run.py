@@ -140,6 +140,7 @@ def profile_and_fit(spec: Profile, out: Path, zoo: Path, hardware: dict) -> None
             context=spec.context,
             dtype=dtype,
             repeats=spec.repeats,
+            passes=spec.passes,
             progress=log.info,
             threads=LLAMACPP_THREADS,
             hardware=hardware,

@@ -39,6 +39,7 @@ def run_profile(args) -> int:
         device=args.device,
         repeats=args.repeats,
         warmup=args.warmup,
+        passes=args.passes,
         moe_top_k=args.moe_top_k,
         progress=None if args.quiet else log.info,
         threads=args.threads,
