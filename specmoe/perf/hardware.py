@@ -8,7 +8,10 @@ machine you do not have, see docs/perf-examples/) has the same keys:
      "bandwidth_bytes_per_s": 4.8e12, "flops_per_s": {"bfloat16": 9.89e14, "float32": 6.7e13}}
 
 Units: bytes per second and floating-point operations per second (a multiply-add is 2 FLOPs), per
-device. Unknown keys are rejected so that a typo cannot silently fall back to a default.
+device. With several devices, `link_bandwidth_bytes_per_s` (one direction, per device: NVLink,
+Infinity Fabric, PCIe) and `link_latency_s` (one collective's fixed cost) price the tensor-parallel
+all-reduces and expert-parallel all-to-alls (`specmoe.perf.firstprinciples`). Unknown keys are
+rejected so that a typo cannot silently fall back to a default.
 """
 
 from __future__ import annotations
@@ -26,6 +29,12 @@ from specmoe.errors import SpecmoeError
 SCHEMA = 1
 KIND = "specmoe-hardware"
 MATMUL_DTYPES = ("float32", "bfloat16")
+_FALLBACK = {
+    "float8": ("float16", "bfloat16"),
+    "float16": ("bfloat16",),
+    "bfloat16": ("float16",),
+    "float64": ("float32",),
+}
 _KEYS = {
     "schema",
     "kind",
@@ -34,6 +43,8 @@ _KEYS = {
     "device_count",
     "bandwidth_bytes_per_s",
     "flops_per_s",
+    "link_bandwidth_bytes_per_s",
+    "link_latency_s",
     "source",
     "notes",
     "settings",
@@ -48,6 +59,17 @@ class Hardware:
     bandwidth_bytes_per_s: float
     flops_per_s: dict[str, float]  # dtype name -> FLOP/s
     device_count: int = 1
+    link_bandwidth_bytes_per_s: float | None = None  # per device, one direction
+    link_latency_s: float = 0.0  # per collective
+    device: str | None = None  # "cuda", "mps", "cpu" as the file says; None: not said
+
+    def matmul_rate(self, compute_dtype: str, where: str = "hardware file") -> float:
+        """FLOP/s for a format's compute dtype: float8 falls back to the 16-bit rate on devices
+        without it, float16 and bfloat16 stand in for each other."""
+        for name in (compute_dtype, *_FALLBACK.get(compute_dtype, ())):
+            if name in self.flops_per_s:
+                return self.flops_per_s[name]
+        return self.flops_for(compute_dtype, where)
 
     def flops_for(self, dtype: str, where: str = "hardware file") -> float:
         if dtype not in self.flops_per_s:
@@ -173,7 +195,27 @@ def parse_hardware(data: dict, where: str) -> Hardware:
     count = data.get("device_count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise SpecmoeError(f"{where}: device_count must be an integer >= 1, got {count!r}")
-    return Hardware(str(data.get("name", where)), bandwidth, flops, count)
+    link = None
+    if data.get("link_bandwidth_bytes_per_s") is not None:
+        link = _positive(data, "link_bandwidth_bytes_per_s", where)
+    latency = data.get("link_latency_s", 0.0)
+    if isinstance(latency, bool) or not isinstance(latency, int | float) or not 0 <= latency < 1:
+        raise SpecmoeError(f"{where}: 'link_latency_s' must be seconds in [0, 1), got {latency!r}")
+    if count > 1 and link is None:
+        raise SpecmoeError(
+            f"{where}: device_count {count} needs link_bandwidth_bytes_per_s (per device, one "
+            "direction: about 4.5e11 for H100 NVLink, 3.2e10 for PCIe 5 x16)"
+        )
+    device = data.get("device")
+    return Hardware(
+        str(data.get("name", where)),
+        bandwidth,
+        flops,
+        count,
+        link,
+        float(latency),
+        str(device) if device else None,
+    )
 
 
 def _positive(data: dict, key: str, where: str) -> float:

@@ -7,6 +7,7 @@ per sequence, E routed experts per MoE layer, K experts per token, ρ = K/E.
             + W_d · G_μ(n)                                   dense weights (attention, lm_head, ...)
             + w_e · N(n) · G_μ(T_exp(n))                     routed experts
             + w_kv · B·C · G(t / λ_kv)                       KV-cache reads (first principles)
+            + c_tok · n                                      interconnect traffic (first principles)
 
     N(n)      = E·(1 − (1 − ρ)^n)          experts a pass activates per layer (expected)
     T_exp(n)  = K·n / N(n)                  tokens each activated expert processes
@@ -68,6 +69,7 @@ class Constants:
     kv_s: float = 0.0  # w_kv
     kv_knee_tokens: float = 1.0  # λ_kv
     reread_tokens: float = 1.0  # μ; 1 is the plain roofline
+    token_s: float = 0.0  # c_tok, per token in the pass: interconnect traffic (first principles)
 
     def to_json(self) -> dict:
         return {f.name: (None if math.isinf(v := getattr(self, f.name)) else v) for f in fields(self)}
@@ -148,4 +150,6 @@ def forward_time(
         time = time + c.expert_s * active * weight_cost(load, knee, mu, s)
     if c.kv_s:
         time = time + c.kv_s * b * context * roofline(t / c.kv_knee_tokens, c.sharpness)
+    if c.token_s:
+        time = time + c.token_s * n
     return float(time) if np.ndim(time) == 0 else time
