@@ -483,22 +483,22 @@ def _add_model(commands) -> None:
     predict.add_argument("--config", type=Path, help="HF config.json (first principles)")
     predict.add_argument("--draft-config", type=Path, help="draft HF config.json (first principles)")
     predict.add_argument("--context", type=int, help="cached tokens per sequence (first principles; 512)")
-    predict.add_argument("--dtype", help="weights dtype (first principles; default from the config)")
+    predict.add_argument("--dtype", help="weight format: bfloat16, fp8, int4, q4_k_m, mlx-4bit, ...")
+    predict.add_argument("--draft-dtype", help="the draft's weight format (default: --dtype)")
+    predict.add_argument("--kv-dtype", help="KV-cache format (first principles)")
+    predict.add_argument("--engine", help="engine profile (first principles): vllm, sglang, ...")
     predict.add_argument("--top-k", type=int, help="what-if: route each token to this many experts")
     predict.add_argument("--json", action="store_true")
     predict.set_defaults(run=_run_model_predict)
 
 
 def _add_advise(commands) -> None:
-    p = commands.add_parser("advise", help="recommend a draft and gamma per batch size, or say SD won't pay")
-    p.add_argument("fit", type=Path, help="target fit")
-    p.add_argument("--draft", type=Path, action="append", required=True, help="draft profile or fit; repeat")
-    p.add_argument(
-        "--alpha", action="append", required=True, help="per-position acceptance: once, or once per --draft"
+    from specmoe.perf.cli import add_advise_arguments
+
+    p = commands.add_parser(
+        "advise", help="will SD pay here? best draft and gamma per batch size, break-even acceptance, verdict"
     )
-    p.add_argument("--batch", default=None, help="batch sizes (default: the fit's profiled ones)")
-    p.add_argument("--gamma-max", type=int, default=8)
-    p.add_argument("--json", action="store_true")
+    add_advise_arguments(p)
     p.set_defaults(run=_run_advise)
 
 

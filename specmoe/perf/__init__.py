@@ -6,9 +6,16 @@ Modules, one concept each:
     structure       a network's shape from a Hugging Face config (E, K, widths, weight counts)
     model           the formula T(B, t) with its constants (roofline G, N(n), expert load)
     fit             least-squares constants from at most 21 timed points
-    firstprinciples constants from a hardware file and a config, without any timing (UNFITTED)
+    formats         weight and KV-cache formats: bits per weight with block scales (GGUF, MLX, int4, fp8)
+    engines         engine profiles (engines.toml): what a runtime adds to the roofline, with sources
+    firstprinciples constants from a hardware file, a config and an engine, without any timing (UNFITTED)
+    drafts          what a drafter costs by kind: a model, n-gram, EAGLE/EAGLE-3 and MTP heads, Medusa
+    compose         an SD decode's seconds from forward times; chain and tree rounds
+    breakeven       acceptance as α, rate and τ; the break-even acceptance; the verdict rule
+    setup           a target, drafter, hardware and engine priced from configs (SDSetup)
     predict         target efficiency and SD speedup tables from any of the above
-    advise          the best draft and γ per batch size, or a plain "SD will not pay"
+    advise          the best draft and γ per batch size, or a plain "SD will not pay"; from configs:
+                    break-even acceptance and GO / NO-GO / DEPENDS ON ACCEPTANCE (advise_cli)
 See docs/perf-model.md.
 """
 

@@ -5,8 +5,10 @@ Each function takes the parsed arguments from `specmoe.cli`, calls into the pack
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
+from pathlib import Path
 
 from specmoe.perf.files import write_json
 
@@ -81,9 +83,65 @@ def run_predict(args) -> int:
     return 0
 
 
+def add_advise_arguments(p: argparse.ArgumentParser) -> None:
+    """`specmoe advise`: from a fit (FIT --draft PROFILE --alpha A) or from configs, no timing
+    (--config --hardware --engine [--draft-config | --draft METHOD])."""
+    p.add_argument("fit", type=Path, nargs="?", default=None, help="target fit (omit with --config)")
+    p.add_argument(
+        "--draft",
+        action="append",
+        default=None,
+        help="with a fit: a draft profile or fit (repeat); with --config: a method, "
+        "ngram | eagle | eagle3 | mtp | medusa (default: the --draft-config model)",
+    )
+    p.add_argument("--alpha", action="append", default=None, help="with a fit: per-position acceptance")
+    p.add_argument("--batch", default=None, help="batch sizes (default: the fit's, or 1,4,16,64)")
+    p.add_argument("--gamma-max", type=int, default=8)
+    configs = p.add_argument_group("from configs (no timing: first principles + an engine profile)")
+    configs.add_argument("--config", type=Path, help="the target's Hugging Face config.json")
+    configs.add_argument("--draft-config", type=Path, help="the draft model's config.json")
+    configs.add_argument("--hardware", type=Path, help="hardware JSON (`specmoe hw`, docs/perf-examples/)")
+    configs.add_argument("--engine", help="engine profile: hf-eager, vllm, sglang, llamacpp-metal, ...")
+    configs.add_argument("--engines", type=Path, help="a TOML file of extra or replacement engine profiles")
+    configs.add_argument("--dtype", help="target weight format: bfloat16, fp8, int4, q4_k_m, mlx-4bit, ...")
+    configs.add_argument("--draft-dtype", help="draft weight format (default: the draft config's)")
+    configs.add_argument("--kv-dtype", help="KV-cache format (default: 16-bit, or the weights' float dtype)")
+    configs.add_argument("--gamma", default=None, help="draft lengths to score (default 1..--gamma-max)")
+    configs.add_argument("--context", type=int, default=512, help="cached tokens per sequence (512)")
+    configs.add_argument(
+        "--acceptance", type=float, default=None, help="your measured or expected acceptance"
+    )
+    configs.add_argument(
+        "--acceptance-kind",
+        choices=["alpha", "rate", "tau"],
+        default="rate",
+        help="rate = accepted/drafted (default); tau = mean accepted length incl. the bonus "
+        "token; alpha = per-position",
+    )
+    configs.add_argument(
+        "--acceptance-gamma", type=int, default=None, help="the gamma a rate or tau was measured at"
+    )
+    configs.add_argument(
+        "--tree-tokens",
+        type=int,
+        default=None,
+        help="tree verification: tokens verified per sequence (SGLang's num-draft-tokens)",
+    )
+    configs.add_argument("--tree-width", type=int, default=1, help="tree drafting: tokens per step (top-k)")
+    configs.add_argument("--draft-vocab", type=int, default=None, help="EAGLE-3 head's vocabulary (32000)")
+    p.add_argument("--json", action="store_true")
+
+
 def run_advise(args) -> int:
+    from specmoe.perf.report import format_advice, format_setup_advice
+
+    if args.config is not None:
+        from specmoe.perf.advise_cli import advise_from_configs
+
+        advice = advise_from_configs(args)
+        print(json.dumps(advice, indent=1) if args.json else format_setup_advice(advice))
+        return 0
     from specmoe.perf.advise import advise_from_args
-    from specmoe.perf.report import format_advice
 
     advice = advise_from_args(args)
     print(json.dumps(advice, indent=1) if args.json else format_advice(advice))

@@ -18,6 +18,11 @@ What a round of specmoe's loop costs at B live sequences (docs/engine.md, `engin
 
 Plain decoding costs T_T(B, 1) + host_s per step and emits one token per live row.
 
+Other engines round differently (`RoundShape`): a tree drafter (EAGLE-2/3, SGLang's top-k) feeds
+`draft_width` tokens per row at each of its γ steps and the target verifies `verify_tokens` per row
+(the tree's size, not γ + 1); a head (EAGLE, MTP) is a draft forward like any other. Its acceptance
+is then the chain-equivalent α whose (1 − α^{γ+1})/(1 − α) is the tree's mean accepted length.
+
     speedup = (emitted_SD ÷ seconds_SD) ÷ (emitted_plain ÷ seconds_plain)
 
 which is how specmoe measures it: decode tokens/s of each arm, prefill excluded from both
@@ -43,6 +48,22 @@ class ForwardTimes(Protocol):
 
 
 @dataclass(frozen=True)
+class RoundShape:
+    """How wide a round's passes are. The default is specmoe's own chain: every draft step one
+    token wide except the two-token step after a fully accepted round, and γ + 1 verified tokens."""
+
+    verify_tokens: int | None = None  # per row; None: γ + 1
+    draft_width: int = 1  # tokens per row each draft step feeds (a tree's top-k)
+    wide_after_full: bool = True  # the step after a fully accepted round feeds two tokens
+
+    def verify(self, gamma: int) -> int:
+        return gamma + 1 if self.verify_tokens is None else self.verify_tokens
+
+
+CHAIN = RoundShape()
+
+
+@dataclass(frozen=True)
 class Rounds:
     """Rounds that ran at one batch size; `rounds` may be fractional (an expected schedule)."""
 
@@ -61,6 +82,7 @@ class SDSchedule:
     emitted: float  # tokens appended to the outputs, summed over sequences
     host_s: float = 0.0  # engine host seconds per round
     draft_host_s: float = 0.0  # drafting seconds per round that are no model forward (n-gram)
+    shape: RoundShape = CHAIN
 
     @property
     def rounds(self) -> float:
@@ -77,30 +99,40 @@ class PlainSchedule:
     host_s: float = 0.0  # engine host seconds per step
 
 
-def draft_round_s(draft: ForwardTimes | None, batch: float, gamma: int, wide_first: float) -> float:
-    """Seconds of one round's γ draft forwards (see the module docstring); 0 without a draft model."""
+def draft_round_s(
+    draft: ForwardTimes | None, batch: float, gamma: int, wide_first: float, width: int = 1
+) -> float:
+    """Seconds of one round's γ draft forwards (see the module docstring); 0 without a draft model.
+    `width` > 1 is a tree drafter: every step feeds that many tokens per row."""
     if draft is None:
         return 0.0
     if not 0.0 <= wide_first <= 1.0:
         raise SpecmoeError(f"wide_first is a share in [0, 1], got {wide_first}")
-    step = draft.time(batch, 1)
+    step = draft.time(batch, width)
+    if width > 1:
+        return gamma * step
     first = wide_first * draft.time(batch, 2) + (1.0 - wide_first) * step
     return first + (gamma - 1) * step
 
 
-def round_s(target: ForwardTimes, draft: ForwardTimes | None, gamma: int, rounds: Rounds) -> float:
+def round_s(
+    target: ForwardTimes, draft: ForwardTimes | None, gamma: int, rounds: Rounds, shape: RoundShape = CHAIN
+) -> float:
     """Seconds of one round's forwards: draft then verify (host time not included)."""
+    tokens = shape.verify(gamma)
     if rounds.active is None:
-        verify = target.time(rounds.batch, gamma + 1)
+        verify = target.time(rounds.batch, tokens)
     else:
-        verify = target.time(rounds.batch, gamma + 1, active=rounds.active)
-    return draft_round_s(draft, rounds.batch, gamma, rounds.wide_first) + verify
+        verify = target.time(rounds.batch, tokens, active=rounds.active)
+    return draft_round_s(draft, rounds.batch, gamma, rounds.wide_first, shape.draft_width) + verify
 
 
 def sd_seconds(target: ForwardTimes, draft: ForwardTimes | None, schedule: SDSchedule) -> float:
     """Decode seconds of an SD arm: every round's forwards plus its host time."""
     host = schedule.host_s + schedule.draft_host_s
-    return sum(g.rounds * (round_s(target, draft, schedule.gamma, g) + host) for g in schedule.groups)
+    return sum(
+        g.rounds * (round_s(target, draft, schedule.gamma, g, schedule.shape) + host) for g in schedule.groups
+    )
 
 
 def plain_seconds(target: ForwardTimes, plain: PlainSchedule) -> float:
@@ -129,18 +161,21 @@ def expected_schedules(
     host_s: float = 0.0,
     plain_host_s: float = 0.0,
     draft_host_s: float = 0.0,
+    shape: RoundShape = CHAIN,
 ) -> tuple[SDSchedule, PlainSchedule]:
     """One expected round at per-position acceptance α and the plain steps that emit as much.
 
     Every row stays live for the whole round (the ragged end of a batch, where some rows finish
     early, is left out: it is a few rounds of a long decode)."""
     per_row = float(expected_tokens_per_round(alpha, gamma))  # tokens per row per round, bonus included
+    wide = wide_share(alpha, gamma, batch) if shape.wide_after_full and shape.draft_width == 1 else 0.0
     sd = SDSchedule(
         gamma,
-        (Rounds(batch, 1.0, wide_share(alpha, gamma, batch)),),
+        (Rounds(batch, 1.0, wide),),
         emitted=batch * per_row,
         host_s=host_s,
         draft_host_s=draft_host_s,
+        shape=shape,
     )
     return sd, PlainSchedule(batch, per_row, batch * per_row, plain_host_s)
 
@@ -154,7 +189,8 @@ def expected_speedup(
     host_s: float = 0.0,
     plain_host_s: float = 0.0,
     draft_host_s: float = 0.0,
+    shape: RoundShape = CHAIN,
 ) -> float:
     """`composed_speedup` of `expected_schedules`: what `model predict` and `advise` print."""
-    sd, plain = expected_schedules(alpha, gamma, batch, host_s, plain_host_s, draft_host_s)
+    sd, plain = expected_schedules(alpha, gamma, batch, host_s, plain_host_s, draft_host_s, shape)
     return composed_speedup(target, draft, sd, plain)

@@ -239,6 +239,9 @@ def _predict_unfitted(args) -> dict:
         context=args.context,
         dtype=args.dtype,
         top_k=args.top_k,
+        draft_dtype=args.draft_dtype,
+        kv_dtype=args.kv_dtype,
+        engine=args.engine,
     )
 
 
@@ -252,25 +255,32 @@ def predict_unfitted(
     context: int | None = None,
     dtype: str | None = None,
     top_k: int | None = None,
+    draft_dtype: str | None = None,
+    kv_dtype: str | None = None,
+    engine: str | None = None,
 ) -> dict:
-    """A first-principles (UNFITTED) prediction from a config.json and a hardware file."""
+    """A first-principles (UNFITTED) prediction from a config.json and a hardware file; `dtype`
+    and `draft_dtype` are weight formats (`specmoe.perf.formats`), `engine` an engine profile."""
+    from specmoe.perf.engines import engine_profile
     from specmoe.perf.firstprinciples import load_config, unfitted_model
     from specmoe.perf.hardware import load_hardware
 
     hardware = load_hardware(hardware_path)
+    profile = engine_profile(engine, hardware.device) if engine else None
     context = 512 if context is None else context
     if context < 0:
         raise SpecmoeError(f"--context must be >= 0 tokens, got {context}")
     models = []
-    for path in (config, draft_config):
+    for path, fmt in ((config, dtype), (draft_config, draft_dtype or dtype)):
         if path is None:
             models.append(None)
             continue
-        arch = load_config(path, dtype)
-        constants, shape = unfitted_model(arch, hardware, str(hardware_path))
+        arch = load_config(path, fmt, kv_dtype)
+        constants, shape = unfitted_model(arch, hardware, str(hardware_path), profile)
         if path == config and top_k is not None:
             shape = with_top_k(shape, top_k, str(path))
-        label = f"{config_name(Path(path))} on {hardware.name}"
+        label = f"{config_name(Path(path))} ({arch.dtype}) on {hardware.name}"
+        label += f" under {profile.name}" if profile else " (roofline alone, no engine overheads)"
         models.append(ModelTimes(label, constants, shape, context, False))
     target, draft = models
     return predict(target, draft, batches, gammas, alphas)

@@ -35,10 +35,7 @@ def format_prediction(prediction: dict) -> str:
     alphas = list(prediction["rows"][0]["speedup"]) if prediction["rows"] else []
     title = f"target {prediction['target']}"
     if not prediction["fitted"]:
-        title = (
-            "UNFITTED first-principles estimate (roofline, no overheads), "
-            f"context {prediction['context']}: {title}"
-        )
+        title = f"UNFITTED first-principles estimate (no timing), context {prediction['context']}: {title}"
     draft = prediction["draft"] or "none (draft cost 0: an upper bound)"
     header = f"{'B':>5} {'γ':>3} {'T(B,1) ms':>10} {'T(B,γ+1) ms':>12} {'T_D ms':>8} {'η':>6} " + " ".join(
         f"{'S@α=' + a:>9}" for a in alphas
@@ -73,4 +70,48 @@ def format_advice(advice: dict) -> str:
                 f"B={row['batch']:<4} SD will not pay: the best choice, {choice}, is predicted at "
                 f"{best['speedup']:.3g}x (< 1); decode without a draft{note}"
             )
+    return "\n".join(lines)
+
+
+def _acceptance_text(acc: dict | None) -> str:
+    if acc is None:
+        return "never (not even every proposal accepted)"
+    return f"α {acc['alpha']:.2f} = rate {acc['rate']:.0%} = τ {acc['tau']:.2f}"
+
+
+def format_setup_advice(advice: dict) -> str:
+    """The answer from configs: per batch size a verdict, the best γ, its break-even acceptance in
+    the three definitions and, with a stated acceptance, the predicted speedup and its band."""
+    stated = advice["stated_alpha"]
+    lines = [
+        f"target   {advice['target']}",
+        f"drafter  {advice['drafter']}"
+        + (
+            f", tree of {advice['verify_tokens']} tokens, width {advice['tree_width']}"
+            if advice["verify_tokens"]
+            else ""
+        ),
+        f"UNFITTED: first principles + the '{advice['engine']}' engine profile "
+        f"(band ×/÷ {advice['uncertainty']:g}); context {advice['context']:g} tokens",
+        "break-even: the acceptance at which SD matches plain decoding (α per position; "
+        "rate = accepted/drafted; τ = mean accepted length incl. the bonus token)",
+    ]
+    for row in advice["rows"]:
+        best = row["best"]
+        head = (
+            f"B={row['batch']:<4} {row['verdict']:<22} γ={best['gamma']:<2} "
+            f"pays above {_acceptance_text(best['breakeven'])}"
+        )
+        if stated is not None:
+            low, high = best["band"]
+            acc = best["acceptance"]
+            head += (
+                f"; at τ {acc['tau']:.2f} (rate {acc['rate']:.0%}): {best['speedup']:.2f}x "
+                f"[{low:.2f}, {high:.2f}]"
+            )
+        lines.append(head)
+        lines.append(
+            f"       plain step {row['target_1_s'] * 1e3:.2f} ms; target efficiency at γ={best['gamma']}: "
+            f"{best['efficiency']:.2f}; at full acceptance {best['speedup_at_full_acceptance']:.2f}x"
+        )
     return "\n".join(lines)

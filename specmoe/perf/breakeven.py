@@ -1,0 +1,108 @@
+"""Acceptance in the three definitions users meet, and the acceptance at which SD breaks even.
+
+Definitions, for one draft length γ (chains; a tree's numbers are its chain equivalent):
+
+    alpha  per-position acceptance: each proposal is accepted with probability α given that its
+           predecessors were (the i.i.d. model of Leviathan et al.; what the speedup formula takes)
+    rate   accepted ÷ drafted, what llama.cpp, vLLM and specmoe print as the acceptance rate
+    tau    mean accepted length: tokens a round emits per sequence, the bonus/correction token
+           included (the EAGLE papers' τ; SGLang's "accept length"), 1 ≤ τ ≤ γ + 1
+
+    τ = (1 − α^{γ+1}) / (1 − α) = 1 + α + … + α^γ,     rate = (τ − 1) / γ
+
+A rate or a τ therefore belongs to the γ it was measured at; α carries over to other γ under the
+i.i.d. model, which is how a measurement at one γ is used to score others.
+
+Break-even: the predicted speedup rises with α (more tokens per round, the same passes), so the α
+at which it crosses 1× is found by bisection. None means even α = 1 (every proposal accepted) does
+not pay; 0 means it pays whatever the acceptance (possible only with a free drafter and a verify
+pass cheaper than a plain step, which no model here predicts, but the solver does not assume it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from specmoe.errors import SpecmoeError
+from specmoe.theory import expected_tokens_per_round, per_token_alpha
+
+
+class AcceptanceKind(StrEnum):
+    ALPHA = "alpha"
+    RATE = "rate"
+    TAU = "tau"
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """One acceptance at draft length γ, in all three definitions."""
+
+    gamma: int
+    alpha: float
+    rate: float
+    tau: float
+
+    def to_json(self) -> dict:
+        return {"gamma": self.gamma, "alpha": self.alpha, "rate": self.rate, "tau": self.tau}
+
+
+def from_alpha(alpha: float, gamma: int) -> Acceptance:
+    tau = float(expected_tokens_per_round(alpha, gamma))
+    return Acceptance(gamma, float(alpha), (tau - 1) / gamma, tau)
+
+
+def acceptance(value: float, kind: AcceptanceKind, gamma: int, where: str = "--acceptance") -> Acceptance:
+    """`value` read as `kind` at draft length γ, converted to the other two."""
+    if kind is AcceptanceKind.TAU:
+        if not 1.0 <= value <= gamma + 1:
+            raise SpecmoeError(
+                f"{where}: a mean accepted length τ at γ = {gamma} lies in [1, {gamma + 1}], got {value:g}; "
+                "τ counts the bonus token (1 means nothing accepted)"
+            )
+        return from_alpha(per_token_alpha((value - 1) / gamma, gamma), gamma)
+    if not 0.0 <= value <= 1.0:
+        raise SpecmoeError(f"{where}: an acceptance {kind.value} is a fraction in [0, 1], got {value:g}")
+    if kind is AcceptanceKind.RATE:
+        return from_alpha(per_token_alpha(value, gamma), gamma)
+    return from_alpha(value, gamma)
+
+
+def breakeven_alpha(speedup: Callable[[float], float], tolerance: float = 1e-6) -> float | None:
+    """The smallest α with speedup(α) ≥ 1, by bisection; None when speedup(1) < 1."""
+    if speedup(1.0) < 1.0:
+        return None
+    if speedup(0.0) >= 1.0:
+        return 0.0
+    low, high = 0.0, 1.0
+    while high - low > tolerance:
+        mid = (low + high) / 2
+        if speedup(mid) >= 1.0:
+            high = mid
+        else:
+            low = mid
+    return high
+
+
+class Verdict(StrEnum):
+    GO = "GO"
+    NO_GO = "NO-GO"
+    DEPENDS = "DEPENDS ON ACCEPTANCE"
+
+
+def verdict(best_at_full: float, band: tuple[float, float] | None) -> Verdict:
+    """The rule, fixed before any data: NO-GO when even full acceptance stays below 1× at the
+    band's optimistic end (`best_at_full` is already that end); with a stated acceptance, GO when
+    the band's pessimistic end reaches 1×, NO-GO when its optimistic end stays below, otherwise
+    (and without a stated acceptance) DEPENDS ON ACCEPTANCE."""
+    if best_at_full < 1.0:
+        return Verdict.NO_GO
+    if band is None:
+        return Verdict.DEPENDS
+    low, high = band
+    if low >= 1.0:
+        return Verdict.GO
+    if high < 1.0:
+        return Verdict.NO_GO
+    return Verdict.DEPENDS

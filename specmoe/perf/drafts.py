@@ -1,0 +1,119 @@
+"""What a drafter costs per round, by kind, from the target's shape and the engine.
+
+    model    a separate draft model (its own config and weight format), γ forwards per round
+    ngram    prompt lookup: no forward at all, the engine's `ngram_s` of host search per round
+    eagle    EAGLE-1/2 head: one decoder layer of the target's width (its attention and a dense MLP
+             of the target's `intermediate_size`), an fc layer fusing the last hidden state with
+             the token embedding (2H → H), and the target's LM head over its vocabulary; γ
+             forwards per round
+    eagle3   EAGLE-3 head: the same layer, an fc fusing three of the target's hidden states
+             (3H → H), and an LM head over its own smaller vocabulary (`draft_vocab`, 32,000 in the
+             published Llama-3.1 heads); γ forwards per round
+    mtp      a multi-token-prediction module (DeepSeek-V3, Qwen3-Next): one layer exactly like the
+             target's (an MoE layer when the target is MoE), a 2H → H projection and the shared
+             LM head; γ forwards per round
+    medusa   γ heads, each a residual block (H → H) and its own LM head, all run once per round
+
+The head's features come from the verify pass the target runs anyway, so they cost nothing here.
+A tree drafter (`tree_width` > 1) feeds that many tokens per row at each step; `RoundShape` in
+`specmoe.perf.compose` carries it and the tree's verified size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from specmoe.errors import SpecmoeError
+from specmoe.perf.structure import Architecture
+
+
+class DraftMethod(StrEnum):
+    MODEL = "model"
+    NGRAM = "ngram"
+    EAGLE = "eagle"
+    EAGLE3 = "eagle3"
+    MTP = "mtp"
+    MEDUSA = "medusa"
+
+    @classmethod
+    def parse(cls, text: str, where: str = "--draft") -> DraftMethod:
+        key = str(text).strip().lower().replace("-", "")
+        key = {"eagle1": "eagle", "eagle2": "eagle", "promptlookup": "ngram", "pld": "ngram"}.get(key, key)
+        try:
+            return cls(key)
+        except ValueError:
+            raise SpecmoeError(
+                f"{where}: unknown draft method '{text}'; one of {', '.join(m.value for m in cls)} "
+                "(a draft model goes with --draft-config)"
+            ) from None
+
+    @property
+    def is_head(self) -> bool:
+        return self in (DraftMethod.EAGLE, DraftMethod.EAGLE3, DraftMethod.MTP, DraftMethod.MEDUSA)
+
+
+EAGLE3_DRAFT_VOCAB = 32000
+
+
+def head_architecture(
+    target: Architecture, method: DraftMethod, gamma: int, draft_vocab: int | None = None
+) -> Architecture:
+    """The weights one forward of a head reads, as an Architecture in the target's formats."""
+    h = target.hidden
+    norms = 2 * h
+    if method is DraftMethod.MEDUSA:
+        return _head(target, f"medusa x{gamma}", gamma * (h * h + h * target.vocab), layers=1)
+    if method is DraftMethod.MTP:
+        projection = 2 * h * h + norms
+        if target.is_moe:
+            per_layer_dense = (target.params_dense - target.vocab * h - h) / max(target.layers, 1)
+            return replace(
+                _head(target, "mtp", int(per_layer_dense) + projection + target.vocab * h, layers=1),
+                moe_layers=1,
+                num_experts=target.num_experts,
+                top_k=target.top_k,
+                params_per_expert=target.params_per_expert // max(target.moe_layers, 1),
+            )
+        layer = target.params_attention + target.params_layer_ffn + norms
+        return _head(target, "mtp", layer + projection + target.vocab * h, layers=1)
+    if not target.params_layer_ffn:
+        raise SpecmoeError(
+            f"{method.value}: the target config has no intermediate_size to size the head's MLP; add it"
+        )
+    layer = target.params_attention + target.params_layer_ffn + norms
+    if method is DraftMethod.EAGLE3:
+        vocab = draft_vocab or EAGLE3_DRAFT_VOCAB
+        return _head(target, "eagle3", layer + 3 * h * h + vocab * h, layers=1)
+    return _head(target, "eagle", layer + 2 * h * h + target.vocab * h, layers=1)
+
+
+def _head(target: Architecture, name: str, params: int, layers: int) -> Architecture:
+    """A `layers`-deep dense network of `params` weights with the target's attention cache."""
+    full = max(target.attention_layers, 1)
+    return replace(
+        target,
+        name=name,
+        layers=layers,
+        moe_layers=0,
+        num_experts=0,
+        top_k=0,
+        params_dense=int(params),
+        params_per_expert=0,
+        kv_elements_per_token=target.kv_elements_per_token // full * layers,
+        attention_flops_per_token=target.attention_flops_per_token // full * layers,
+        state_bytes=0,
+        attention_layers=layers,
+    )
+
+
+@dataclass(frozen=True)
+class OncePerRound:
+    """A drafter that runs one forward per round (Medusa's heads) seen through compose, which
+    charges γ draft steps: each step is charged 1/γ of the forward."""
+
+    times: object
+    gamma: int
+
+    def time(self, batch: float, tokens: float) -> float:
+        return self.times.time(batch, tokens) / self.gamma

@@ -1,0 +1,129 @@
+"""An SD setup priced without any timing: target and drafter from configs, on a hardware file, under
+an engine profile. What `specmoe advise --config` and the calibration against published
+measurements score.
+
+    target   first-principles forward times of the target config in its weight format, with the
+             engine's fixed costs, bandwidth and compute shares and re-read rows
+    drafter  a draft model's config priced the same way (its own format), or a head built from the
+             target's shape (`specmoe.perf.drafts`), or nothing (n-gram)
+    host     the engine's seconds per SD round and per plain step, and its n-gram search
+    shape    specmoe's chain round, or a tree's width and verified size
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specmoe.errors import SpecmoeError
+from specmoe.perf.compose import CHAIN, RoundShape
+from specmoe.perf.drafts import DraftMethod, OncePerRound, head_architecture
+from specmoe.perf.engines import EngineProfile
+from specmoe.perf.firstprinciples import first_principles_constants
+from specmoe.perf.hardware import Hardware
+from specmoe.perf.model import MoEShape
+from specmoe.perf.predict import ModelTimes
+from specmoe.perf.structure import Architecture
+
+
+@dataclass(frozen=True)
+class SDSetup:
+    """Everything a composed speedup needs besides the acceptance and γ."""
+
+    label: str
+    target: ModelTimes
+    method: DraftMethod
+    draft_arch: Architecture | None  # the draft model's or head's weights; None for n-gram
+    hardware: Hardware
+    engine: EngineProfile
+    context: float
+    shape: RoundShape = CHAIN
+    fitted: bool = False
+
+    def draft(self, gamma: int):
+        """The drafter's forward times for rounds of γ proposals (a Medusa round runs its heads once)."""
+        if self.draft_arch is None:
+            return None
+        arch = self.draft_arch
+        if self.method is DraftMethod.MEDUSA:
+            return OncePerRound(_times(arch.name, arch, self.hardware, self.engine, self.context), gamma)
+        return _times(arch.name, arch, self.hardware, self.engine, self.context)
+
+    def host_s(self, batch: float) -> float:
+        """Host seconds of one SD round at `batch` live sequences."""
+        return self.engine.round_s + self.engine.round_seq_s * batch
+
+    @property
+    def plain_host_s(self) -> float:
+        return self.engine.step_s
+
+    @property
+    def draft_host_s(self) -> float:
+        return self.engine.ngram_s if self.method is DraftMethod.NGRAM else 0.0
+
+
+def _times(
+    label: str, arch: Architecture, hardware: Hardware, engine: EngineProfile, context: float
+) -> ModelTimes:
+    constants = first_principles_constants(arch, hardware, "hardware file", engine)
+    return ModelTimes(label, constants, MoEShape(arch.num_experts, arch.top_k), context, False)
+
+
+def configured_setup(
+    target: Architecture,
+    hardware: Hardware,
+    engine: EngineProfile,
+    method: DraftMethod,
+    draft: Architecture | None = None,
+    context: float = 512,
+    gamma_for_heads: int = 4,
+    tree_tokens: int | None = None,
+    tree_width: int = 1,
+    draft_vocab: int | None = None,
+    label: str | None = None,
+) -> SDSetup:
+    """The setup for one target, drafter and engine. `draft` is the draft model's Architecture
+    (method MODEL only); heads are built from the target (Medusa's from γ = `gamma_for_heads`)."""
+    if method is DraftMethod.MODEL and draft is None:
+        raise SpecmoeError("a draft model needs its config: pass --draft-config draft.json")
+    if method is not DraftMethod.MODEL and draft is not None:
+        raise SpecmoeError(f"--draft {method.value} builds its own drafter; drop --draft-config")
+    if target.is_moe and hardware.device_count > target.num_experts:
+        raise SpecmoeError(
+            f"device_count {hardware.device_count} exceeds the target's {target.num_experts} experts"
+        )
+    if tree_width < 1 or (tree_tokens is not None and tree_tokens < 2):
+        raise SpecmoeError("--tree-width must be >= 1 and --tree-tokens >= 2 (tokens verified per sequence)")
+    if method.is_head:
+        draft = head_architecture(target, method, gamma_for_heads, draft_vocab)
+    shape = RoundShape(verify_tokens=tree_tokens, draft_width=tree_width, wide_after_full=not method.is_head)
+    times = _times(target.name, target, hardware, engine, context)
+    name = label or f"{target.name} ({target.dtype}) on {hardware.name} under {engine.name}"
+    return SDSetup(name, times, method, draft, hardware, engine, context, shape)
+
+
+def describe(setup: SDSetup) -> dict:
+    """What the setup priced, for the output's header and --json."""
+    drafter = setup.method.value
+    if setup.draft_arch is not None and setup.method is DraftMethod.MODEL:
+        drafter = f"{setup.draft_arch.name} ({setup.draft_arch.dtype})"
+    elif setup.draft_arch is not None:
+        drafter = f"{setup.method.value} head ({setup.draft_arch.params_dense / 1e6:.0f}M weights)"
+    return {
+        "target": setup.label,
+        "drafter": drafter,
+        "engine": setup.engine.name,
+        "hardware": setup.hardware.name,
+        "devices": setup.hardware.device_count,
+        "context": setup.context,
+        "verify_tokens": setup.shape.verify_tokens,
+        "tree_width": setup.shape.draft_width,
+        "host_round_s": setup.engine.round_s,
+        "host_round_per_sequence_s": setup.engine.round_seq_s,
+        "host_step_s": setup.plain_host_s,
+        "uncertainty": setup.engine.uncertainty,
+    }
+
+
+def config_label(path: Path) -> str:
+    return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
