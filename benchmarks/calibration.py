@@ -44,7 +44,7 @@ from scipy.optimize import least_squares
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specmoe.perf.breakeven import AcceptanceKind, acceptance, breakeven_alpha  # noqa: E402
+from specmoe.perf.breakeven import AcceptanceKind, Verdict, acceptance, breakeven_alpha, verdict  # noqa: E402
 from specmoe.perf.compose import expected_speedup  # noqa: E402
 from specmoe.perf.drafts import DraftMethod  # noqa: E402
 from specmoe.perf.engines import EngineProfile, load_engines  # noqa: E402
@@ -140,8 +140,11 @@ def predict(row: Row, engines: dict[str, EngineProfile], rows_by_id: dict[str, R
         alpha = _anchor_alpha(rows_by_id[row.anchor], engine)
     else:
         alpha = acceptance(float(row.acceptance), AcceptanceKind(row.acceptance_kind), gamma, row.id).alpha
-    predicted = _speedup_fn(row, engine)(alpha)
+    speedup = _speedup_fn(row, engine)
+    predicted = speedup(alpha)
     measured = float(row.speedup)
+    factor = engine.uncertainty
+    call = verdict(speedup(1.0) * factor, (predicted / factor, predicted * factor))
     return {
         "id": row.id,
         "role": row.role,
@@ -152,6 +155,7 @@ def predict(row: Row, engines: dict[str, EngineProfile], rows_by_id: dict[str, R
         "predicted": predicted,
         "error_factor": max(predicted / measured, measured / predicted),
         "log_error": math.log(predicted / measured),
+        "verdict": call.value,
     }
 
 
@@ -237,11 +241,14 @@ def leave_group_out(
 
 
 def _table(results: list[dict]) -> list[str]:
-    lines = ["| row | engine | role | measured | predicted | error factor |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| row | engine | role | measured | predicted | error factor | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in sorted(results, key=lambda r: (r["engine"], r["group"], r["id"])):
         lines.append(
             f"| {r['id']} | {r['engine']} | {r['role']} | {r['measured']:.2f} | {r['predicted']:.2f} | "
-            f"{r['error_factor']:.2f} |"
+            f"{r['error_factor']:.2f} | {r['verdict']} |"
         )
     return lines
 
@@ -251,6 +258,29 @@ def _summary_line(label: str, s: dict) -> str:
         f"| {label} | {s['rows']} | {s['median_error_factor']:.2f} | {s['worst_error_factor']:.2f} | "
         f"{s['within_1.25']} | {s['go_no_go_agree']} of {s['go_no_go_decided']} | {s['above_measured']} |"
     )
+
+
+def _outcome(measured: float) -> str:
+    return "paid (> 1.05x)" if measured > 1.05 else "did not (< 0.95x)" if measured < 0.95 else "even"
+
+
+def _verdicts(results: list[dict]) -> list[str]:
+    """advise's verdict on each row (the stated acceptance being the row's, the band the engine's)
+    against what the row measured."""
+    outcomes = ("paid (> 1.05x)", "even", "did not (< 0.95x)")
+    lines = [
+        "## Verdicts against outcomes (GO / NO-GO / DEPENDS ON ACCEPTANCE at the row's acceptance)",
+        "",
+        "| verdict | " + " | ".join(outcomes) + " |",
+        "|---|---|---|---|",
+    ]
+    for call in Verdict:
+        counts = [
+            sum(r["verdict"] == call.value and _outcome(r["measured"]) == o for r in results)
+            for o in outcomes
+        ]
+        lines.append(f"| {call.value} | " + " | ".join(map(str, counts)) + " |")
+    return lines
 
 
 def report(rows: list[Row], results: list[dict], held: list[dict]) -> str:
@@ -268,6 +298,7 @@ def report(rows: list[Row], results: list[dict], held: list[dict]) -> str:
         lines.append(_summary_line(f"  {engine}", summary([r for r in results if r["engine"] == engine])))
     if held:
         lines.append(_summary_line("each table held out (leave-one-group-out)", summary(held)))
+    lines += ["", *_verdicts(results)]
     no_gain = [r for r in results if r["measured"] < 1.0]
     lines += ["", "## Rows where SD did not pay (measured below 1x)", "", *_table(no_gain)]
     lines += ["", "## Every scored row", "", *_table(results)]
