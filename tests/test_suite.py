@@ -92,6 +92,16 @@ def test_study_reproduces_the_study_design_over_every_prompt():
     assert all(s.prompt_set is None for s in specs if s.group == "F")
 
 
+def test_oracle_draws_are_independent_across_units_and_targets():
+    sd = [s for s in expand(load_suite(builtin_suite_path("moesd"))) if s.arm == "sd"]
+    seeds = {(s.cell_key, s.prompt_batch, s.repeat): s.oracle_seed for s in sd}
+    assert len(set(seeds.values())) == len(seeds)  # no two paired units share a coin stream
+    one = sd[0]
+    assert one.oracle_seed == replace(one).oracle_seed  # and each is reproducible
+    assert replace(one, prompt_batch=one.prompt_batch + 1).oracle_seed != one.oracle_seed
+    assert one.key_fields["draft"]["draws"] == "per-unit"  # older shared-stream runs keep other keys
+
+
 def test_moesd_uses_oracle_drafts_and_sweeps_batch_and_sparsity():
     specs = expand(load_suite(builtin_suite_path("moesd")))
     sd = [s for s in specs if s.arm == "sd"]

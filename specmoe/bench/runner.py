@@ -274,7 +274,7 @@ class Runner:
             continuations = self._continuation(spec, target, prompts, config)
         elif isinstance(draft, ModelDraft):
             model = self.pool.model(draft.name, spec.dtype, spec.device, compile=spec.compile)
-        return lambda: make_drafter(draft, target, model, continuations, seed=spec.repeat)
+        return lambda: make_drafter(draft, target, model, continuations, seed=spec.oracle_seed)
 
     @staticmethod
     def _plain_key(spec: RunSpec, prompts: list[list[int]], max_new_tokens: int | str) -> tuple:

@@ -165,7 +165,9 @@ class RunSpec:
             draft = {"ngram": [spec.min_n, spec.max_n]}
         elif self.draft_model is not None:
             draft = (
-                {"oracle": spec.acceptance, "cost": self.draft_model.identity}
+                # "draws": each paired unit draws its own accept/reject coins (`oracle_seed`); runs
+                # stored before that shared one stream per repeat and keep their older keys apart
+                {"oracle": spec.acceptance, "cost": self.draft_model.identity, "draws": "per-unit"}
                 if isinstance(spec, OracleDraft)
                 else self.draft_model.identity
             )
@@ -218,6 +220,15 @@ class RunSpec:
     @property
     def run_id(self) -> str:
         return f"{self.config_key}-{self.repeat}"
+
+    @property
+    def oracle_seed(self) -> int:
+        """The oracle drafter's seed: one stream per paired unit (this cell, prompt batch and
+        repeat), so no two units, and no two targets, share their accept/reject coins."""
+        return (
+            int(short_key({"cell": self.cell_key, "batch": self.prompt_batch, "repeat": self.repeat}), 16)
+            % 2**63
+        )
 
     def baseline(self) -> RunSpec:
         """The baseline arm this arm is compared against (itself for a baseline arm)."""
