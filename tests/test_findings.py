@@ -132,6 +132,19 @@ def test_claim_d_fails_on_one_significant_drop_and_holds_only_when_every_series_
     assert claim_d(rising + falling, [], NOT_BOUND).verdict == UNSURE
 
 
+def test_claim_d_is_refuted_by_arithmetic_whatever_the_regime():
+    # γ = 8's rounds cost 1.6x γ = 4's; at 1% acceptance they emit at most 1.08 tokens: no gain possible
+    slow = [
+        cell(0.5, gamma=4, round_s=1.0, acceptance=0.01),
+        cell(0.45, gamma=8, round_s=1.6, acceptance=0.01),
+    ]
+    assert claim_d(slow, [], NOT_BOUND).verdict == FAILS
+    assert claim_d(slow, [], NOT_BOUND).values["refuted"] == "1"
+    # at 50% acceptance a γ = 8 round may emit up to 5 tokens: arithmetic leaves it open
+    open_ = [replace(c, acceptance=0.5) for c in slow]
+    assert claim_d(open_, [], NOT_BOUND).verdict == UNSURE
+
+
 def test_cells_without_a_confidence_interval_or_with_unstable_repeats_decide_nothing():
     fast, slow = cell(2.0), cell(1.0)
     assert fast.beats(slow)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specmoe.bench.store import RunRow
-from specmoe.bench.summary import compare
+from specmoe.bench.summary import cell_key, compare
 
 
 def prompt_of(config: dict) -> str:
@@ -32,6 +32,7 @@ class Cell:
     repeats: int  # paired units (prompt batch × repeat), noisy runs left out
     level: float | None = None  # None: fewer than 5 units, low/high are only their range
     unstable: bool = False  # repeats of one batch disagree (specmoe.bench.summary)
+    round_s: float | None = None  # mean decode seconds per SD round over the cell's SD runs
 
     @property
     def judged(self) -> bool:
@@ -49,9 +50,22 @@ class Cell:
         return f"{self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}] n={self.repeats}"
 
 
+def round_seconds(rows: Iterable[RunRow]) -> dict[str, float]:
+    """Per cell: decode seconds per SD round, summed over its SD runs the noise guard passed."""
+    seconds: dict[str, list[float]] = {}
+    for row in rows:
+        if row.arm == "sd" and not row.noisy and row.counts.rounds:
+            total = seconds.setdefault(cell_key(row), [0.0, 0.0])
+            total[0] += row.times.decode_s
+            total[1] += row.counts.rounds
+    return {key: s / n for key, (s, n) in seconds.items()}
+
+
 def cells(rows: Iterable[RunRow]) -> list[Cell]:
+    rows = list(rows)
+    per_round = round_seconds(rows)
     out = []
-    for c in compare(list(rows)):
+    for c in compare(rows):
         config = c.config
         out.append(
             Cell(
@@ -71,6 +85,7 @@ def cells(rows: Iterable[RunRow]) -> list[Cell]:
                 repeats=c.units,
                 level=c.speedup.level,
                 unstable=bool(c.unstable),
+                round_s=per_round.get(config.get("cell_key", config["config_key"])),
             )
         )
     return sorted(out, key=lambda x: (x.group, x.target, x.draft, x.gamma, x.prompt, x.batch, x.top_k or 0))

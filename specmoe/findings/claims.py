@@ -242,11 +242,33 @@ def _rises(series: Sequence[Cell]) -> bool:
     return all(b.beats(a) for a, b in itertools.pairwise(series))
 
 
+def cannot_help(smaller: Cell, larger: Cell) -> bool:
+    """Arithmetic, before any mechanism: the larger γ cannot be faster than the smaller one.
+
+    Per sequence a cell's speedup is τ · T_step / R: τ tokens emitted per round, R seconds per round,
+    over the same baseline step. So S_larger / S_smaller = (τ_l / τ_s) · (R_s / R_l), and with
+    τ_l ≤ 1 + α_l·γ_l (at most every proposal accepted at the measured rate) and τ_s ≥ 1, the larger
+    γ is no faster whenever 1 + α_l·γ_l ≤ R_l / R_s: its rounds cost more than even its acceptance
+    could repay. α and R are the cells' own measurements; nothing about the machine's regime enters.
+    """
+    if smaller.round_s is None or larger.round_s is None or not smaller.round_s > 0:
+        return False
+    if larger.acceptance != larger.acceptance:  # nan: no proposals counted
+        return False
+    return 1 + larger.acceptance * larger.gamma <= larger.round_s / smaller.round_s
+
+
+def _refuted(series: Sequence[Cell]) -> bool:
+    return any(cannot_help(a, b) for a, b in itertools.pairwise(series))
+
+
 def claim_d(study: Sequence[Cell], family: Sequence[Cell], regime: Regime) -> Verdict:
     """Larger γ always helps: speedup rises monotonically over γ ∈ {4, 8, 16}.
 
-    The study explains the rise by verification that costs less than linearly in γ, i.e. bandwidth
-    amortisation: the verdict needs a bandwidth-bound target (`regime`)."""
+    Arithmetic first: a series in which some step up γ cannot help (`cannot_help`, the 1 + αγ bound
+    against the rounds' measured cost) refutes "always", whatever the regime, as the same bound
+    settles (a). Otherwise the study explains the rise by verification that costs less than linearly
+    in γ, i.e. bandwidth amortisation, and the verdict needs a bandwidth-bound target (`regime`)."""
     study_series = list(gamma_series(study).values())
     family_series = list(gamma_series(family).values())
     series = study_series + family_series
@@ -254,7 +276,10 @@ def claim_d(study: Sequence[Cell], family: Sequence[Cell], regime: Regime) -> Ve
     helps = sum(up for up, _ in steps)
     hurts = sum(down for _, down in steps)
     rising = sum(_rises(s) for s in series)
-    if not series or not regime.ok:
+    refuted = sum(_refuted(s) for s in series)
+    if refuted:
+        verdict = FAILS
+    elif not series or not regime.ok:
         verdict = UNSURE
     elif hurts:
         verdict = FAILS
@@ -277,5 +302,8 @@ def claim_d(study: Sequence[Cell], family: Sequence[Cell], regime: Regime) -> Ve
             "family_series": str(len(family_series)),
             "family_hurts": str(sum(_steps(s)[1] for s in family_series)),
             "family_rising": str(sum(_rises(s) for s in family_series)),
+            "refuted": str(refuted),
+            "study_refuted": str(sum(_refuted(s) for s in study_series)),
+            "family_refuted": str(sum(_refuted(s) for s in family_series)),
         },
     )

@@ -28,6 +28,7 @@ from specmoe.findings.claims import (
     claim_c,
     claim_d,
     extreme,
+    pct,
     x,
 )
 from specmoe.findings.engines import engine_regime, engines_values
@@ -138,6 +139,46 @@ def study_audit_values(study_csv: Path) -> dict[str, str]:
     }
 
 
+def study_gamma_values(study_csv: Path) -> dict[str, str]:
+    """The study's own median acceptance rate on its MoE target at γ = 4 and 16, and the most a round
+    can emit there (1 + rate·γ), from its published rows."""
+    with Path(study_csv).open(newline="", encoding="utf-8") as handle:
+        rows = [
+            r
+            for r in csv.DictReader(handle)
+            if r.get("target_model", "").startswith("moe")
+            and r.get("draft_model") != "none"
+            and r.get("draft_acceptance_rate")
+        ]
+    found: dict[str, str] = {}
+    for gamma in (4, 16):
+        rates = [float(r["draft_acceptance_rate"]) for r in rows if r.get("draft_len") == str(gamma)]
+        rate = statistics.median(rates) if rates else float("nan")
+        found[f"studyrate.g{gamma}"] = pct(rate)
+        found[f"studyrate.bound{gamma}"] = f"{1 + rate * gamma:.2f}"
+    return found
+
+
+def rule_values() -> dict[str, str]:
+    """The regime gates' thresholds and the bench MoE's verify-over-step expert reads, as the rules
+    and the zoo define them (the template writes no number by hand)."""
+    from specmoe.findings.regime import AMORTISED, BANDWIDTH_BOUND, VERIFY_TOKENS
+    from specmoe.theory import expected_active_experts
+    from specmoe.zoo.presets import MOE, get_preset
+
+    moe = get_preset("bench").model(MOE)
+    active = expected_active_experts(VERIFY_TOKENS, moe.num_experts, moe.top_k)
+    return {
+        "rules.bandwidth_bound": f"{BANDWIDTH_BOUND:g}",
+        "rules.amortised": f"{AMORTISED:g}",
+        "rules.verify_tokens": str(VERIFY_TOKENS),
+        "moe.verify_experts": f"{active:.1f}",
+        "moe.experts": str(moe.num_experts),
+        "moe.top_k": str(moe.top_k),
+        "moe.verify_reads": f"{active / moe.top_k:.1f}",
+    }
+
+
 def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) -> dict[str, str]:
     study, study_rows = _step_cells(out, "study")
     moesd, moesd_rows = _step_cells(out, "moesd")
@@ -161,6 +202,8 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found["noise.noisy"] = str(sum(r.noisy for r in every))
     found.update(change_values(out, found))
     found.update(study_audit_values(study_csv))
+    found.update(study_gamma_values(study_csv))
+    found.update(rule_values())
     found.update(notes_values(out, study_rows, moesd_rows, moesd, predict))
     found.update(engines_values(out, _step_cells, _sizes("bench"), family, moesd, predict))
     found.update(_engine_run_values(out))

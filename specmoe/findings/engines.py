@@ -24,7 +24,7 @@ from specmoe.findings.batch_claims import claim_e, claim_f
 from specmoe.findings.cells import Cell
 from specmoe.findings.claims import CLAIM_KEYS, CLAIM_TITLES, Verdict, claim_a, claim_b, claim_c, claim_d
 from specmoe.findings.plan import ENGINES, Engine
-from specmoe.findings.regime import Regime, bandwidth_regime, step_over_floor
+from specmoe.findings.regime import GATES, RULE_GATES, Regime, bandwidth_regime, step_over_floor
 
 NOT_MEASURED = "not measured"
 # Which cost ratio each claim turns on (shown beside its verdicts).
@@ -82,9 +82,34 @@ def cost_ratios(out: Path, engine: Engine) -> CostRatios | None:
     )
 
 
-def engine_regime(out: Path, engine: Engine) -> Regime:
+def engine_regime(out: Path, engine: Engine, gates: str = RULE_GATES) -> Regime:
     """The regime check (b) and (d) need, on the engine's own MoE profile in its study weights."""
-    return bandwidth_regime(out, "moe", profiles_folder(engine), engine.weights)
+    return bandwidth_regime(out, "moe", profiles_folder(engine), engine.weights, gates)
+
+
+def gate_table(
+    out: Path,
+    step_cells: Callable[[Path, str], tuple[list[Cell], list]],
+    sizes: dict[str, tuple[int, int]],
+    family: Sequence[Cell],
+) -> str:
+    """(b) and (d) on every engine under each regime gate, the rule's last: a verdict that moves
+    with the gate is printed as depending on it."""
+    head = "| engine | claim | " + " | ".join(GATES) + " |"
+    lines = [head, "|---" * (len(GATES) + 2) + "|"]
+    for engine in ENGINES:
+        study, _ = step_cells(out, engine.study)
+        if not study:
+            continue
+        regimes = [engine_regime(out, engine, gates) for gates in GATES]
+        series_family = family if engine.backend == "hf" else []
+        for key, verdicts in (
+            ("b", [claim_b(study, sizes, regime).verdict for regime in regimes]),
+            ("d", [claim_d(study, series_family, regime).verdict for regime in regimes]),
+        ):
+            moved = " (depends on the gate)" if len(set(verdicts)) > 1 else ""
+            lines.append(f"| {engine.label} | ({key}){moved} | " + " | ".join(verdicts) + " |")
+    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -198,7 +223,7 @@ def dependence(found: Sequence[EngineVerdicts]) -> str:
         parts.append("No verdict differs between the engines measured.")
     regimes = "; ".join(f"{e.engine.label}: {'present' if e.regime.ok else 'absent'}" for e in measured)
     parts.append(
-        f"The amortisation regime (b) and (d) need, per engine — {regimes} (the cost-ratio table "
+        f"The amortisation regime (b) needs, per engine — {regimes} (the cost-ratio table "
         "gives each engine's step over its floor and verify over step)."
     )
     if differ and same:
@@ -231,6 +256,7 @@ def engines_values(
         "engines.table": verdict_table(found),
         "engines.ratios": ratios_table(found),
         "engines.depends": dependence(found),
+        "engines.gates": gate_table(out, step_cells, sizes, family),
     }
     values["engines.q4_types"] = q4_types(out)
     for engine in found:

@@ -26,6 +26,10 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+# The gates a mechanism claim may pass through, in the order they were added (each after verdicts had
+# been seen: docs/findings.md shows the verdicts under every one). The rule is the last.
+GATES = ("no gate", "bandwidth gate", "bandwidth + verify gates")
+RULE_GATES = GATES[-1]
 BANDWIDTH_BOUND = 2.0  # T(1,1) at most this many times its bandwidth floor: bandwidth-bound
 VERIFY_TOKENS = 5  # γ + 1 at the study pass's smallest γ
 AMORTISED = 2.0  # T(1, 5) at most this many times T(1, 1): verifying 5 tokens costs little more than one
@@ -50,9 +54,14 @@ def step_over_floor(profile: dict, hardware: dict) -> float | None:
     return point["median_s"] / floor_s
 
 
-def bandwidth_regime(out: Path, model: str = "moe", folder: str = "profiles", weights: str = "*") -> Regime:
+def bandwidth_regime(
+    out: Path, model: str = "moe", folder: str = "profiles", weights: str = "*", gates: str = RULE_GATES
+) -> Regime:
     """Whether the target's decode step is bandwidth-bound here (out/<folder>/<model>-<weights>.json,
-    out/hw.json)."""
+    out/hw.json) and, under the rule's gates, whether its verify is amortised. `gates` names one of
+    GATES: "no gate" passes every machine, "bandwidth gate" asks the first part only."""
+    if gates == GATES[0]:
+        return Regime(True, "no regime gate")
     profiles = sorted((out / folder).glob(f"{model}-{weights}.json"))
     hw_path = out / "hw.json"
     if not profiles or not hw_path.is_file():
@@ -66,7 +75,8 @@ def bandwidth_regime(out: Path, model: str = "moe", folder: str = "profiles", we
     dtype = profile["model"].get("dtype", "")
     measured = f"the {model} target's one-token step ({dtype}) takes {ratio:.1f}× its bandwidth floor"
     if ratio <= BANDWIDTH_BOUND:
-        return _amortisation(profile, f"{measured}: bandwidth-bound (within {BANDWIDTH_BOUND:g}×)")
+        bound = f"{measured}: bandwidth-bound (within {BANDWIDTH_BOUND:g}×)"
+        return Regime(True, bound) if gates == GATES[1] else _amortisation(profile, bound)
     return Regime(
         False,
         f"{measured}, so fixed per-layer cost, not reading weights, dominates it: the amortisation the "
