@@ -277,3 +277,15 @@ def test_export_writes_home_paths_from_tilde(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     flat = flatten("config", {"target_model": {"path": f"{tmp_path}/zoo/moe"}, "other": "/opt/x", "n": 3})
     assert flat == {"config.target_model.path": "~/zoo/moe", "config.other": "/opt/x", "config.n": 3}
+
+
+def test_sensitivity_rescales_intervals_and_names_what_moves():
+    from specmoe.findings.sensitivity import at_level, counted
+
+    c = cell(1.0, width=0.1)  # 95%, 10 units
+    wider, narrower = at_level(c, 0.99), at_level(c, 0.90)
+    assert wider.low < c.low < narrower.low and wider.high > c.high > narrower.high
+    assert (wider.low + wider.high) / 2 == pytest.approx(1.0) and wider.level == 0.99
+    few = replace(c, level=None, repeats=3)
+    assert at_level(few, 0.99) == few  # a range from few units stays a range
+    assert counted(replace(c, unstable=True)).judged

@@ -43,8 +43,16 @@ def batch_series(items: Sequence[Cell], target: str, gamma: int, top_k: int | No
     return sorted(found, key=lambda c: c.batch)
 
 
-def claim_e(moesd: Sequence[Cell], predict: Predict) -> Verdict:
-    """Speedup vs batch size is an inverted U, and MoE gains more than dense at medium batch sizes."""
+def interior(batches: Sequence[int]) -> Sequence[int]:
+    """The rule's "medium" batch sizes: neither the smallest nor the largest measured."""
+    return batches[1:-1]
+
+
+def claim_e(
+    moesd: Sequence[Cell], predict: Predict, medium_of: Callable[[Sequence[int]], Sequence[int]] = interior
+) -> Verdict:
+    """Speedup vs batch size is an inverted U, and MoE gains more than dense at medium batch sizes
+    (`medium_of` picks them from the batch sizes both targets measured; the rule: `interior`)."""
     gammas = sorted({c.gamma for c in select(moesd, group="batch")})
     moe_shapes = [u_shape(batch_series(moesd, "moe", g)) for g in gammas]
     moe_u = [g for g, shape in zip(gammas, moe_shapes, strict=True) if shape == HOLDS]
@@ -54,7 +62,7 @@ def claim_e(moesd: Sequence[Cell], predict: Predict) -> Verdict:
         moe = {c.batch: c for c in batch_series(moesd, "moe", gamma)}
         dense = {c.batch: c for c in batch_series(moesd, "dense-s", gamma)}
         batches = sorted(set(moe) & set(dense))
-        for batch in batches[1:-1]:  # medium: neither the smallest nor the largest batch measured
+        for batch in medium_of(batches):
             medium += 1
             moe_wins += moe[batch].beats(dense[batch])
             dense_wins += dense[batch].beats(moe[batch])

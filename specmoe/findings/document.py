@@ -159,6 +159,19 @@ def study_gamma_values(study_csv: Path) -> dict[str, str]:
     return found
 
 
+def sensitivity_values(out: Path, study, family, moesd, predict) -> dict[str, str]:
+    """Every verdict under each variant of its rule (`specmoe.findings.sensitivity`)."""
+    from specmoe.findings.regime import GATES
+    from specmoe.findings.sensitivity import Inputs, sensitivity_table
+
+    regimes = {gate: engine_regime(out, ENGINES[0], gate) for gate in GATES}
+    table, moved = sensitivity_table(Inputs(study, family, moesd, _sizes("bench"), regimes, predict))
+    found = {"sensitivity.table": table}
+    for key, names in moved.items():
+        found[f"{key}.depends"] = "depends on: " + ", ".join(names) if names else "stable"
+    return found
+
+
 def rule_values() -> dict[str, str]:
     """The regime gates' thresholds and the bench MoE's verify-over-step expert reads, as the rules
     and the zoo define them (the template writes no number by hand)."""
@@ -204,6 +217,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found.update(study_audit_values(study_csv))
     found.update(study_gamma_values(study_csv))
     found.update(rule_values())
+    found.update(sensitivity_values(out, study, family, moesd, predict))
     found.update(notes_values(out, study_rows, moesd_rows, moesd, predict))
     found.update(engines_values(out, _step_cells, _sizes("bench"), family, moesd, predict))
     found.update(_engine_run_values(out))
