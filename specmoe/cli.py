@@ -422,6 +422,11 @@ def _add_findings(commands) -> None:
         help="rewrite the document from the results folder, measure nothing",
     )
     p.add_argument(
+        "--rules-changed",
+        action="store_true",
+        help="render although the rules file changed since the runs were measured (the document says so)",
+    )
+    p.add_argument(
         "--engine",
         action="append",
         default=[],
@@ -611,7 +616,7 @@ def _run_findings(args) -> int:
     from specmoe.findings.run import run_findings
 
     if args.render_only:
-        print(f"wrote {write_document(args.out, args.doc)}")
+        print(f"wrote {write_document(args.out, args.doc, rules_changed=args.rules_changed)}")
         return 0
     return run_findings(args.scale, args.out, args.doc, engines=tuple(args.engine))
 

@@ -289,3 +289,20 @@ def test_sensitivity_rescales_intervals_and_names_what_moves():
     few = replace(c, level=None, repeats=3)
     assert at_level(few, 0.99) == few  # a range from few units stays a range
     assert counted(replace(c, unstable=True)).judged
+
+
+def test_rules_are_data_with_a_hash_and_a_changed_file_is_refused(tmp_path):
+    import json as _json
+
+    from specmoe.errors import SpecmoeError
+    from specmoe.findings.rules import RECORD, RULES, check_rules, record_rules, rules_hash
+
+    assert RULES["claims"]["low_acceptance"] == 0.04 and len(rules_hash()) == 12
+    assert "no rules of its own" in check_rules(tmp_path, allow_change=False)
+    record_rules(tmp_path)
+    assert "the rules the runs were measured under" in check_rules(tmp_path, allow_change=False)
+    record = tmp_path / RECORD
+    record.write_text(_json.dumps({"hash": "000000000000", "rules": {}}))
+    with pytest.raises(SpecmoeError, match="--rules-changed"):
+        check_rules(tmp_path, allow_change=False)
+    assert "**changed**" in check_rules(tmp_path, allow_change=True)

@@ -6,11 +6,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Sequence
 
+from specmoe.engine.draft_spec import draft_of
 from specmoe.findings.cells import Cell, select
 from specmoe.findings.claims import FAILS, HOLDS, UNSURE, Verdict, duel, x
+from specmoe.findings.rules import RULES
 
-ORACLE = "oracle:0.9"
-ALPHA = 0.9  # the oracle's per-token acceptance probability, the performance model's α
+ORACLE = RULES["batch"]["oracle"]
+ALPHA = draft_of(ORACLE).acceptance  # the oracle's per-token acceptance, the performance model's α
 
 Predict = Callable[[str, int, int, int | None], float | None]  # (target, B, γ, top-k) -> speedup
 
@@ -48,8 +50,13 @@ def interior(batches: Sequence[int]) -> Sequence[int]:
     return batches[1:-1]
 
 
+MEDIUM = {"interior": interior}  # rules.toml's batch.medium, by name
+
+
 def claim_e(
-    moesd: Sequence[Cell], predict: Predict, medium_of: Callable[[Sequence[int]], Sequence[int]] = interior
+    moesd: Sequence[Cell],
+    predict: Predict,
+    medium_of: Callable[[Sequence[int]], Sequence[int]] = MEDIUM[RULES["batch"]["medium"]],
 ) -> Verdict:
     """Speedup vs batch size is an inverted U, and MoE gains more than dense at medium batch sizes
     (`medium_of` picks them from the batch sizes both targets measured; the rule: `interior`)."""

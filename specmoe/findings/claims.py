@@ -19,6 +19,7 @@ from statistics import median
 from specmoe.engine.draft_spec import NgramDraft, draft_of
 from specmoe.findings.cells import Cell, select
 from specmoe.findings.regime import Regime
+from specmoe.findings.rules import RULES
 
 CLAIM_KEYS = ("a", "b", "c", "d", "e", "f")
 CLAIM_TITLES = {  # the claims' short names in the verdict tables
@@ -32,8 +33,8 @@ CLAIM_TITLES = {  # the claims' short names in the verdict tables
 
 HOLDS, FAILS, UNSURE = "holds", "does not hold", "cannot tell here"
 
-STUDY_RANGE = (1.18, 1.30)  # claim (a)'s speedup range
-LOW_ACCEPTANCE = 0.04  # claim (a)'s "< 4% acceptance", also used for (c)
+STUDY_RANGE = tuple(RULES["claims"]["study_range"])  # claim (a)'s speedup range
+LOW_ACCEPTANCE = RULES["claims"]["low_acceptance"]  # claim (a)'s "< 4% acceptance", also used for (c)
 MODEL_DRAFTS = ("draft-xs", "draft-s", "draft-moe")
 PROMPTS = ("factual", "code", "reasoning", "chinese")
 

@@ -37,6 +37,7 @@ from specmoe.findings.plan import ENGINES
 from specmoe.findings.predictions import fitted_predictor, unfitted_table
 from specmoe.findings.real import real_values
 from specmoe.findings.results import read_export
+from specmoe.findings.rules import check_rules
 from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import get_preset
 
@@ -218,6 +219,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found.update(study_gamma_values(study_csv))
     found.update(rule_values())
     found.update(sensitivity_values(out, study, family, moesd, predict))
+    found["rules.line"] = check_rules(out, allow_change=True)
     found.update(notes_values(out, study_rows, moesd_rows, moesd, predict))
     found.update(engines_values(out, _step_cells, _sizes("bench"), family, moesd, predict))
     found.update(_engine_run_values(out))
@@ -263,7 +265,8 @@ def _threads(rows: list) -> str:
     return f"{'/'.join(threads)} thread(s)"
 
 
-def write_document(out: Path, doc: Path, study_csv: Path = STUDY_CSV) -> Path:
+def write_document(out: Path, doc: Path, study_csv: Path = STUDY_CSV, rules_changed: bool = False) -> Path:
+    check_rules(out, rules_changed)  # refuses other rules before anything is written
     found = values(out, study_csv)
     (out / "findings.json").write_text(
         json.dumps(found, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"

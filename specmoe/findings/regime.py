@@ -26,13 +26,17 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from specmoe.findings.rules import RULES
+
 # The gates a mechanism claim may pass through, in the order they were added (each after verdicts had
 # been seen: docs/findings.md shows the verdicts under every one). The rule is the last.
 GATES = ("no gate", "bandwidth gate", "bandwidth + verify gates")
-RULE_GATES = GATES[-1]
-BANDWIDTH_BOUND = 2.0  # T(1,1) at most this many times its bandwidth floor: bandwidth-bound
-VERIFY_TOKENS = 5  # γ + 1 at the study pass's smallest γ
-AMORTISED = 2.0  # T(1, 5) at most this many times T(1, 1): verifying 5 tokens costs little more than one
+RULE_GATES = RULES["regime"]["gates"]
+BANDWIDTH_BOUND = RULES["regime"]["bandwidth_bound"]  # T(1,1) within this many times its floor
+VERIFY_TOKENS = RULES["regime"]["verify_tokens"]  # γ + 1 at the study pass's smallest γ
+AMORTISED = RULES["regime"]["amortised"]  # T(1, VERIFY_TOKENS) within this many times T(1, 1)
+if RULE_GATES not in GATES:
+    raise ValueError(f"rules.toml: regime.gates must be one of {GATES}, got {RULE_GATES!r}")
 
 
 @dataclass(frozen=True)

@@ -53,8 +53,11 @@ def run_findings(
 ) -> int:
     """Measure the plan's steps (only those of `engines` when named), profile, report, write `doc`."""
     from specmoe.findings.document import write_document
+    from specmoe.findings.rules import check_rules, record_rules
 
     steps = plan(scale, engines)  # an unknown scale or engine fails before anything runs
+    check_rules(out, allow_change=False)  # measuring more under other rules would mix them
+    record_rules(out)
     started = time.perf_counter()
     for step in steps:
         log.info("== %s: suite %s", step.name, step.suite)
