@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Sequence
+from statistics import median
 
 from specmoe.engine.draft_spec import draft_of
 from specmoe.findings.cells import Cell, select
 from specmoe.findings.claims import FAILS, HOLDS, UNSURE, Verdict, duel, x
 from specmoe.findings.rules import RULES
+from specmoe.theory import expected_tokens_per_round
 
 ORACLE = RULES["batch"]["oracle"]
 ALPHA = draft_of(ORACLE).acceptance  # the oracle's per-token acceptance, the performance model's α
@@ -95,9 +97,27 @@ def claim_e(
             "moe_wins": str(moe_wins),
             "dense_wins": str(dense_wins),
             "table": _batch_table(moesd, gammas, predict),
+            "acceptance": oracle_acceptance(moesd, gammas),
             **_peaks(moesd, gammas),
         },
     )
+
+
+def oracle_acceptance(moesd: Sequence[Cell], gammas: Sequence[int]) -> str:
+    """The measured acceptance rate beside the one the dialed per-position α implies, per γ."""
+    parts = []
+    for gamma in gammas:
+        found = [
+            c.acceptance for c in select(moesd, draft=ORACLE, gamma=gamma) if c.acceptance == c.acceptance
+        ]
+        expected = (float(expected_tokens_per_round(ALPHA, gamma)) - 1) / gamma
+        measured = (
+            f"{100 * median(found):.1f}% (range {100 * min(found):.1f}–{100 * max(found):.1f}%)"
+            if found
+            else "–"
+        )
+        parts.append(f"γ = {gamma}: expected {100 * expected:.1f}%, measured {measured}")
+    return "; ".join(parts)
 
 
 def _peaks(moesd: Sequence[Cell], gammas: Sequence[int]) -> dict[str, str]:

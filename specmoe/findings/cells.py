@@ -45,9 +45,13 @@ class Cell:
         return self.judged and other.judged and self.low > other.high
 
     def interval(self) -> str:
+        """The speedup with its interval; a cell that decides nothing says so (a range from fewer
+        than five units, or repeats that disagree)."""
         if self.level is None:
-            return f"{self.speedup:.2f}× (range {self.low:.2f}–{self.high:.2f}, n={self.repeats})"
-        return f"{self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}] n={self.repeats}"
+            spread = f"range {self.low:.2f}–{self.high:.2f}, n={self.repeats}"
+            return f"{self.speedup:.2f}× ({spread}; decides nothing)"
+        shown = f"{self.speedup:.2f}× [{self.low:.2f}, {self.high:.2f}] n={self.repeats}"
+        return shown + (" (unstable; decides nothing)" if self.unstable else "")
 
 
 def round_seconds(rows: Iterable[RunRow]) -> dict[str, float]:
