@@ -45,7 +45,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specmoe.perf.breakeven import AcceptanceKind, Verdict, acceptance, breakeven_alpha, verdict  # noqa: E402
-from specmoe.perf.compose import expected_speedup  # noqa: E402
 from specmoe.perf.drafts import DraftMethod  # noqa: E402
 from specmoe.perf.engines import EngineProfile, load_engines  # noqa: E402
 from specmoe.perf.firstprinciples import load_config  # noqa: E402
@@ -107,22 +106,7 @@ def _setup(row: Row, engine: EngineProfile):
 def _speedup_fn(row: Row, engine: EngineProfile):
     setup = _setup(row, engine)
     gamma, batch = row.int("gamma"), row.int("batch", 1)
-    draft = setup.draft(gamma)
-
-    def speedup(alpha: float) -> float:
-        return expected_speedup(
-            setup.target,
-            draft,
-            alpha,
-            gamma,
-            batch,
-            setup.host_s(batch),
-            setup.plain_host_s,
-            setup.draft_host_s,
-            setup.shape,
-        )
-
-    return speedup
+    return lambda alpha: setup.speedup(alpha, gamma, batch)
 
 
 def _anchor_alpha(anchor: Row, engine: EngineProfile) -> float:

@@ -110,20 +110,8 @@ def stated_alpha(
 
 
 def _candidate(setup: SDSetup, batch: int, gamma: int, alpha: float | None) -> dict:
-    draft = setup.draft(gamma)
-
     def speedup(a: float) -> float:
-        return expected_speedup(
-            setup.target,
-            draft,
-            a,
-            gamma,
-            batch,
-            setup.host_s(batch),
-            setup.plain_host_s,
-            setup.draft_host_s,
-            setup.shape,
-        )
+        return setup.speedup(a, gamma, batch)
 
     t1 = setup.target.time(batch, 1)
     breakeven = breakeven_alpha(speedup)

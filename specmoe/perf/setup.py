@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specmoe.errors import SpecmoeError
-from specmoe.perf.compose import CHAIN, RoundShape
+from specmoe.perf.compose import CHAIN, RoundShape, expected_speedup
 from specmoe.perf.drafts import DraftMethod, OncePerRound, head_architecture
 from specmoe.perf.engines import EngineProfile
 from specmoe.perf.firstprinciples import first_principles_constants
@@ -52,6 +52,20 @@ class SDSetup:
     def host_s(self, batch: float) -> float:
         """Host seconds of one SD round at `batch` live sequences."""
         return self.engine.round_s + self.engine.round_seq_s * batch
+
+    def speedup(self, alpha: float, gamma: int, batch: int) -> float:
+        """The composed speedup (`compose.expected_speedup`) at per-position acceptance α."""
+        return expected_speedup(
+            self.target,
+            self.draft(gamma),
+            alpha,
+            gamma,
+            batch,
+            self.host_s(batch),
+            self.plain_host_s,
+            self.draft_host_s,
+            self.shape,
+        )
 
     @property
     def plain_host_s(self) -> float:
