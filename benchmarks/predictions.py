@@ -224,10 +224,12 @@ def _num(value: float | None, fmt: str) -> str:
 def markdown(cells: list[Checked], advice: list[AdviceCheck], totals: dict[str, dict]) -> str:
     lines = [
         "<!-- Written by benchmarks/predictions.py; do not edit. -->",
-        "# Predicted against measured SD speedups",
+        "# Reconstruction given the measured schedule: composed against measured SD speedups",
         "",
-        "Predicted: fitted forward times composed with each run's measured acceptance, round schedule "
-        "and host time (docs/perf-model.md). Error: predicted ÷ measured − 1. Parts: the composed "
+        "Not a prediction: fitted forward times composed with each run's own measured acceptance, "
+        "round schedule, host time and (traced n-gram cells) routing, and the fits were revised "
+        "against these same cells; out-of-sample predictions are in out-of-sample.md "
+        "(docs/perf-model.md). Error: predicted ÷ measured − 1. Parts: the composed "
         "seconds of the SD arm's verify and draft passes and of the plain arm's steps against the "
         "runs' own clocks. From profiles: the same composition from the profiled (measured) forward "
         "times instead of the fits, where a profile holds the run's shapes; it separates what the "
@@ -292,8 +294,28 @@ def markdown(cells: list[Checked], advice: list[AdviceCheck], totals: dict[str, 
         "best γ's interval lies above 1×; (advise): its predicted speedup at the advised γ is ≥ 1×, "
         "else it says to decode without a draft.",
         "",
+        *baselines(cells, advice),
+        "",
     ]
     return "\n".join(lines)
+
+
+def baselines(cells: list[Checked], advice: list[AdviceCheck]) -> list[str]:
+    """advise against rules that need no model: always the smallest γ measured, always γ = 4 (or
+    the measured γ nearest it). Scored like advise: groups where the pick is the measured best, and
+    the most speedup a pick lost."""
+    measured = {(c.group, c.gamma): c.measured for c in cells}
+    rules = {
+        "advise": lambda a: a.advised,
+        "always the smallest γ": lambda a: min(a.gammas),
+        "always γ = 4": lambda a: min(a.gammas, key=lambda g: (abs(g - 4), g)),
+    }
+    lines = ["| rule | best γ named | most speedup lost |", "|---|---|---|"]
+    for name, pick in rules.items():
+        lost = [1 - measured[(a.group, pick(a))] / measured[(a.group, a.best)] for a in advice]
+        named = sum(pick(a) == a.best for a in advice)
+        lines.append(f"| {name} | {named} of {len(advice)} | {max(lost, default=0.0):.1%} |")
+    return lines
 
 
 def engine_of(config: dict) -> str:
