@@ -12,7 +12,8 @@ from specmoe.perf.engines import engine_profile
 from specmoe.perf.files import parse_counts
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
-from specmoe.perf.setup import config_label, configured_setup
+from specmoe.perf.predict import config_name
+from specmoe.perf.setup import configured_setup
 
 DEFAULT_BATCHES = (1, 4, 16, 64)
 
@@ -44,11 +45,11 @@ def advise_from_configs(args) -> dict:
     hardware = load_hardware(args.hardware)
     engine = engine_profile(args.engine, hardware.device, args.engines)
     method = _method(args)
-    target = replace(load_config(args.config, args.dtype, args.kv_dtype), name=config_label(args.config))
+    target = replace(load_config(args.config, args.dtype, args.kv_dtype), name=config_name(args.config))
     draft = None
     if method is DraftMethod.MODEL:
         draft = load_config(args.draft_config, args.draft_dtype, args.kv_dtype)
-        draft = replace(draft, name=config_label(args.draft_config))
+        draft = replace(draft, name=config_name(args.draft_config))
     elif args.draft_config is not None:
         raise SpecmoeError(f"--draft {method.value} builds its own drafter; drop --draft-config")
     gammas = parse_counts(args.gamma or ",".join(str(g) for g in range(1, args.gamma_max + 1)), "--gamma")

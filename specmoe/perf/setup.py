@@ -13,7 +13,6 @@ measurements score.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.compose import CHAIN, RoundShape, expected_speedup
@@ -34,20 +33,17 @@ class SDSetup:
     target: ModelTimes
     method: DraftMethod
     draft_arch: Architecture | None  # the draft model's or head's weights; None for n-gram
+    draft_times: ModelTimes | None
     hardware: Hardware
     engine: EngineProfile
     context: float
     shape: RoundShape = CHAIN
-    fitted: bool = False
 
     def draft(self, gamma: int):
         """The drafter's forward times for rounds of γ proposals (a Medusa round runs its heads once)."""
-        if self.draft_arch is None:
-            return None
-        arch = self.draft_arch
-        if self.method is DraftMethod.MEDUSA:
-            return OncePerRound(_times(arch.name, arch, self.hardware, self.engine, self.context), gamma)
-        return _times(arch.name, arch, self.hardware, self.engine, self.context)
+        if self.method is DraftMethod.MEDUSA and self.draft_times is not None:
+            return OncePerRound(self.draft_times, gamma)
+        return self.draft_times
 
     def host_s(self, batch: float) -> float:
         """Host seconds of one SD round at `batch` live sequences."""
@@ -102,18 +98,15 @@ def configured_setup(
         raise SpecmoeError("a draft model needs its config: pass --draft-config draft.json")
     if method is not DraftMethod.MODEL and draft is not None:
         raise SpecmoeError(f"--draft {method.value} builds its own drafter; drop --draft-config")
-    if target.is_moe and hardware.device_count > target.num_experts:
-        raise SpecmoeError(
-            f"device_count {hardware.device_count} exceeds the target's {target.num_experts} experts"
-        )
     if tree_width < 1 or (tree_tokens is not None and tree_tokens < 2):
         raise SpecmoeError("--tree-width must be >= 1 and --tree-tokens >= 2 (tokens verified per sequence)")
     if method.is_head:
         draft = head_architecture(target, method, gamma_for_heads, draft_vocab)
     shape = RoundShape(verify_tokens=tree_tokens, draft_width=tree_width, wide_after_full=not method.is_head)
     times = _times(target.name, target, hardware, engine, context)
+    draft_times = None if draft is None else _times(draft.name, draft, hardware, engine, context)
     name = label or f"{target.name} ({target.dtype}) on {hardware.name} under {engine.name}"
-    return SDSetup(name, times, method, draft, hardware, engine, context, shape)
+    return SDSetup(name, times, method, draft, draft_times, hardware, engine, context, shape)
 
 
 def describe(setup: SDSetup) -> dict:
@@ -137,7 +130,3 @@ def describe(setup: SDSetup) -> dict:
         "host_step_s": setup.plain_host_s,
         "uncertainty": setup.engine.uncertainty,
     }
-
-
-def config_label(path: Path) -> str:
-    return path.parent.name if path.name == "config.json" and path.parent.name else path.stem
