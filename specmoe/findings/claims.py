@@ -150,6 +150,7 @@ def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]], regime: Re
         verdict,
         {
             "verdict": verdict,
+            "efficiency": _efficiency_text(study),
             "regime": regime.why,
             "regime_ok": "yes" if regime.ok else "no",
             "pairs": str(len(pairs)),
@@ -159,6 +160,20 @@ def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]], regime: Re
             "table": "\n".join(lines),
         },
     )
+
+
+def _efficiency_text(study: Sequence[Cell]) -> str:
+    """Measured target efficiency T(1,1) ÷ T(1,γ+1) of each target with draft-xs, median over prompt
+    kinds, per γ: how well each amortises a verify, the mechanism (b) names."""
+    parts = []
+    for gamma in sorted({c.gamma for c in select(study, draft="draft-xs")}):
+        shown = []
+        for target in ("moe", "dense-l"):
+            found = [c.efficiency for c in select(study, target=target, draft="draft-xs", gamma=gamma)]
+            found = [e for e in found if e == e]
+            shown.append(f"{target} {median(found):.2f}" if found else f"{target} –")
+        parts.append(f"γ = {gamma}: " + ", ".join(shown))
+    return "; ".join(parts)
 
 
 def _median_range(found: Sequence[Cell]) -> str:
