@@ -75,7 +75,7 @@ def format_advice(advice: dict) -> str:
 
 def _acceptance_text(acc: dict | None) -> str:
     if acc is None:
-        return "never (not even every proposal accepted)"
+        return "no acceptance (even full acceptance stays below 1× by the point estimate)"
     return f"α {acc['alpha']:.2f} = rate {acc['rate']:.0%} = τ {acc['tau']:.2f}"
 
 
