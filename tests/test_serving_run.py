@@ -141,7 +141,9 @@ def test_server_rows_export_and_render_in_the_report(servers, tmp_path):
 
 def test_llama_server_counts_come_from_responses_without_metrics(tmp_path):
     plain = StubServer(StubConfig(model=MODEL, llama_timings=True))
-    sd = StubServer(StubConfig(model=MODEL, gamma=4, accepted=3, llama_timings=True))
+    # The server drafts the suite's γ = 3: one drafting more than the suite says could beat 1 + αγ
+    # of the suite's γ, which the audit calls impossible (test_served_trust.py).
+    sd = StubServer(StubConfig(model=MODEL, gamma=3, accepted=2, llama_timings=True))
     with plain, sd:
         suite = load_suite(write_suite(tmp_path, plain.url, sd.url, engine="llamacpp-server"))
         rows = run_suite(suite, tmp_path / "r.db", None, progress=False)

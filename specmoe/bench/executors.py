@@ -27,7 +27,7 @@ from specmoe.bench.progress import SuiteProgress
 from specmoe.bench.runner import ModelPool, Runner
 from specmoe.bench.store import FailedAttempt, RunRow
 from specmoe.bench.suite import RunSpec, Suite
-from specmoe.errors import SpecmoeError
+from specmoe.errors import RunFailed, SpecmoeError
 
 EXECUTORS = ("local", "ray")
 DEFAULT_MAX_RETRIES = 2
@@ -67,7 +67,7 @@ def baseline_key(spec: RunSpec) -> tuple[str, int]:
 class LocalExecutor:
     """One block after another in this process, in the suite's measurement order (the default)."""
 
-    def run(self, work: Work) -> Iterator[RunRow]:
+    def run(self, work: Work) -> Iterator[RunRow | FailedAttempt]:
         if not work.blocks:
             return
         choose_threads(work.threads)
@@ -76,7 +76,13 @@ class LocalExecutor:
         with work.progress_view() as progress:
             for block in work.blocks:
                 progress.started(block)
-                rows = runner.block(block, baselines.get(baseline_key(block.specs[0])))
+                try:
+                    rows = runner.block(block, baselines.get(baseline_key(block.specs[0])))
+                except RunFailed as err:
+                    # Nothing of the block is stored (its rows are made together); the error is
+                    # recorded per run and the suite goes on; running the suite again retries it.
+                    yield from (FailedAttempt(s.run_id, 1, str(err), True) for s in block.specs)
+                    continue
                 progress.finished(block, rows)
                 for row in rows:
                     if row.arm == "baseline":

@@ -24,7 +24,9 @@ class ServerSpec:
     engine: str = "generic"  # a key of specmoe.bench.server_engines.ENGINES
     endpoint: str = "completions"  # one of ENDPOINTS
     api_key_env: str | None = None
-    timeout_s: float = DEFAULT_TIMEOUT_S  # per request: connect, and the wait for each streamed line
+    # Per request: connect, and the longest wait for data (SSE comments do not count); the whole
+    # response gets a multiple of it (specmoe.serving.client.TOTAL_TIMEOUT_FACTOR).
+    timeout_s: float = DEFAULT_TIMEOUT_S
     tokenizer: str | None = None  # the served model's tokenizer (a directory): synthetic prompts only
 
     def __post_init__(self) -> None:

@@ -114,6 +114,8 @@ def _message(detail: ErrorDetails, key: str) -> str:
         return f"{name} must be >= {_bound(ctx['ge'])}, got {value}"
     if kind == "greater_than":
         return f"{name} must be > {_bound(ctx['gt'])}, got {value}"
+    if kind == "finite_number":
+        return f"{name} must be a finite number, got {value}; give a finite value"
     if kind == "bool_type":
         return f"{name} must be true or false, got {value!r}"
     if kind in ("model_type", "dict_type"):

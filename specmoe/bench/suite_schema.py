@@ -226,7 +226,10 @@ class ModelTable(_Table):
     api_key_env: Annotated[str, AfterValidator(_env_name)] | None = Field(
         None, description="served models: environment variable of the key"
     )
-    timeout_s: float | None = Field(None, gt=0, description="served models: seconds per request")
+    # Finite: an infinite timeout would let a server that stops answering hold the suite forever.
+    timeout_s: float | None = Field(
+        None, gt=0, allow_inf_nan=False, description="served models: seconds of silence a request waits"
+    )
     tokenizer: str | None = Field(None, description="served models: a local tokenizer directory")
 
     @model_validator(mode="after")

@@ -5,6 +5,11 @@ threads never share a socket. Connection errors before the server answers (refus
 resolution) are retried with exponential backoff; an HTTP error status is not retried, since the
 server did answer. API keys come from the environment variable a model names and are sent as a
 Bearer header; no message or stored value ever contains one.
+
+A streamed response is bounded three ways, so no server can hold a request forever: `timeout_s` is
+an idle timeout, the longest wait for the next event carrying data (SSE comments, the keep-alive
+pings some servers send every second, do not reset it); TOTAL_TIMEOUT_FACTOR × `timeout_s` bounds
+the whole response, whatever arrives; and `specmoe.serving.trust` caps the token chunks read.
 """
 
 from __future__ import annotations
@@ -19,12 +24,18 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specmoe.bench.server_spec import ServerSpec
-from specmoe.errors import SpecmoeError
+from specmoe.errors import RunFailed, SpecmoeError
 from specmoe.serving.sse import MalformedResponse, StreamedError, event_data, parse_chunk
+from specmoe.serving.trust import UntrustedResponse, chunk_cap, count_problem
 
 RETRIES = 3  # extra attempts after a connection error
 BACKOFF_S = 0.5  # wait before the first retry; doubled for each next one
+# A whole response may take this many idle timeouts: at the default 600 s, 100 minutes, far beyond
+# any benchmarked request, yet finite for a server that keeps sending without ever finishing.
+TOTAL_TIMEOUT_FACTOR = 10
 _ERROR_BODY_BYTES = 4096
+_READ_BYTES = 1 << 16
+_MAX_LINE_BYTES = 1 << 20  # a chunk object is a few hundred bytes; a longer line is no SSE a server means
 
 
 @dataclass(frozen=True)
@@ -96,21 +107,37 @@ def stream(
 ) -> StreamTimes:
     """POST one streaming request and time its chunks as they arrive."""
     path = server.path
-    conn, response, sent, retries = _send(server, "POST", path, body, clock)
+    conn, response, sent, retries, sock = _send(server, "POST", path, body, clock)
+    watch = _Watch(server.timeout_s, sent, clock, sock)
+    max_tokens = body.get("max_tokens")
     try:
         if response.status >= 400:
             _raise_for_status(server, path, response.status, response.read(_ERROR_BODY_BYTES))
         kind = response.getheader("Content-Type", "")
         if not kind.startswith("text/event-stream"):
             raise MalformedResponse(f"asked to stream, the server answered with Content-Type {kind!r}")
-        return _read_stream(server, response, sent, retries, clock)
+        times = _read_stream(server, response, sent, retries, watch, max_tokens)
+        problem = count_problem(times.usage_tokens, times.token_chunks, max_tokens)
+        if problem:
+            raise UntrustedResponse(problem)
+        return times
     except MalformedResponse as err:
         raise SpecmoeError(
             f"{server.url}{path}: malformed response: {err}; is this an OpenAI-compatible server?"
         ) from None
     except StreamedError as err:
         raise SpecmoeError(f"{server.url}{path}: the server reported an error: {err}") from None
+    except UntrustedResponse as err:
+        raise RunFailed(
+            f"{server.url}{path}: untrustworthy response: {err}; no number is stored for the run, "
+            "check that the server honours max_tokens and counts usage truthfully"
+        ) from None
     except TimeoutError:
+        if watch.over_total():
+            raise RunFailed(
+                f"{server.url}{path}: the response went on past {watch.total_s:g} s "
+                f"({TOTAL_TIMEOUT_FACTOR} x timeout_s) without ending; check the server"
+            ) from None
         raise SpecmoeError(
             f"{server.url}{path}: no data for {server.timeout_s:g} s mid-response; "
             "raise timeout_s of the suite model or check the server"
@@ -119,32 +146,76 @@ def stream(
         conn.close()
 
 
-def _read_stream(server, response, sent: float, retries: int, clock) -> StreamTimes:
+class _Watch:
+    """The deadlines of one streamed response (see the module docstring), on `clock`'s seconds."""
+
+    def __init__(self, idle_s: float, sent: float, clock: Callable[[], float], sock) -> None:
+        self.idle_s, self.total_s = idle_s, idle_s * TOTAL_TIMEOUT_FACTOR
+        self.sent, self.last_data, self.clock, self.sock = sent, sent, clock, sock
+
+    def data(self) -> None:
+        """An event carrying data arrived: the idle timeout starts again."""
+        self.last_data = self.clock()
+
+    def over_total(self) -> bool:
+        return self.clock() - self.sent >= self.total_s
+
+    def arm(self) -> None:
+        """Let the next read wait no longer than the nearer deadline; TimeoutError when one passed.
+        One read is one system call (`read1`), so a server trickling bytes cannot outwait it."""
+        now = self.clock()
+        left = min(self.last_data + self.idle_s, self.sent + self.total_s) - now
+        if left <= 0:
+            raise TimeoutError
+        if self.sock is not None:
+            self.sock.settimeout(left)
+
+
+def _read_stream(
+    server, response, sent: float, retries: int, watch: _Watch, max_tokens: int | None
+) -> StreamTimes:
     first = last = None
     token_chunks, usage, finish, final, chunks = 0, None, None, {}, 0
-    for data in event_data(_lines(response)):
+    cap = chunk_cap(max_tokens)
+    for data in event_data(_lines(response, watch)):
+        watch.data()
         chunk = parse_chunk(data, server.endpoint)
-        now = clock()
+        now = watch.clock()
         if chunk.token:
             token_chunks += 1
             first = now if first is None else first
             last = now
+            if token_chunks > cap:
+                raise UntrustedResponse(
+                    f"over {cap} token chunks streamed for max_tokens {max_tokens}; stopped reading"
+                )
         usage = chunk.usage_tokens if chunk.usage_tokens is not None else usage
         finish = chunk.finish_reason or finish
         final.update((k, v) for k, v in chunk.payload.items() if k != "choices")
         chunks += 1
     if not chunks:
         raise MalformedResponse("the stream ended without a single chunk")
-    return StreamTimes(sent, first, last, clock(), token_chunks, usage, finish, final, retries)
+    return StreamTimes(sent, first, last, watch.clock(), token_chunks, usage, finish, final, retries)
 
 
-def _lines(response: http.client.HTTPResponse) -> Iterator[bytes]:
-    while line := response.readline():
-        yield line
+def _lines(response: http.client.HTTPResponse, watch: _Watch) -> Iterator[bytes]:
+    """The response's lines, each read within the watch's deadlines."""
+    pending = b""
+    while True:
+        watch.arm()
+        data = response.read1(_READ_BYTES)
+        if not data:
+            break
+        *lines, pending = (pending + data).split(b"\n")
+        yield from (line + b"\n" for line in lines)
+        if len(pending) > _MAX_LINE_BYTES:
+            raise MalformedResponse(f"a streamed line runs past {_MAX_LINE_BYTES} bytes without ending")
+    if pending:
+        yield pending
 
 
 def _get(server: ServerSpec, path: str) -> tuple[int, bytes]:
-    conn, response, _, _ = _send(server, "GET", path, None, time.perf_counter)
+    conn, response, _, _, _ = _send(server, "GET", path, None, time.perf_counter)
     try:
         return response.status, response.read()
     except TimeoutError:
@@ -154,7 +225,9 @@ def _get(server: ServerSpec, path: str) -> tuple[int, bytes]:
 
 
 def _send(server: ServerSpec, method: str, path: str, body: dict[str, Any] | None, clock):
-    """Send one request, retrying connection errors; returns (connection, response, sent, retries)."""
+    """Send one request, retrying connection errors; returns (connection, response, sent, retries,
+    socket). The socket is kept here: http.client drops it from the connection of a response that
+    closes the connection at its end, yet reads go through it."""
     parts = urlsplit(server.url)
     headers = {"Content-Type": "application/json", "Accept": "text/event-stream, application/json"}
     key = api_key(server)
@@ -167,7 +240,8 @@ def _send(server: ServerSpec, method: str, path: str, body: dict[str, Any] | Non
         sent = clock()
         try:
             conn.request(method, parts.path + path, body=payload, headers=headers)
-            return conn, conn.getresponse(), sent, attempt
+            sock = conn.sock
+            return conn, conn.getresponse(), sent, attempt, sock
         except TimeoutError:
             conn.close()
             raise SpecmoeError(

@@ -21,6 +21,7 @@ from specmoe.bench.server_spec import ServerSpec
 from specmoe.serving import client
 from specmoe.serving.prometheus import UNKNOWN, Snapshot, SpecCounters, counter_delta, snapshot
 from specmoe.serving.sse import dotted
+from specmoe.serving.trust import chunk_count
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class RequestRecord:
     first_token_s: float | None  # first token chunk (specmoe.serving.sse)
     last_token_s: float | None  # last token chunk
     done_s: float  # the stream ended
-    output_tokens: int  # usage.completion_tokens when sent, else the token chunks
+    output_tokens: int  # usage.completion_tokens when sent, else the token chunks (<= max_tokens)
     counted_by: str  # "usage" or "chunks"
     token_chunks: int
     finish_reason: str | None
@@ -110,7 +111,7 @@ def run_requests(
             raise
     after = _snapshot(server, engine, notes)
     scheduled = list(arrivals) if arrivals is not None else [None] * len(times)
-    records = tuple(_record(i, t, start, engine, scheduled[i]) for i, t in enumerate(times))
+    records = tuple(_record(i, t, start, engine, scheduled[i], max_tokens) for i, t in enumerate(times))
     counters = _counters(engine, before, after, records, notes)
     gauges = after.gauges if after is not None else {}
     return ServedRun(records, counters, gauges, tuple(dict.fromkeys(notes)))
@@ -133,8 +134,14 @@ def _sleep_until(deadline: float) -> None:
 
 
 def _record(
-    index: int, times: client.StreamTimes, start: float, engine: EngineMetrics, scheduled_s: float | None
+    index: int,
+    times: client.StreamTimes,
+    start: float,
+    engine: EngineMetrics,
+    scheduled_s: float | None,
+    max_tokens: int,
 ) -> RequestRecord:
+    # The client checked the counts against max_tokens and each other (`specmoe.serving.trust`).
     counted_by = "usage" if times.usage_tokens is not None else "chunks"
     return RequestRecord(
         index=index,
@@ -142,7 +149,9 @@ def _record(
         first_token_s=None if times.first is None else times.first - start,
         last_token_s=None if times.last is None else times.last - start,
         done_s=times.done - start,
-        output_tokens=times.usage_tokens if times.usage_tokens is not None else times.token_chunks,
+        output_tokens=times.usage_tokens
+        if times.usage_tokens is not None
+        else chunk_count(times.token_chunks, max_tokens),
         counted_by=counted_by,
         token_chunks=times.token_chunks,
         finish_reason=times.finish_reason,

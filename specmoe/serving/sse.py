@@ -47,7 +47,12 @@ def event_data(lines: Iterable[bytes]) -> Iterator[str]:
     """
     data: list[str] = []
     for raw in lines:
-        line = raw.decode("utf-8").rstrip("\r\n")
+        try:
+            line = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as err:  # SSE is UTF-8 by definition: this is no event stream
+            raise MalformedResponse(
+                f"a streamed line is not UTF-8 text ({err.reason}): {raw[:40]!r}"
+            ) from None
         if not line:
             if data:
                 joined, data = "\n".join(data), []
