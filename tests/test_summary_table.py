@@ -7,6 +7,7 @@ repeat, and its tokens/s are chosen, so every number in a table is known in adva
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -240,3 +241,56 @@ def test_cli_summary_prints_the_table_or_json_and_filters_by_suite(tmp_path, cap
     assert "holds no runs of suite 'other'; it holds: s" in capsys.readouterr().err
     assert main(["bench", "summary", "--db", str(tmp_path / "none.db")]) == 2
     assert "results store not found" in capsys.readouterr().err
+
+
+# --- the physical bound: a speedup no measurement can produce is never shown as a number -------
+
+
+def test_a_speedup_beyond_the_physical_bound_is_shown_as_impossible():
+    # Every SD run here drafted 8 and accepted 8 at γ = 4: α = 1, so 1 + αγ = 5.
+    rows = (
+        cell("sane", 2, 1.5) + cell("liar", 2, 143_470_222.0, moe_top_k=2) + cell("over", 2, 6.0, moe_top_k=3)
+    )
+    table = build(rows)
+    by_top_k = {c.config["moe_top_k"]: c for c in table.comparisons}
+    assert by_top_k[4].impossible == ""
+    assert by_top_k[2].impossible.startswith("speedup 1.43e+08 exceeds 1 + alpha*gamma = 5")
+    assert by_top_k[3].impossible.startswith("speedup 6 exceeds 1 + alpha*gamma = 5")
+    text = format_text(table)
+    assert not any(shown in text for shown in ("143470222.00×", "1.43e+08×", "6.00×"))
+    lines = {line.split()[3]: line for line in text.splitlines()[3:6]}  # by top-k
+    assert "impossible" in lines["2"] and "impossible" in lines["3"] and "1.50×" in lines["4"]
+    assert "impossible: 2 rows break the physical bound" in text
+    record = {r["top_k"]: r for r in to_json(table)["rows"]}
+    assert record[2]["speedup"] is None and record[2]["impossible"].startswith("speedup 1.43e+08")
+    assert record[4]["speedup"]["value"] == pytest.approx(1.5) and record[4]["impossible"] is None
+
+
+def test_without_draft_counts_the_bound_is_one_plus_gamma_and_without_gamma_a_ceiling():
+    from specmoe.bench.audit import SPEEDUP_CEILING, impossible_speedup
+
+    assert impossible_speedup(4.9, 4) == "" and "exceeds 1 + gamma = 5" in impossible_speedup(5.5, 4)
+    assert impossible_speedup(999.0, None) == "" and "sanity ceiling" in impossible_speedup(
+        2 * SPEEDUP_CEILING, None
+    )
+    assert "not a finite number" in impossible_speedup(float("inf"), 4)
+
+
+def test_the_report_tables_show_an_impossible_speedup_as_such():
+    from specmoe.report.results import collect
+    from specmoe.report.tables import sd_table
+
+    def report_rows(name: str, speedup: float, **config) -> list[RunRow]:
+        # The report pairs an SD cell with its baseline cell by this key, which the runner writes.
+        return [
+            replace(r, config={**r.config, "baseline_cell_key": f"{name}-base"}, prompts=[])
+            for r in cell(name, 2, speedup, **config)
+        ]
+
+    table = sd_table(collect(report_rows("liar", 143_470_222.0) + report_rows("sane", 1.5, moe_top_k=2)))
+    speedups = {r["moe_top_k"]: r for r in table.records}
+    assert speedups[4]["speedup_impossible"].startswith("speedup 1.43e+08") and speedups[4]["speedup"] is None
+    assert speedups[2]["speedup_impossible"] is None
+    column = table.columns.index("speedup [interval] (level, n)")
+    shown = sorted(row[column] for row in table.cells)
+    assert shown[0].startswith("1.50×") and shown[1].startswith("impossible (speedup 1.43e+08 exceeds")

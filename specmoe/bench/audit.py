@@ -18,6 +18,9 @@ if TYPE_CHECKING:
 # Two timings of the same work on a shared machine differ by a few percent; a speedup is only
 # called impossible beyond that.
 TIMING_TOLERANCE = 0.05
+# Where no γ is known, no speedup above this is a measurement: 1 + αγ <= 1 + γ, and no SD setup
+# drafts hundreds of tokens a round. The same ceiling as the foreign-file audit's (audit_foreign).
+SPEEDUP_CEILING = 1000.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,30 @@ def audit_run(
     if problems:
         return RunAudit("fail", "; ".join(problems))
     return RunAudit("pass", "counts consistent" + (", speedup within bounds" if gamma and baseline else ""))
+
+
+def impossible_speedup(
+    speedup: float, gamma: int | None, accepted: int | None = None, drafted: int | None = None
+) -> str:
+    """Why an SD speedup cannot have been measured, in words; "" when it can.
+
+    The physical bound, one definition for the stored runs' audit, the summary and the report: with
+    both draft counts, speedup <= 1 + αγ (α = accepted / drafted, `speedup_bound_no_timing`); with
+    γ alone, speedup <= 1 + γ (α <= 1); with neither, SPEEDUP_CEILING. TIMING_TOLERANCE above each.
+    A value that is not a finite number > 0 is impossible too.
+    """
+    if not (isinstance(speedup, int | float) and math.isfinite(speedup) and speedup > 0):
+        return f"speedup {speedup} is not a finite number > 0"
+    alpha = acceptance_rate(accepted, drafted)
+    if gamma and alpha is not None and 0 <= alpha <= 1:
+        bound, what = float(speedup_bound_no_timing(alpha, gamma)), "1 + alpha*gamma"
+    elif gamma and gamma > 0:
+        bound, what = 1.0 + gamma, "1 + gamma"
+    else:
+        bound, what = SPEEDUP_CEILING, "the sanity ceiling"
+    if speedup > bound * (1 + TIMING_TOLERANCE):
+        return f"speedup {speedup:.3g} exceeds {what} = {bound:.3g}"
+    return ""
 
 
 def _unusable_inputs(
@@ -126,6 +153,12 @@ def audit_served_run(
             checked.insert(0, "accepted <= drafted <= gamma x rounds" if rounds else "accepted <= drafted")
         if drafted == 0:
             unverifiable.append("acceptance (the server drafted nothing: is speculative decoding on?)")
+    # Whatever the server reports, the speedup stays within 1 + αγ (or 1 + γ without draft counts):
+    # a server that over-counts its tokens is caught here even when its counters are missing.
+    if gamma and baseline_tokens_per_s:
+        beyond = impossible_speedup(tokens_per_s / baseline_tokens_per_s, gamma, accepted, drafted)
+        if beyond:
+            problems.append(beyond)
     if problems:
         return RunAudit("fail", "; ".join(problems))
     done = f"checked {', '.join(checked)}; " if checked else ""

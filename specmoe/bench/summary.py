@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
+from specmoe.bench.audit import impossible_speedup
 from specmoe.bench.store import RunRow
 from specmoe.metrics import acceptance_rate, speedup, target_efficiency_measured
 from specmoe.stats import Estimate, coefficient_of_variation
@@ -38,6 +39,9 @@ class Comparison:
     target_efficiency: float  # nan for server runs, which report no verify times
     audit_failures: int
     unstable: str  # why repeats of one batch disagree beyond REPEAT_CV_LIMIT; "" when they agree
+    # Why the speedup cannot be a measurement (`audit.impossible_speedup` of a unit); "" when it can.
+    # Such a speedup is never shown as a number.
+    impossible: str = ""
 
 
 def cell_key(row: RunRow) -> str:
@@ -117,7 +121,27 @@ def _comparison(
         target_efficiency=efficiency,
         audit_failures=sum(1 for s, b in pairs for r in (s, b) if r.audit_verdict != "pass"),
         unstable=repeat_instability(clean),
+        impossible=impossible_units(clean),
     )
+
+
+def impossible_units(pairs: list[tuple[RunRow, RunRow]]) -> str:
+    """Why some unit's speedup breaks the physical bound (the first such unit), or "".
+
+    Checked per unit, each against its own γ and draft counts: a pooled speedup is a weighted mean
+    of its units' speedups, so it is within bounds whenever each unit is, and one impossible unit
+    taints the mean. The stored audit may have passed a row (old stores, counts a server hid), so
+    the bound is applied again here rather than trusting the verdict.
+    """
+    for sd, base in pairs:
+        rate = sd.tokens_per_s / base.tokens_per_s if base.tokens_per_s else math.inf
+        gamma = sd.config.get("gamma")
+        why = impossible_speedup(
+            rate, gamma if isinstance(gamma, int) else None, sd.counts.accepted, sd.counts.drafted
+        )
+        if why:
+            return f"{why} (run {sd.run_id[:12]})"
+    return ""
 
 
 def repeat_instability(pairs: list[tuple[RunRow, RunRow]]) -> str:

@@ -206,6 +206,9 @@ SPEEDUP_NOTE = (
 )
 
 
+IMPOSSIBLE = "impossible"  # the speedup cell of a row whose speedup breaks the physical bound
+
+
 def _marks(c: Comparison) -> str:
     marks = ([f"{c.noisy} noisy"] if c.noisy else []) + (["UNSTABLE"] if c.unstable else [])
     return ", ".join(marks)
@@ -225,7 +228,7 @@ def row_cells(table: SummaryTable, c: Comparison) -> list[str]:
         *([c.category or "–"] if table.with_category else []),
         f"{c.baseline_tokens_per_s:.1f}",
         f"{c.sd_tokens_per_s:.1f}",
-        speedup_text(c.speedup),
+        IMPOSSIBLE if c.impossible else speedup_text(c.speedup),
         _fraction(c.acceptance_rate),
         "–" if math.isnan(c.target_efficiency) else f"{c.target_efficiency:.2f}",
         audit + (f" ({marks})" if marks else ""),
@@ -278,6 +281,12 @@ def note_lines(table: SummaryTable) -> list[str]:
             f"noise guard: {len(noisy)} of {len(rows)} runs flagged noisy (left out of every number){first}"
         )
         lines.extend(flagged[:20])
+    impossible = [f"  {_describe(table, c)}: {c.impossible}" for c in table.comparisons if c.impossible]
+    if impossible:
+        lines.append(
+            f"{IMPOSSIBLE}: {len(impossible)} rows break the physical bound, so no speedup is shown for them"
+        )
+        lines.extend(impossible[:20])
     failed = table.failed
     lines.append(f"audit: {len(rows) - len(failed)} of {len(rows)} runs pass every invariant")
     lines.extend(f"  FAIL {r.run_id[:12]} {r.group} {r.arm}: {r.audit_reason}" for r in failed[:20])
@@ -344,7 +353,7 @@ def print_rich(table: SummaryTable, console) -> None:
     for index, header in enumerate(header_cells(table)):
         results.add_column(Text(header), justify="right" if _is_number_column(index, body) else "left")
     for c, cells in zip(table.comparisons, body, strict=True):
-        style = "yellow" if c.unstable or c.audit_failures else None
+        style = "red" if c.impossible else "yellow" if c.unstable or c.audit_failures else None
         results.add_row(*(Text(cell) for cell in cells), style=style)
     console.print(results)
     if table.latency:
@@ -390,7 +399,8 @@ def to_json(table: SummaryTable) -> dict[str, Any]:
             noisy=c.noisy,
             baseline_tokens_per_s=c.baseline_tokens_per_s,
             sd_tokens_per_s=c.sd_tokens_per_s,
-            speedup=estimate_json(c.speedup),
+            speedup=None if c.impossible else estimate_json(c.speedup),
+            impossible=c.impossible or None,
             acceptance_rate=_number(c.acceptance_rate),
             target_efficiency=_number(c.target_efficiency),
             audit_failures=c.audit_failures,

@@ -67,6 +67,9 @@ class SdResult:
     # [γ]: share of sequence-rounds whose j-th proposal was accepted (`metrics.position_acceptance`);
     # empty when the runs kept no per-position counts.
     position_acceptance: tuple[float, ...] = ()
+    # Why the speedup breaks the physical bound (`Comparison.impossible`); "" when it does not. The
+    # report shows such a speedup as impossible and plots it nowhere.
+    impossible: str = ""
 
     @property
     def oracle_p(self) -> float | None:
@@ -133,6 +136,7 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
         step_times=step_times(base_rows, sd_rows, int(config.get("gamma") or 0)),
         time_shares=decode_time_shares(sd_rows),
         position_acceptance=tuple(position_acceptance(*position_counts(sd_rows))),
+        impossible=comparison.impossible,
     )
 
 

@@ -130,7 +130,7 @@ def sd_table(results: Results) -> Table | Omitted:
                 str(r.repeats),
                 r.baseline_tokens_per_s.format(1),
                 r.sd_tokens_per_s.format(1),
-                r.speedup.format(2, "×"),
+                _speedup_cell(r),
                 f"{r.acceptance_rate:.1%}",
                 _optional(r.mean_accepted_length),
                 _optional(r.target_efficiency),
@@ -146,7 +146,7 @@ def sd_table(results: Results) -> Table | Omitted:
                 "units": r.repeats,
                 **_interval_fields("baseline_tokens_per_s", r.baseline_tokens_per_s),
                 **_interval_fields("sd_tokens_per_s", r.sd_tokens_per_s),
-                **_interval_fields("speedup", r.speedup),
+                **_speedup_fields(r),
                 "acceptance_rate": r.acceptance_rate,
                 "mean_accepted_length": r.mean_accepted_length,
                 "target_efficiency": r.target_efficiency,
@@ -177,6 +177,19 @@ def sd_table(results: Results) -> Table | Omitted:
     return Table("sd_results", title, caption, columns, tuple(cells), tuple(records))
 
 
+def _speedup_cell(r: SdResult) -> str:
+    """The speedup with its interval, or "impossible" when it breaks the physical bound."""
+    return f"impossible ({r.impossible})" if r.impossible else r.speedup.format(2, "×")
+
+
+def _speedup_fields(r: SdResult) -> dict:
+    """The speedup's CSV fields: empty for an impossible speedup, whose reason is given instead."""
+    fields = _interval_fields("speedup", r.speedup)
+    if r.impossible:
+        fields = dict.fromkeys(fields)
+    return {**fields, "speedup_impossible": r.impossible or None}
+
+
 def _optional(value: float | None) -> str:
     """Two decimals, or "–" for a value that is unknown (None, or nan for a server run's efficiency)."""
     return "–" if value is None or math.isnan(value) else f"{value:.2f}"
@@ -192,7 +205,8 @@ def draft_table(results: Results) -> Table | Omitted:
     shown = _shown(varying_axes(r.config for g in groups for r in g))
     cells, records = [], []
     for group in groups:
-        best = max(group, key=lambda r: r.speedup.value)
+        possible = [r for r in group if not r.impossible]
+        best = max(possible, key=lambda r: r.speedup.value) if possible else None
         for r in group:
             cells.append(
                 (
@@ -200,7 +214,7 @@ def draft_table(results: Results) -> Table | Omitted:
                     str(r.config.get("gamma")),
                     *_setting_cells(r.config, shown),
                     str(r.config.get("draft")),
-                    r.speedup.format(2, "×"),
+                    _speedup_cell(r),
                     f"{r.acceptance_rate:.1%}",
                     r.sd_tokens_per_s.format(1),
                     "✓" if r is best else "",
@@ -212,7 +226,7 @@ def draft_table(results: Results) -> Table | Omitted:
                     "gamma": r.config.get("gamma"),
                     **_settings(r.config),
                     "draft": r.config.get("draft"),
-                    **_interval_fields("speedup", r.speedup),
+                    **_speedup_fields(r),
                     "acceptance_rate": r.acceptance_rate,
                     **_interval_fields("sd_tokens_per_s", r.sd_tokens_per_s),
                     "fastest": r is best,

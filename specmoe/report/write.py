@@ -65,11 +65,14 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
         fits=tuple(_load_fit(Path(f)) for f in fits),
     )
     omitted: list[Omitted] = []
+    # A speedup beyond the physical bound is no measurement: the tables say "impossible", and no
+    # figure plots it (one such point would also squash every other onto the axis).
+    plotted = replace(results, sd=tuple(r for r in results.sd if not r.impossible))
     with matplotlib.rc_context(RC_PARAMS):
-        study = _draw(STUDY_FIGURES, results, out, omitted)
-        explain = _draw((*EXPLAIN_FIGURES, gamma_batch_heatmap), results, out, omitted)
-        moesd = _draw(MOESD_FIGURES, results, out, omitted)
-        serving = _draw(SERVING_FIGURES, results, out, omitted)
+        study = _draw(STUDY_FIGURES, plotted, out, omitted)
+        explain = _draw((*EXPLAIN_FIGURES, gamma_batch_heatmap), plotted, out, omitted)
+        moesd = _draw(MOESD_FIGURES, plotted, out, omitted)
+        serving = _draw(SERVING_FIGURES, plotted, out, omitted)
     tables = []
     for build in (*TABLES, serving_table):
         table = build(results)
