@@ -395,6 +395,12 @@ def _add_audit(commands) -> None:
         help="the same tool's result without a draft, for SD runs the files cannot pair themselves "
         "(logs that do not print the model name, a vLLM result on its own)",
     )
+    p.add_argument(
+        "--max-mb",
+        type=float,
+        default=None,
+        help="read files up to this many megabytes (default 256); larger ones are refused",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=_run_audit)
 
@@ -604,9 +610,12 @@ def _run_report(args) -> int:
 
 def _run_audit(args) -> int:
     from specmoe.bench.audit_foreign import format_rows, rows_to_json
-    from specmoe.bench.audit_input import audit_input
+    from specmoe.bench.audit_input import DEFAULT_MAX_MB, audit_input
 
-    rows = audit_input(args.path, args.baseline)
+    max_mb = DEFAULT_MAX_MB if args.max_mb is None else args.max_mb
+    if not max_mb > 0:
+        raise SpecmoeError(f"--max-mb must be > 0, got {args.max_mb:g}; give a size in megabytes")
+    rows = audit_input(args.path, args.baseline, max_mb)
     print(json.dumps(rows_to_json(rows), ensure_ascii=False) if args.json else format_rows(rows))
     return 0
 

@@ -240,7 +240,7 @@ def audit_csv(path: str | Path) -> list[AuditRow]:
                     f"{', '.join(_CSV_COLUMNS)}"
                 )
             rows = list(reader)
-    except (OSError, UnicodeDecodeError) as err:
+    except (OSError, UnicodeDecodeError, csv.Error) as err:  # csv.Error: a cell past the field limit
         raise SpecmoeError(f"cannot read {path}: {err}; pass a readable UTF-8 CSV file") from err
     means = _baseline_means(rows)
     return [_audit_csv_row(r, means) for r in rows]
