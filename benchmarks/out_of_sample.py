@@ -95,6 +95,7 @@ def predict_cells(runs: list[Path], fits: list[Path], elsewhere: list[Path]) -> 
                     "measured": measured,
                     "low": c.speedup.low,
                     "high": c.speedup.high,
+                    "level": c.speedup.level,
                     "units": c.units,
                     "predicted": predicted,
                     "error": predicted / measured - 1,
@@ -113,8 +114,22 @@ def fit_hashes(fits: list[Path]) -> dict[str, str]:
     }
 
 
-def markdown(rows: list[dict], hashes: dict[str, str]) -> str:
+def _measured(r: dict) -> str:
+    if r["level"] is None:  # fewer than five units left: their range, no interval
+        return f"{r['measured']:.2f} (range {r['low']:.2f}–{r['high']:.2f}, n={r['units']})"
+    return f"{r['measured']:.2f} [{r['low']:.2f}, {r['high']:.2f}] {r['level']:.0%} n={r['units']}"
+
+
+def _summary(rows: list[dict], label: str) -> str:
     errors = [abs(r["error"]) for r in rows]
+    return (
+        f"{label}: {len(rows)} cells, median absolute error **{statistics.median(errors):.1%}**, worst "
+        f"**{max(errors):.1%}**, within 15%: {sum(e <= 0.15 for e in errors)}"
+    )
+
+
+def markdown(rows: list[dict], hashes: dict[str, str]) -> str:
+    judged = [r for r in rows if r["level"] is not None]
     lines = [
         "# Out of sample: cells measured after the fits were frozen",
         "",
@@ -123,18 +138,17 @@ def markdown(rows: list[dict], hashes: dict[str, str]) -> str:
         "",
         *(f"- `{name}` {digest}" for name, digest in hashes.items()),
         "",
-        f"{len(rows)} cells: median absolute error **{statistics.median(errors):.1%}**, worst "
-        f"**{max(errors):.1%}**, within 15%: {sum(e <= 0.15 for e in errors)} "
-        f"(goal: median ≤ {GOAL_MEDIAN:.0%}, worst ≤ {GOAL_WORST:.0%}).",
+        f"- {_summary(judged, 'cells with a confidence interval (at least five units)')} "
+        f"(goal: median ≤ {GOAL_MEDIAN:.0%}, worst ≤ {GOAL_WORST:.0%});",
+        f"- {_summary(rows, 'every cell')}.",
         "",
-        "| runs | target | draft | B | γ | top-k | α (from) | measured [95% CI] n | predicted | error |",
+        "| runs | target | draft | B | γ | top-k | α (from) | measured | predicted | error |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(rows, key=lambda r: (r["runs"], r["target"], r["top_k"] or 0, r["gamma"], r["batch"])):
         lines.append(
             f"| {r['runs']} | {r['target']} | {r['draft']} | {r['batch']} | {r['gamma']} | "
-            f"{r['top_k'] or ''} | {r['alpha']:.2f} ({r['alpha_from']}) | "
-            f"{r['measured']:.2f} [{r['low']:.2f}, {r['high']:.2f}] {r['units']} | "
+            f"{r['top_k'] or ''} | {r['alpha']:.2f} ({r['alpha_from']}) | {_measured(r)} | "
             f"{r['predicted']:.2f} | {r['error']:+.1%} |"
         )
     return "\n".join(lines) + "\n"
