@@ -221,7 +221,12 @@ def _prompt_set(ctx: SuiteContext, key: str, name: str) -> str:
     if is_builtin(name):
         return name
     if name.endswith(".jsonl") or "/" in name:
-        path = (ctx.path.parent / Path(name).expanduser()).resolve()
+        try:
+            path = (ctx.path.parent / Path(name).expanduser()).resolve()
+        except (RuntimeError, OSError):  # Python < 3.13 raises RuntimeError on a symlink loop
+            ctx.fail(
+                key, f"prompt set file {name} is a symlink loop or unreadable; point it at a .jsonl file"
+            )
         if not path.is_file():
             ctx.fail(key, f"prompt set file not found: {path}")
         return str(path)

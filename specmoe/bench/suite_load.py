@@ -138,7 +138,12 @@ def _model_path(text: str, base_dir: Path) -> tuple[Path, str | None]:
     """
     from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
-    resolved = (base_dir / Path(text).expanduser()).resolve()
+    try:
+        resolved = (base_dir / Path(text).expanduser()).resolve()
+    except (RuntimeError, OSError):  # Python < 3.13 raises RuntimeError on a symlink loop
+        raise SpecmoeError(
+            f"model path {text} (from {base_dir}) is a symlink loop or unreadable; point path = at the model"
+        ) from None
     if resolved.exists() or not looks_like_hub_id(text):
         return resolved, None
     try:

@@ -15,6 +15,7 @@ from specmoe.bench.plan import blocks, plan
 from specmoe.bench.preflight import preflight
 from specmoe.bench.store import FailedAttempt, RunRow, Store
 from specmoe.bench.suite import RunSpec, Suite
+from specmoe.bench.suite_size import check_size
 from specmoe.errors import SpecmoeError
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,11 @@ def run_suite(
     attempt, as it arrives. Runs that failed every attempt are named in one error after the others
     are stored. `threads`: forward threads for local runs; None lets the noise guard choose.
     """
+    if threads is not None and threads < 1:  # before the store exists: nothing is left behind
+        raise SpecmoeError(
+            f"threads must be >= 1, got {threads}, for the suite {suite.name}; pass --threads 1 or more"
+        )
+    check_size(suite)  # before preflight lists the runs: an absurd grid is refused, not built
     preflight(suite, db, zoo_dir, local=executor is None or isinstance(executor, LocalExecutor))
     specs = plan_specs(suite)
     with Store(db) as store:

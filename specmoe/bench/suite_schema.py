@@ -104,7 +104,8 @@ def _axis(item: Any, *, may_be_empty: bool = False) -> Any:
 
 
 Positive = Annotated[int, Field(ge=1)]
-NonNegative = Annotated[float, Field(ge=0)]
+# Finite: an infinite temperature reaches the store's JSON config (which has no inf) and the sampler.
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Device = Annotated[
     str, AfterValidator(_device), Field(json_schema_extra={"pattern": f"^(?:{_DEVICE_RE.pattern})$"})
 ]
@@ -163,8 +164,10 @@ class GroupSettings(GridAxes):
     warmup: int = Field(0, ge=0, description="untimed runs of each arm before the timed ones")
     oracle_cost: str = Field("draft-xs", description="the model whose forwards an oracle draft pays for")
     requests: int | None = Field(None, ge=1, description="served targets: requests per run")
-    cpus: float = Field(1.0, gt=0, description="per run, for the Ray executor")
-    gpus: float | None = Field(None, ge=0, description="per run; unset: 1 on cuda devices, else 0")
+    cpus: float = Field(1.0, gt=0, allow_inf_nan=False, description="per run, for the Ray executor")
+    gpus: float | None = Field(
+        None, ge=0, allow_inf_nan=False, description="per run; unset: 1 on cuda devices, else 0"
+    )
     compile: bool = Field(False, description="compiled static-shape forwards (hf backend)")
     chat: bool = Field(False, description="prompts wrapped in the target tokenizer's chat template")
 
