@@ -42,6 +42,9 @@ class Comparison:
     # Why the speedup cannot be a measurement (`audit.impossible_speedup` of a unit); "" when it can.
     # Such a speedup is never shown as a number.
     impossible: str = ""
+    # Why the cell has no number at all ("all 6 runs flagged noisy: no number"); "" when it has one.
+    # Only `compare_by(..., keep_unmeasured=True)` makes such rows, so a summary still lists the cell.
+    no_number: str = ""
 
 
 def cell_key(row: RunRow) -> str:
@@ -64,12 +67,17 @@ def compare(rows: list[RunRow], by_category: bool = False) -> list[Comparison]:
 
 
 def compare_by(
-    rows: list[RunRow], key: Callable[[RunRow], Hashable], with_category: bool = False
+    rows: list[RunRow],
+    key: Callable[[RunRow], Hashable],
+    with_category: bool = False,
+    keep_unmeasured: bool = False,
 ) -> list[Comparison]:
     """One Comparison per value of `key` over the SD rows, in order of first appearance: each SD run
     of the group is a unit, paired with the baseline run of its prompt batch and repeat. A key
     coarser than the cell pools cells: the speedup is then the ratio of mean rates over every unit
-    of the group. `with_category`: the groups share a prompt category (the key holds it)."""
+    of the group. `with_category`: the groups share a prompt category (the key holds it).
+    `keep_unmeasured`: a group whose every pair has a noisy run is kept as a Comparison without
+    numbers (`no_number` says why) instead of being left out, so a table can show it."""
     baselines = {(r.config_key, r.repeat): r for r in rows if r.arm == "baseline"}
     groups: dict[Hashable, list[RunRow]] = defaultdict(list)
     for row in rows:
@@ -83,10 +91,39 @@ def compare_by(
             if (r.baseline_key, r.repeat) in baselines
         ]
         clean = [(s, b) for s, b in pairs if not (s.noisy or b.noisy)]
-        if not clean:
-            continue
-        comparisons.append(_comparison(pairs, clean, batch_category(sd_rows[0]) if with_category else None))
+        category = batch_category(sd_rows[0]) if with_category else None
+        if clean:
+            comparisons.append(_comparison(pairs, clean, category))
+        elif pairs and keep_unmeasured:
+            comparisons.append(_unmeasured(pairs, category))
     return comparisons
+
+
+def _unmeasured(pairs: list[tuple[RunRow, RunRow]], category: str | None) -> Comparison:
+    """A cell every pair of which has a noisy run: listed, with no number (nan) and why."""
+    runs = {r.run_id for pair in pairs for r in pair}
+    noisy = {r.run_id for pair in pairs for r in pair if r.noisy}
+    why = (
+        f"all {len(runs)} runs"
+        if len(noisy) == len(runs)
+        else f"{len(noisy)} of {len(runs)} runs, one in every pair,"
+    )
+    nan = math.nan
+    return Comparison(
+        config=pairs[0][0].config,
+        category=category,
+        units=0,
+        prompts=0,
+        noisy=len(noisy),
+        baseline_tokens_per_s=nan,
+        sd_tokens_per_s=nan,
+        speedup=Estimate(nan, nan, nan, 0),
+        acceptance_rate=nan,
+        target_efficiency=nan,
+        audit_failures=sum(1 for s, b in pairs for r in (s, b) if r.audit_verdict != "pass"),
+        unstable="",
+        no_number=f"{why} flagged noisy: no number",
+    )
 
 
 def _comparison(

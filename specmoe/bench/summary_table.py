@@ -162,7 +162,8 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
         parts += [show(c.value(row.config)) for c in named]
         return (*parts, batch_category(row) if with_category else None)
 
-    comparisons = tuple(compare_by(list(rows), key, with_category))
+    # keep_unmeasured: a configuration whose runs were all flagged noisy is a row saying so, not gone.
+    comparisons = tuple(compare_by(list(rows), key, with_category, keep_unmeasured=True))
     sd_rows = [r for r in rows if r.arm == "sd"]
     if per_config:
         columns = varying([c.config for c in comparisons], ALWAYS)
@@ -226,13 +227,17 @@ def row_cells(table: SummaryTable, c: Comparison) -> list[str]:
     return [
         *(show(col.value(c.config)) for col in table.columns),
         *([c.category or "–"] if table.with_category else []),
-        f"{c.baseline_tokens_per_s:.1f}",
-        f"{c.sd_tokens_per_s:.1f}",
-        IMPOSSIBLE if c.impossible else speedup_text(c.speedup),
+        _rate(c.baseline_tokens_per_s),
+        _rate(c.sd_tokens_per_s),
+        c.no_number or (IMPOSSIBLE if c.impossible else speedup_text(c.speedup)),
         _fraction(c.acceptance_rate),
         "–" if math.isnan(c.target_efficiency) else f"{c.target_efficiency:.2f}",
         audit + (f" ({marks})" if marks else ""),
     ]
+
+
+def _rate(value: float) -> str:
+    return "–" if math.isnan(value) else f"{value:.1f}"
 
 
 def _ms(values: dict[str, float]) -> str:
@@ -353,7 +358,7 @@ def print_rich(table: SummaryTable, console) -> None:
     for index, header in enumerate(header_cells(table)):
         results.add_column(Text(header), justify="right" if _is_number_column(index, body) else "left")
     for c, cells in zip(table.comparisons, body, strict=True):
-        style = "red" if c.impossible else "yellow" if c.unstable or c.audit_failures else None
+        style = "red" if c.impossible else "yellow" if c.unstable or c.audit_failures or c.no_number else None
         results.add_row(*(Text(cell) for cell in cells), style=style)
     console.print(results)
     if table.latency:
@@ -397,10 +402,11 @@ def to_json(table: SummaryTable) -> dict[str, Any]:
             units=c.units,
             prompts=c.prompts,
             noisy=c.noisy,
-            baseline_tokens_per_s=c.baseline_tokens_per_s,
-            sd_tokens_per_s=c.sd_tokens_per_s,
-            speedup=None if c.impossible else estimate_json(c.speedup),
+            baseline_tokens_per_s=_number(c.baseline_tokens_per_s),
+            sd_tokens_per_s=_number(c.sd_tokens_per_s),
+            speedup=None if c.impossible or c.no_number else estimate_json(c.speedup),
             impossible=c.impossible or None,
+            no_number=c.no_number or None,
             acceptance_rate=_number(c.acceptance_rate),
             target_efficiency=_number(c.target_efficiency),
             audit_failures=c.audit_failures,
