@@ -10,10 +10,12 @@ directory that exists is never half-written. Rebuilding with the same arguments 
 different arguments into a non-empty directory are refused rather than mixed.
 """
 
+import fcntl
 import json
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -72,6 +74,48 @@ def build_zoo(
     build_args = {"format": MANIFEST_FORMAT, "preset": preset, "seed": seed, "overrides": overrides}
     if _already_built(out_dir, build_args, zoo):
         return out_dir
+    with _build_lock(out_dir, progress):
+        # Another process may have built it while this one waited for the lock: reuse it.
+        if _already_built(out_dir, build_args, zoo):
+            return out_dir
+        return _build(out_dir, zoo, build_args, seed, progress)
+
+
+@contextmanager
+def _build_lock(out_dir: Path, progress: Callable[[str], None] | None) -> Iterator[None]:
+    """Hold an exclusive lock for building out_dir. Two builds of one zoo at once (two `specmoe demo`
+    on a fresh cache) would both train, and the first to finish would delete the other's
+    .zoo-build.json under it; with the lock the second waits, then finds zoo.json and reuses it. The
+    lock file sits in the parent folder, so out_dir itself stays empty until the build claims it,
+    and is never deleted: unlinking a lock file lets a third process lock a new file meanwhile."""
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        handle = (out_dir.parent / f".{out_dir.name}.zoo-lock").open("a")
+    except OSError as err:
+        raise SpecmoeError(
+            f"cannot create the build lock beside {out_dir} ({err.strerror}); pick a writable --out"
+        ) from None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if progress is not None:
+                progress(f"waiting for another process building the zoo in {out_dir}")
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released by the kernel if that process dies
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(
+    out_dir: Path,
+    zoo: ZooPreset,
+    build_args: dict,
+    seed: int,
+    progress: Callable[[str], None] | None,
+) -> Path:
+    """Train or initialise every model of the preset into out_dir, zoo.json last (under the lock)."""
     _claim(out_dir, build_args)
     tokenizer = train_tokenizer(corpus_files())
     family = None

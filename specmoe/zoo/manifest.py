@@ -19,6 +19,9 @@ MANIFEST_FORMAT = 1
 BUILD_HINT = "build it with `specmoe zoo build --preset tiny --out DIR`"
 
 
+_ROW_KEYS = ("architecture", "experts", "top_k", "total_params", "active_params", "bytes_bf16")
+
+
 def load_manifest(zoo_dir: Path) -> dict:
     """The parsed zoo.json of a complete build in zoo_dir."""
     zoo_dir = Path(zoo_dir)
@@ -30,16 +33,28 @@ def load_manifest(zoo_dir: Path) -> dict:
                 "`specmoe zoo build` command to complete it"
             )
         raise SpecmoeError(f"no zoo at {zoo_dir} ({MANIFEST_NAME} missing); {BUILD_HINT}")
+    fix = "rebuild the zoo into a new --out"
     try:
         manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise SpecmoeError(
-            f"{manifest_path} is not valid JSON ({err}); rebuild the zoo into a new --out"
-        ) from err
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise SpecmoeError(f"{manifest_path} is not valid UTF-8 JSON ({err}); {fix}") from None
+    except OSError as err:
+        raise SpecmoeError(f"{manifest_path} cannot be read ({err.strerror}); {fix}") from None
+    if not isinstance(manifest, dict):
+        raise SpecmoeError(f"{manifest_path} is not a JSON object; {fix}")
     if manifest.get("format") != MANIFEST_FORMAT:
         raise SpecmoeError(
             f"{manifest_path} has format {manifest.get('format')!r}, this specmoe reads {MANIFEST_FORMAT}; "
             "rebuild the zoo into a new --out"
+        )
+    models = manifest.get("models")
+    # Every reader indexes these: a hand-edited or truncated manifest is refused here, in one line.
+    if not isinstance(models, dict) or not all(
+        isinstance(entry, dict) and isinstance(entry.get("path"), str) and set(_ROW_KEYS) <= entry.keys()
+        for entry in models.values()
+    ):
+        raise SpecmoeError(
+            f"{manifest_path}: models is not a table of model entries (path, {', '.join(_ROW_KEYS)}); {fix}"
         )
     return manifest
 
