@@ -65,6 +65,11 @@ def load_tokenizer(path: str | Path):
     os.environ["HF_HUB_OFFLINE"] = "1"
     from transformers import AutoTokenizer
 
+    from specmoe.backends.weights import read_config
+
+    # AutoTokenizer reads config.json too, and would blame a broken one on tokenizer.json.
+    if (Path(path) / "config.json").is_file():
+        read_config(Path(path))
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as err:

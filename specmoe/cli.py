@@ -133,6 +133,30 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _seed(text: str) -> int:
+    """A random seed torch can take (64 bits), refused here rather than after the models load."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not -(2**63) <= value < 2**64:
+        raise argparse.ArgumentTypeError(
+            f"{value} does not fit in 64 bits; pass a seed from 0 to {2**64 - 1}"
+        )
+    return value
+
+
+def _mebibytes(text: str) -> int:
+    """A size in MiB >= 1: a whole number, also written as 1e3 (a float that is whole)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not math.isfinite(value) or not value.is_integer() or value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of MiB >= 1, got {text!r}")
+    return int(value)
+
+
 def _count(text: str) -> int:
     """A whole number >= 1 (prompts, tokens, repeats)."""
     try:
@@ -175,7 +199,7 @@ def _add_generate(commands) -> None:
     p.add_argument("--temperature", type=_finite_float, default=0.0, help="0 is greedy")
     p.add_argument("--top-k", type=_positive_int, default=0)
     p.add_argument("--top-p", type=_finite_float, default=1.0)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--ignore-eos", action="store_true", help="always decode max-new-tokens tokens")
     p.add_argument("--prompt", type=_text, action="append", help="prompt text; repeat for a batch")
@@ -288,7 +312,7 @@ def _add_bench(commands) -> None:
     )
     run.add_argument(
         "--threads",
-        type=_positive_int,
+        type=_count,
         default=None,
         help="forward threads for local runs (default: the cores other processes leave free)",
     )
@@ -369,7 +393,7 @@ def _add_bench_quick(bench) -> None:
     quick.add_argument("--quiet", action="store_true", help="no progress line")
     quick.add_argument(
         "--threads",
-        type=_positive_int,
+        type=_count,
         default=None,
         help="forward threads (default: the cores other processes leave free)",
     )
@@ -445,8 +469,10 @@ def _add_findings(commands) -> None:
 def _add_hw(commands) -> None:
     p = commands.add_parser("hw", help="measure memory read bandwidth and matmul FLOP/s of a device")
     p.add_argument("--device", default="cpu", help="cpu, cuda or mps")
-    p.add_argument("--read-mib", type=int, default=1024, help="size of the tensor the bandwidth sum reads")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument(
+        "--read-mib", type=_mebibytes, default=1024, help="size of the tensor the bandwidth sum reads"
+    )
+    p.add_argument("--repeats", type=_count, default=5)
     p.add_argument("--out", type=Path, default=None, help="write the hardware JSON here")
     p.set_defaults(run=_run_hw)
 
@@ -457,14 +483,22 @@ def _add_profile(commands) -> None:
     p.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
     p.add_argument("--batch", default="1,2,4,8,16", help="batch sizes B, comma-separated")
     p.add_argument("--tokens", default="1,2,3,4,5,8", help="tokens per sequence t, comma-separated")
-    p.add_argument("--context", type=int, default=64, help="cached tokens per sequence before each pass")
-    p.add_argument("--repeats", type=int, default=5, help="timed passes per point (median is kept)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed passes per point")
+    # Checked here so that the error names the option (the profiler's own check lists them all).
     p.add_argument(
-        "--passes", type=int, default=1, help="measure the grid this many times; each point keeps the faster"
+        "--context", type=_positive_int, default=64, help="cached tokens per sequence before each pass"
+    )
+    p.add_argument("--repeats", type=_count, default=5, help="timed passes per point (median is kept)")
+    p.add_argument("--warmup", type=_positive_int, default=2, help="untimed passes per point")
+    p.add_argument(
+        "--passes",
+        type=_count,
+        default=1,
+        help="measure the grid this many times; each point keeps the faster",
     )
     p.add_argument("--moe-top-k", type=int, default=None, help="route to this many experts (sparsity sweeps)")
-    p.add_argument("--threads", type=int, default=None, help="torch and llama.cpp threads (default: torch's)")
+    p.add_argument(
+        "--threads", type=_count, default=None, help="torch and llama.cpp threads (default: torch's)"
+    )
     p.add_argument(
         "--hw", type=Path, default=None, help="a `specmoe hw` file: record each step's bandwidth floor"
     )
@@ -516,7 +550,28 @@ def _add_advise(commands) -> None:
 def _run_hw(args) -> int:
     from specmoe.perf.cli import run_hw
 
+    _check_fits_memory(args.read_mib, args.device)
     return run_hw(args)
+
+
+def _check_fits_memory(read_mib: int, device: str) -> None:
+    """Refuse a bandwidth tensor larger than the memory free now: torch would fail late with an
+    overflow or an allocation error, or the machine would swap, or the kernel kill the process."""
+    import psutil
+
+    free_mib = psutil.virtual_memory().available // 2**20
+    where = "in this machine's free memory"
+    if device.startswith("cuda"):
+        import torch
+
+        if torch.cuda.is_available():  # else the device check names the problem
+            free_mib = torch.cuda.mem_get_info(torch.device(device))[0] // 2**20
+            where = f"in {device}'s free memory"
+    if read_mib > free_mib:
+        raise SpecmoeError(
+            f"--read-mib {read_mib} does not fit, {where} ({free_mib} MiB); "
+            f"pass --read-mib {max(1, free_mib // 2)} or less"
+        )
 
 
 def _run_profile(args) -> int:

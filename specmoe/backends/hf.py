@@ -16,7 +16,6 @@ attention work, so when they outgrow the live tokens the cache is compacted once
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ import torch
 
 from specmoe.backends import hf_experts
 from specmoe.backends.hf_model import MOE_CONFIG_KEYS, set_model_facts
-from specmoe.backends.weights import check_safetensors_dir
+from specmoe.backends.weights import check_safetensors_dir, read_config
 from specmoe.dtypes import DTYPE_NAMES, torch_dtype
 from specmoe.errors import SpecmoeError
 
@@ -84,15 +83,7 @@ def check_model_dir(path: Path, allow_pickle: bool) -> dict:
                 )
         else:
             raise SpecmoeError(f"'{path}' holds no weights (*.safetensors); is the download complete?")
-    try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise SpecmoeError(f"'{config_file}' is not UTF-8 text; restore the model's config.json") from None
-    except json.JSONDecodeError as err:
-        raise SpecmoeError(f"'{config_file}' is not valid JSON ({err.msg}, line {err.lineno})") from None
-    if not isinstance(config, dict):
-        raise SpecmoeError(f"'{config_file}' is not a JSON object; restore the model's config.json")
-    return config
+    return read_config(path)
 
 
 def load_hf(

@@ -78,3 +78,26 @@ def check_safetensors_dir(model_dir: Path) -> dict[str, dict]:
     for file in sorted(model_dir.glob("*.safetensors")):
         tensors.update(safetensors_header(file))
     return tensors
+
+
+def read_config(path: Path) -> dict:
+    """The model directory's config.json as a dict, refused in one line naming config.json when it is
+    not UTF-8 JSON holding an object (transformers would fail with a TypeError, or blame the tokenizer)."""
+    config_file = path / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise SpecmoeError(f"'{config_file}' is not UTF-8 text; restore the model's config.json") from None
+    except json.JSONDecodeError as err:
+        where = f"({err.msg}, line {err.lineno})"
+        raise SpecmoeError(
+            f"'{config_file}' is not valid JSON {where}; restore the model's config.json"
+        ) from None
+    except OSError as err:
+        raise SpecmoeError(
+            f"'{config_file}' cannot be read ({err.strerror}); restore the model's config.json"
+        ) from None
+    if not isinstance(config, dict):
+        kind = {list: "an array", str: "a string"}.get(type(config), "a scalar")
+        raise SpecmoeError(f"'{config_file}' is not a JSON object ({kind}); restore the model's config.json")
+    return config

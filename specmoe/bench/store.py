@@ -245,7 +245,16 @@ class Store:
             query += " WHERE suite = ?"
             params = (suite,)
         for values in self._conn.execute(query + " ORDER BY seq", params):
-            yield _row_from_values(values)
+            try:
+                row = _row_from_values(values)
+            except (ValueError, TypeError, KeyError) as err:  # a row edited or damaged outside specmoe
+                what = f"column {err.column}" if isinstance(err, _BadColumn) else "row"
+                raise SpecmoeError(
+                    f"run {values[0]!r} has a malformed {what} ({_first_line(err)}), in {self.path}; "
+                    f"restore the store from a copy, or delete the run (DELETE FROM runs WHERE run_id = "
+                    f"'{values[0]}') to measure it again"
+                ) from None
+            yield row
 
     def __len__(self) -> int:
         return self._conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
@@ -327,6 +336,31 @@ class _Transaction:
             self._conn.execute("ROLLBACK")
 
 
+class _BadColumn(ValueError):
+    """A stored JSON column that does not parse, with the column's name."""
+
+    def __init__(self, column: str, err: Exception) -> None:
+        super().__init__(_first_line(err))
+        self.column = column
+
+
+def _json(column: str, text: Any, kind: type[dict] | type[list] = dict) -> Any:
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError) as err:
+        raise _BadColumn(column, err) from None
+    if not isinstance(value, kind):  # readers index it: a JSON number here would fail far away
+        raise _BadColumn(column, TypeError(f"a JSON {type(value).__name__}, not {kind.__name__}"))
+    return value
+
+
+def _first_line(err: Exception) -> str:
+    if isinstance(err, _BadColumn):
+        return str(err)
+    lines = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {lines[0]}" if lines else type(err).__name__
+
+
 def _row_from_values(values: tuple[Any, ...]) -> RunRow:
     (run_id, config_key, baseline_key, suite, group, arm, repeat, config, env, counts, times,
      tokens_per_s, acceptance_rate, trace, verdict, reason, created_at, prompts, measure,
@@ -339,18 +373,18 @@ def _row_from_values(values: tuple[Any, ...]) -> RunRow:
         group=group,
         arm=arm,
         repeat=repeat,
-        config=json.loads(config),
-        env=json.loads(env),
-        counts=RunCounts.from_dict(json.loads(counts)),
-        times=RunTimes.from_dict(json.loads(times)),
+        config=_json("config", config),
+        env=_json("env", env),
+        counts=RunCounts.from_dict(_json("counts", counts)),
+        times=RunTimes.from_dict(_json("times", times)),
         tokens_per_s=tokens_per_s,
         acceptance_rate=acceptance_rate,
-        rounds_trace=json.loads(trace),
+        rounds_trace=_json("rounds_trace", trace, list),
         audit_verdict=verdict,
         audit_reason=reason,
         created_at=created_at,
-        prompts=json.loads(prompts),
-        measure=json.loads(measure),
+        prompts=_json("prompts", prompts, list),
+        measure=_json("measure", measure),
         noisy=bool(noisy),
     )
 

@@ -185,6 +185,11 @@ def _validate(target: Backend, prompts, config: DecodeConfig, drafter: Drafter |
         raise SpecmoeError("empty prompt: every prompt needs at least one token of text")
     if config.max_new_tokens < 1:
         raise SpecmoeError(f"max_new_tokens must be >= 1, got {config.max_new_tokens}")
+    if not -(2**63) <= config.seed < 2**64:  # what torch.Generator.manual_seed accepts
+        raise SpecmoeError(
+            f"seed {config.seed} does not fit in 64 bits, in the decode config; "
+            f"pass a seed from 0 to {2**64 - 1}"
+        )
     lookahead = 0
     context = target.max_context
     if drafter is not None:
