@@ -77,11 +77,15 @@ def profile_model(
 
     batch_sizes = parse_counts(batch_sizes, "--batch")
     tokens = parse_counts(tokens, "--tokens")
-    if context < 0 or repeats < 1 or warmup < 0 or trace_samples < 1 or passes < 1:
-        raise SpecmoeError(
-            f"need context >= 0, repeats >= 1, warmup >= 0, trace samples >= 1, passes >= 1; "
-            f"got {context}, {repeats}, {warmup}, {trace_samples}, {passes}"
-        )
+    for name, value, least in (
+        ("--context", context, 0),
+        ("--repeats", repeats, 1),
+        ("--warmup", warmup, 0),
+        ("trace_samples", trace_samples, 1),
+        ("--passes", passes, 1),
+    ):
+        if value < least:
+            raise SpecmoeError(f"{name} must be >= {least}, got {value}")
     if threads is not None:
         if threads < 1:
             raise SpecmoeError(f"--threads must be >= 1, got {threads}")
