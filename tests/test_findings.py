@@ -306,3 +306,13 @@ def test_rules_are_data_with_a_hash_and_a_changed_file_is_refused(tmp_path):
     with pytest.raises(SpecmoeError, match="--rules-changed"):
         check_rules(tmp_path, allow_change=False)
     assert "**changed**" in check_rules(tmp_path, allow_change=True)
+
+
+def test_b_on_target_efficiency_asks_which_target_amortises_a_verify():
+    from specmoe.findings.claims import claim_b_by_efficiency
+
+    moe = [cell(0.3, target="moe", gamma=g, efficiency=0.4) for g in (4, 8)]
+    dense = [cell(0.5, target="dense-l", gamma=g, efficiency=0.9) for g in (4, 8)]
+    assert claim_b_by_efficiency(moe + dense) == FAILS  # the MoE, with more total params, amortises worse
+    better = [replace(c, efficiency=0.95) for c in moe]
+    assert claim_b_by_efficiency(better + dense) == UNSURE  # within the margin: a tie

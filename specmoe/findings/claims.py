@@ -162,6 +162,23 @@ def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]], regime: Re
     )
 
 
+EFFICIENCY_MARGIN = 1.10  # target efficiencies within this factor of each other are a tie
+
+
+def claim_b_by_efficiency(study: Sequence[Cell]) -> str:
+    """(b) judged on the mechanism it names instead of on speedups (a variant, not the rule): in
+    matched (γ, prompt) pairs with draft-xs, does the MoE, with the most total parameters, amortise
+    a verify (T(1,1) ÷ T(1,γ+1), measured) at least as well as dense-l? Beyond EFFICIENCY_MARGIN
+    either way counts; `duel` decides."""
+    moe = {(c.gamma, c.prompt): c for c in select(study, target="moe", draft="draft-xs")}
+    dense = {(c.gamma, c.prompt): c for c in select(study, target="dense-l", draft="draft-xs")}
+    pairs = [(moe[k].efficiency, dense[k].efficiency) for k in sorted(moe) if k in dense]
+    pairs = [(m, d) for m, d in pairs if m == m and d == d]
+    wins = sum(m > d * EFFICIENCY_MARGIN for m, d in pairs)
+    losses = sum(d > m * EFFICIENCY_MARGIN for m, d in pairs)
+    return duel(wins, losses, len(pairs))
+
+
 def _efficiency_text(study: Sequence[Cell]) -> str:
     """Measured target efficiency T(1,1) ÷ T(1,γ+1) of each target with draft-xs, median over prompt
     kinds, per γ: how well each amortises a verify, the mechanism (b) names."""

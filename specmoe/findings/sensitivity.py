@@ -10,6 +10,9 @@ Variants, each changing one choice of the rule and nothing else:
     regime gate      (b) and (d) with no gate, or the bandwidth gate alone (`regime.GATES`)
     medium batch     (e) with "medium" as B ∈ {16, 64} or B ∈ {4, 16, 64} instead of the interior
                      {4, 16} of the sweep's {1, 4, 16, 64}
+    (b)'s evidence   judged on the mechanism it names, the measured target efficiency of the MoE
+                     against dense-l (`claims.claim_b_by_efficiency`), not on speedup pairs that
+                     the draft's relative cost decides; suggested after the data, so a variant here
 """
 
 from __future__ import annotations
@@ -21,7 +24,15 @@ from scipy import stats
 
 from specmoe.findings.batch_claims import claim_e, claim_f, interior
 from specmoe.findings.cells import Cell
-from specmoe.findings.claims import CLAIM_KEYS, CLAIM_TITLES, claim_a, claim_b, claim_c, claim_d
+from specmoe.findings.claims import (
+    CLAIM_KEYS,
+    CLAIM_TITLES,
+    claim_a,
+    claim_b,
+    claim_b_by_efficiency,
+    claim_c,
+    claim_d,
+)
 from specmoe.findings.regime import GATES, RULE_GATES, Regime
 
 
@@ -55,6 +66,7 @@ def _verdicts(
     cells: Callable[[Cell], Cell] = lambda c: c,
     gates: str = RULE_GATES,
     medium_of=interior,
+    b_by_efficiency: bool = False,
 ) -> dict[str, str]:
     study = [cells(c) for c in inputs.study]
     family = [cells(c) for c in inputs.family]
@@ -62,7 +74,9 @@ def _verdicts(
     regime = inputs.regimes[gates]
     return {
         "a": claim_a(study).verdict,
-        "b": claim_b(study, inputs.sizes, regime).verdict,
+        "b": (
+            claim_b_by_efficiency(study) if b_by_efficiency else claim_b(study, inputs.sizes, regime).verdict
+        ),
         "c": claim_c(study, family).verdict,
         "d": claim_d(study, family, regime).verdict,
         "e": claim_e(moesd, inputs.predict, medium_of).verdict,
@@ -77,6 +91,7 @@ VARIANTS: dict[str, dict] = {
     **{gate: {"gates": gate} for gate in GATES if gate != RULE_GATES},
     "medium B ∈ {16, 64}": {"medium_of": lambda batches: [b for b in batches if b >= 16]},
     "medium B ∈ {4, 16, 64}": {"medium_of": lambda batches: batches[1:]},
+    "(b) on target efficiency": {"b_by_efficiency": True},
 }
 
 
