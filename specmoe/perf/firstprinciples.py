@@ -111,20 +111,17 @@ def first_principles_constants(
     )
 
 
-def read_config(path: Path) -> dict:
+def load_config(path: Path, dtype: str | None = None, kv_dtype: str | None = None) -> Architecture:
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        config = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecmoeError(f"config '{path}' not found; pass a Hugging Face config.json") from None
     except UnicodeDecodeError:
         raise SpecmoeError(f"config '{path}' is not UTF-8 text; pass a Hugging Face config.json") from None
     except json.JSONDecodeError as err:
         raise SpecmoeError(f"config '{path}' is not valid JSON ({err.msg}, line {err.lineno})") from None
-
-
-def load_config(path: Path, dtype: str | None = None, kv_dtype: str | None = None) -> Architecture:
-    return parse_architecture(read_config(path), str(path), dtype, kv_dtype)
+    return parse_architecture(config, str(path), dtype, kv_dtype)
 
 
 def unfitted_model(

@@ -24,7 +24,7 @@ different network.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.formats import FORMATS, WeightFormat, format_of_quantization, weight_format
@@ -102,9 +102,6 @@ class Architecture:
     def kv_bytes_per_token(self) -> float:
         """Keys and values (or MLA latents) one cached token holds over all layers."""
         return self.kv_elements_per_token * self.kv.bytes_per_weight
-
-    def with_formats(self, weights: WeightFormat | None = None, kv: WeightFormat | None = None):
-        return replace(self, weights=weights or self.weights, kv=kv or self.kv)
 
 
 def _int(config: dict, key: str, where: str, default: int | None = None) -> int:
