@@ -56,7 +56,9 @@ def _alpha_elsewhere(paths: list[Path]) -> dict[tuple, float]:
     return found
 
 
-def predict_cells(runs: list[Path], fits: list[Path], elsewhere: list[Path]) -> list[dict]:
+def predict_cells(
+    runs: list[Path], fits: list[Path], elsewhere: list[Path], ragged: bool = True
+) -> list[dict]:
     library = ModelLibrary(fits)
     measured_alpha = _alpha_elsewhere(elsewhere)
     out = []
@@ -68,6 +70,7 @@ def predict_cells(runs: list[Path], fits: list[Path], elsewhere: list[Path]) -> 
                 continue
             target, draft = found
             gamma, batch = int(cfg["gamma"]), int(cfg["batch_size"])
+            new_tokens = int(cfg["max_new_tokens"]) if ragged else None
             spec = draft_of(str(cfg["draft"]))
             if isinstance(spec, OracleDraft):
                 alpha, source = spec.acceptance, "dialed"
@@ -80,7 +83,9 @@ def predict_cells(runs: list[Path], fits: list[Path], elsewhere: list[Path]) -> 
             engine = engine_profile("llamacpp-cpu" if llamacpp else "hf-eager-cpu", "cpu")
             host = engine.round_s + engine.round_seq_s * batch
             draft_host = engine.ngram_s if isinstance(spec, NgramDraft) else 0.0
-            predicted = expected_speedup(target, draft, alpha, gamma, batch, host, engine.step_s, draft_host)
+            predicted = expected_speedup(
+                target, draft, alpha, gamma, batch, host, engine.step_s, draft_host, new_tokens=new_tokens
+            )
             measured = c.speedup.value
             out.append(
                 {
@@ -104,13 +109,18 @@ def predict_cells(runs: list[Path], fits: list[Path], elsewhere: list[Path]) -> 
     return out
 
 
+MODEL_SOURCES = ("specmoe/perf/compose.py", "specmoe/perf/engines.toml")
+
+
 def fit_hashes(fits: list[Path]) -> dict[str, str]:
+    """sha256 (12 hex digits) of every fit and of the model's own source: what a prediction froze."""
+    files = [path for folder in fits for path in sorted(Path(folder).glob("*.json"))]
+    files += [ROOT / name for name in MODEL_SOURCES]
     return {
         str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path): hashlib.sha256(
             path.read_bytes()
         ).hexdigest()[:12]
-        for folder in fits
-        for path in sorted(Path(folder).glob("*.json"))
+        for path in files
     }
 
 
@@ -133,8 +143,8 @@ def markdown(rows: list[dict], hashes: dict[str, str]) -> str:
     lines = [
         "# Out of sample: cells measured after the fits were frozen",
         "",
-        "`python benchmarks/out_of_sample.py` (its docstring says what enters a prediction). Fits used,",
-        "sha256 (first 12 hex digits):",
+        "`python benchmarks/out_of_sample.py` (its docstring says what enters a prediction). Fits and",
+        "model sources used, sha256 (first 12 hex digits):",
         "",
         *(f"- `{name}` {digest}" for name, digest in hashes.items()),
         "",
@@ -160,8 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fits", type=Path, action="append", required=True)
     parser.add_argument("--acceptance-from", type=Path, action="append", default=[])
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--steady-state",
+        action="store_true",
+        help="the model as first frozen: one steady-state round, no finite decode length (v1)",
+    )
     args = parser.parse_args(argv)
-    rows = predict_cells(args.runs, args.fits, args.acceptance_from)
+    rows = predict_cells(args.runs, args.fits, args.acceptance_from, ragged=not args.steady_state)
     hashes = fit_hashes(args.fits)
     text = markdown(rows, hashes)
     print(text)

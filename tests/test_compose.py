@@ -19,10 +19,11 @@ from specmoe.perf.compose import (
     draft_round_s,
     expected_schedules,
     expected_speedup,
+    live_share,
     wide_share,
 )
 from specmoe.perf.predict import predict_rows
-from specmoe.theory import sd_speedup
+from specmoe.theory import expected_tokens_per_round, sd_speedup
 
 
 @dataclass(frozen=True)
@@ -198,3 +199,22 @@ def test_traced_expert_counts_reach_the_verify_and_profiles_compose_without_them
     del routing[next(iter(routing))]
     [cell] = check_rows(rows, lambda c: (routed_target, DRAFT), "transformers", None, routing)
     assert cell.routed is None and cell.verify_error == pytest.approx(0.0, abs=1e-12)
+
+
+def test_a_finite_decode_needs_whole_rounds_per_row():
+    # α = 0: one token a round; α = 1: γ + 1 a round, the last round cut short by the budget
+    assert sum(live_share(0.0, 4, 32)) == pytest.approx(32)
+    assert sum(live_share(1.0, 4, 32)) == pytest.approx(7)  # ceil(32 / 5)
+    # a row needs at least the steady state's N / E[emitted] rounds (the last one wastes some)
+    steady = 32 / float(expected_tokens_per_round(0.9, 4))
+    assert sum(live_share(0.9, 4, 32)) > steady
+
+
+def test_a_batch_of_finite_decodes_runs_while_any_row_is_live():
+    one, _ = expected_schedules(0.9, 4, 1, new_tokens=32)
+    many, plain = expected_schedules(0.9, 4, 16, new_tokens=32)
+    assert one.rounds == pytest.approx(sum(live_share(0.9, 4, 32)))
+    assert many.rounds > one.rounds  # the slowest of 16 rows sets the loop's length
+    # every row emits its budget, and the live rows summed over rounds are each row's own rounds
+    assert many.emitted == plain.emitted == 16 * 32
+    assert sum(g.batch * g.rounds for g in many.groups) == pytest.approx(16 * one.rounds, rel=1e-6)

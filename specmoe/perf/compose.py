@@ -35,6 +35,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+from scipy import stats
+
 from specmoe.errors import SpecmoeError
 from specmoe.theory import expected_tokens_per_round
 
@@ -154,6 +157,43 @@ def wide_share(alpha: float, gamma: int, batch: float) -> float:
     return 1.0 - (1.0 - alpha**gamma) ** batch
 
 
+def live_share(alpha: float, gamma: int, new_tokens: int) -> tuple[float, ...]:
+    """P(a row is still decoding at round r), r = 1, 2, …: the chance that its first r − 1 rounds
+    emitted fewer than `new_tokens`, each round emitting 1 + (leading accepted proposals) tokens
+    under i.i.d. per-position acceptance α. Its sum is a row's expected number of rounds, the last
+    one cut short by the token budget."""
+    if new_tokens < 1:
+        raise SpecmoeError(f"new_tokens must be at least 1, got {new_tokens}")
+    # P(a round emits j + 1 tokens), j = 0 … γ leading accepts  [γ + 1]
+    emits = np.array([alpha**j * (1.0 - alpha) for j in range(gamma)] + [alpha**gamma])
+    below = np.zeros(new_tokens)  # [N]: P(cumulative tokens = n) for n < N, rows still live
+    below[0] = 1.0
+    shares = []
+    while (live := float(below.sum())) > 1e-9:
+        shares.append(min(live, 1.0))
+        after = np.zeros(new_tokens)
+        for j, p in enumerate(emits):
+            after[j + 1 :] += p * below[: new_tokens - j - 1]
+        below = after
+    return tuple(shares)
+
+
+def _ragged_rounds(alpha: float, gamma: int, batch: int, new_tokens: int, wide: bool) -> tuple[Rounds, ...]:
+    """Expected rounds by live batch size when `batch` rows each decode `new_tokens` and leave the
+    batch as they finish (`engine/decode.py` drops finished rows): in round r the live count is
+    Binomial(batch, live_share[r]); the loop runs while any row is live."""
+    groups: dict[int, float] = {}
+    for share in live_share(alpha, gamma, new_tokens):
+        counts = np.arange(1, batch + 1)
+        for live, weight in zip(counts, stats.binom.pmf(counts, batch, share), strict=True):
+            if weight > 1e-9:
+                groups[int(live)] = groups.get(int(live), 0.0) + float(weight)
+    return tuple(
+        Rounds(live, rounds, wide_share(alpha, gamma, live) if wide else 0.0)
+        for live, rounds in sorted(groups.items())
+    )
+
+
 def expected_schedules(
     alpha: float,
     gamma: int,
@@ -162,22 +202,24 @@ def expected_schedules(
     plain_host_s: float = 0.0,
     draft_host_s: float = 0.0,
     shape: RoundShape = CHAIN,
+    new_tokens: int | None = None,
 ) -> tuple[SDSchedule, PlainSchedule]:
-    """One expected round at per-position acceptance α and the plain steps that emit as much.
+    """The expected rounds at per-position acceptance α and the plain steps that emit as much.
 
-    Every row stays live for the whole round (the ragged end of a batch, where some rows finish
-    early, is left out: it is a few rounds of a long decode)."""
+    With `new_tokens` None: one steady-state round with every row live (a long decode, where the
+    ragged end is a few rounds of many). With `new_tokens` = N: a decode of N tokens per row, the
+    last round of each row cut short and the batch shrinking as rows finish — at B = 16 and N = 32
+    the loop runs a quarter more rounds than one row needs."""
     per_row = float(expected_tokens_per_round(alpha, gamma))  # tokens per row per round, bonus included
-    wide = wide_share(alpha, gamma, batch) if shape.wide_after_full and shape.draft_width == 1 else 0.0
-    sd = SDSchedule(
-        gamma,
-        (Rounds(batch, 1.0, wide),),
-        emitted=batch * per_row,
-        host_s=host_s,
-        draft_host_s=draft_host_s,
-        shape=shape,
-    )
-    return sd, PlainSchedule(batch, per_row, batch * per_row, plain_host_s)
+    wide = shape.wide_after_full and shape.draft_width == 1
+    if new_tokens is None:
+        groups = (Rounds(batch, 1.0, wide_share(alpha, gamma, batch) if wide else 0.0),)
+        emitted = batch * per_row
+    else:
+        groups = _ragged_rounds(alpha, gamma, batch, new_tokens, wide)
+        emitted = float(batch * new_tokens)
+    sd = SDSchedule(gamma, groups, emitted=emitted, host_s=host_s, draft_host_s=draft_host_s, shape=shape)
+    return sd, PlainSchedule(batch, emitted / batch, emitted, plain_host_s)
 
 
 def expected_speedup(
@@ -190,7 +232,8 @@ def expected_speedup(
     plain_host_s: float = 0.0,
     draft_host_s: float = 0.0,
     shape: RoundShape = CHAIN,
+    new_tokens: int | None = None,
 ) -> float:
     """`composed_speedup` of `expected_schedules`: what `model predict` and `advise` print."""
-    sd, plain = expected_schedules(alpha, gamma, batch, host_s, plain_host_s, draft_host_s, shape)
+    sd, plain = expected_schedules(alpha, gamma, batch, host_s, plain_host_s, draft_host_s, shape, new_tokens)
     return composed_speedup(target, draft, sd, plain)
