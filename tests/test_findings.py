@@ -99,17 +99,34 @@ def test_claim_a_holds_only_when_low_acceptance_speedups_reach_the_studys_range(
     assert claim_a(slow).values["n_slower"] == "4"
 
 
-def test_claim_b_compares_the_moe_with_the_denser_but_smaller_total_target():
+def test_claim_b_asks_which_target_amortises_a_verify_where_a_dense_model_does():
+    sizes = {"moe": (100, 10), "dense-l": (30, 30), "dense-s": (13, 13)}
+    moe = [cell(0.5, target="moe", gamma=g, efficiency=0.4) for g in (4, 8, 16)]
+    dense = [cell(0.8, target="dense-l", group="D", gamma=g, efficiency=0.9) for g in (4, 8, 16)]
+    # rules v2: the MoE, with more total params, amortises worse
+    found = claim_b(moe + dense, sizes, BOUND, NOT_BOUND)
+    assert found.verdict == FAILS and found.values["eff_dense_wins"] == "3"
+    assert "γ=4" in found.values["decided_by"]
+    better = [replace(c, efficiency=1.2) for c in moe]
+    assert claim_b(better + dense, sizes, BOUND, NOT_BOUND).verdict == HOLDS
+    tie = [replace(c, efficiency=0.85) for c in moe]
+    assert claim_b(tie + dense, sizes, BOUND, NOT_BOUND).verdict == UNSURE  # within the margin
+    assert claim_b(moe, sizes, BOUND, NOT_BOUND).verdict == UNSURE  # no pairs
+    # where even a dense model's verify does not amortise, nothing can be told
+    assert claim_b(moe + dense, sizes, NOT_BOUND, BOUND).verdict == UNSURE
+
+
+def test_claim_b_under_rules_v1_compared_speedups_behind_the_moes_own_gates():
     sizes = {"moe": (100, 10), "dense-l": (30, 30), "dense-s": (13, 13)}
     moe = [cell(0.5, target="moe", gamma=g) for g in (4, 8, 16)]
     dense = [cell(0.8, target="dense-l", group="D", gamma=g) for g in (4, 8, 16)]
-    assert claim_b(moe + dense, sizes, BOUND).verdict == FAILS
+    v1 = "speedup pairs"
+    assert claim_b(moe + dense, sizes, BOUND, BOUND, v1).verdict == FAILS
     faster = [replace(c, speedup=1.0, low=0.98, high=1.02) for c in moe]
-    assert claim_b(faster + dense, sizes, BOUND).verdict == HOLDS
-    assert claim_b(moe, sizes, BOUND).verdict == UNSURE
-    # Where the decode step is not bandwidth-bound the mechanism is absent: nothing to judge.
-    assert claim_b(faster + dense, sizes, NOT_BOUND).verdict == UNSURE
-    assert claim_b(faster + dense, sizes, NOT_BOUND).values["regime"] == NOT_BOUND.why
+    assert claim_b(faster + dense, sizes, BOUND, BOUND, v1).verdict == HOLDS
+    assert claim_b(faster + dense, sizes, BOUND, NOT_BOUND, v1).verdict == UNSURE
+    assert claim_b(faster + dense, sizes, BOUND, NOT_BOUND).values["verdict_speedup"] == UNSURE
+    assert claim_b(faster + dense, sizes, BOUND, NOT_BOUND).values["regime"] == NOT_BOUND.why
 
 
 def test_claim_c_needs_low_acceptance_pairs_and_counts_the_trained_family_apart():
@@ -271,6 +288,22 @@ def test_the_bandwidth_regime_compares_the_one_token_step_with_its_floor(tmp_pat
     assert not bandwidth_regime(tmp_path / "nothing").ok
 
 
+def test_b_s_gate_asks_a_dense_model_not_under_test_whether_the_engine_amortises(tmp_path):
+    from specmoe.findings.regime import dense_amortisation
+
+    model = {"dtype": "float32", "is_moe": False}
+    points = [{"batch": 1, "tokens": 1, "median_s": 0.010}, {"batch": 1, "tokens": 5, "median_s": 0.011}]
+    (tmp_path / "profiles").mkdir()
+    path = tmp_path / "profiles" / "dense-s-float32.json"
+    path.write_text(json.dumps({"model": model, "points": points}))
+    found = dense_amortisation(tmp_path)
+    assert found.ok and "1.10× a step" in found.why
+    points[1]["median_s"] = 0.045  # a step per verified token: no target can show amortisation
+    path.write_text(json.dumps({"model": model, "points": points}))
+    assert not dense_amortisation(tmp_path).ok
+    assert not dense_amortisation(tmp_path, model="dense-l").ok  # no profile: nothing to tell
+
+
 def test_export_writes_home_paths_from_tilde(tmp_path, monkeypatch):
     from specmoe.bench.store_export import flatten
 
@@ -306,13 +339,3 @@ def test_rules_are_data_with_a_hash_and_a_changed_file_is_refused(tmp_path):
     with pytest.raises(SpecmoeError, match="--rules-changed"):
         check_rules(tmp_path, allow_change=False)
     assert "**changed**" in check_rules(tmp_path, allow_change=True)
-
-
-def test_b_on_target_efficiency_asks_which_target_amortises_a_verify():
-    from specmoe.findings.claims import claim_b_by_efficiency
-
-    moe = [cell(0.3, target="moe", gamma=g, efficiency=0.4) for g in (4, 8)]
-    dense = [cell(0.5, target="dense-l", gamma=g, efficiency=0.9) for g in (4, 8)]
-    assert claim_b_by_efficiency(moe + dense) == FAILS  # the MoE, with more total params, amortises worse
-    better = [replace(c, efficiency=0.95) for c in moe]
-    assert claim_b_by_efficiency(better + dense) == UNSURE  # within the margin: a tie

@@ -125,19 +125,64 @@ def claim_a(study: Sequence[Cell]) -> Verdict:
     return Verdict(verdict, values)
 
 
-def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]], regime: Regime) -> Verdict:
-    """SD speedup follows the target's total parameters, not its active ones.
+B_EVIDENCES = ("verify amortisation", "speedup pairs")
+B_EVIDENCE = RULES["claims"]["b_evidence"]  # the rule's; the other is a sensitivity variant
+B_MARGIN = RULES["claims"]["b_margin"]  # target efficiencies within this factor are a tie
+if B_EVIDENCE not in B_EVIDENCES:
+    raise ValueError(f"rules.toml: claims.b_evidence must be one of {B_EVIDENCES}, got {B_EVIDENCE!r}")
 
-    The zoo's dense-l has more active parameters than the MoE but fewer in total: "follows total"
-    says the MoE gains more than dense-l with the same draft, "follows active" says the opposite.
-    The study explains it by bandwidth amortisation, so the verdict needs a bandwidth-bound target.
-    """
+
+def _b_pairs(study: Sequence[Cell]) -> list[tuple[Cell, Cell]]:
+    """The MoE and dense-l cells with draft-xs, matched by (γ, prompt kind)."""
     moe = {(c.gamma, c.prompt): c for c in select(study, target="moe", draft="draft-xs")}
     dense = {(c.gamma, c.prompt): c for c in select(study, target="dense-l", draft="draft-xs")}
-    pairs = [(moe[k], dense[k]) for k in sorted(moe) if k in dense]
+    return [(moe[k], dense[k]) for k in sorted(moe) if k in dense]
+
+
+def b_by_speedup(study: Sequence[Cell], regime: Regime) -> tuple[str, int, int]:
+    """(b) as rules v1 judged it: in matched pairs, is the MoE's speedup beyond dense-l's interval?
+    `regime` is the MoE's own bandwidth and verify gates. (verdict, MoE wins, dense-l wins)"""
+    pairs = _b_pairs(study)
     moe_wins = sum(m.beats(d) for m, d in pairs)
     dense_wins = sum(d.beats(m) for m, d in pairs)
     verdict = duel(moe_wins, dense_wins, len(pairs)) if regime.ok else UNSURE
+    return verdict, moe_wins, dense_wins
+
+
+def b_by_amortisation(study: Sequence[Cell], regime: Regime) -> tuple[str, list[tuple[Cell, Cell]], int, int]:
+    """(b) as rules v2 judge it, on the mechanism it names: in matched pairs, does the MoE, with the
+    most total parameters, amortise a verify (T(1,1) ÷ T(1,γ+1), measured in the runs) better than
+    dense-l beyond B_MARGIN ("follows total"), or dense-l better than the MoE ("follows active")?
+    `regime` says whether the engine amortises a verify at all (`regime.dense_amortisation`).
+    (verdict, the pairs that counted, MoE wins, dense-l wins)"""
+    pairs = [
+        (m, d) for m, d in _b_pairs(study) if m.efficiency == m.efficiency and d.efficiency == d.efficiency
+    ]
+    wins = sum(m.efficiency > d.efficiency * B_MARGIN for m, d in pairs)
+    losses = sum(d.efficiency > m.efficiency * B_MARGIN for m, d in pairs)
+    verdict = duel(wins, losses, len(pairs)) if regime.ok else UNSURE
+    return verdict, pairs, wins, losses
+
+
+def claim_b(
+    study: Sequence[Cell],
+    sizes: dict[str, tuple[int, int]],
+    amortisation: Regime,
+    moe_regime: Regime,
+    evidence: str = B_EVIDENCE,
+) -> Verdict:
+    """SD speedup follows the target's total parameters, not its active ones.
+
+    The zoo's dense-l has more active parameters than the MoE but fewer in total. The study explains
+    the claim by verification amortising the cost of reading the weights: "follows total" says the
+    MoE amortises a verify of γ + 1 tokens at least as well as dense-l; expert activation says the
+    opposite at batch 1, since γ + 1 tokens route to up to K·(γ + 1) experts. `evidence` picks the
+    rule (`B_EVIDENCES`); the values carry the verdict under both.
+    """
+    by_speedup, moe_wins, dense_wins = b_by_speedup(study, moe_regime)
+    by_amortisation, counted, eff_wins, eff_losses = b_by_amortisation(study, amortisation)
+    verdict = by_amortisation if evidence == B_EVIDENCES[0] else by_speedup
+    pairs = _b_pairs(study)
     lines = ["| target | total params | active params | γ=4 | γ=8 | γ=16 |", "|---|---|---|---|---|---|"]
     for target in ("moe", "dense-l", "dense-s"):
         total, active = sizes.get(target, (0, 0))
@@ -146,37 +191,35 @@ def claim_b(study: Sequence[Cell], sizes: dict[str, tuple[int, int]], regime: Re
             found = select(study, target=target, draft="draft-xs", gamma=gamma)
             row.append(_median_range(found))
         lines.append("| " + " | ".join(row) + " |")
+    decided = ", ".join(
+        f"γ={m.gamma} {m.prompt} ({m.efficiency:.2f} vs {d.efficiency:.2f})"
+        for m, d in counted
+        if m.efficiency > d.efficiency * B_MARGIN or d.efficiency > m.efficiency * B_MARGIN
+    )
     return Verdict(
         verdict,
         {
             "verdict": verdict,
+            "verdict_amortisation": by_amortisation,
+            "verdict_speedup": by_speedup,
             "efficiency": _efficiency_text(study),
-            "regime": regime.why,
-            "regime_ok": "yes" if regime.ok else "no",
+            "amortisation": amortisation.why,
+            "regime": moe_regime.why,
+            "regime_ok": "yes" if amortisation.ok else "no",
             "pairs": str(len(pairs)),
             "judged_pairs": str(sum(m.judged and d.judged for m, d in pairs)),
             "moe_wins": str(moe_wins),
             "dense_wins": str(dense_wins),
+            "eff_pairs": str(len(counted)),
+            "eff_moe_wins": str(eff_wins),
+            "eff_dense_wins": str(eff_losses),
+            "margin": f"{B_MARGIN:.2f}",
+            "decided_by": (decided or "no pair")
+            if amortisation.ok
+            else "no pair (the engine amortises no verify)",
             "table": "\n".join(lines),
         },
     )
-
-
-EFFICIENCY_MARGIN = 1.10  # target efficiencies within this factor of each other are a tie
-
-
-def claim_b_by_efficiency(study: Sequence[Cell]) -> str:
-    """(b) judged on the mechanism it names instead of on speedups (a variant, not the rule): in
-    matched (γ, prompt) pairs with draft-xs, does the MoE, with the most total parameters, amortise
-    a verify (T(1,1) ÷ T(1,γ+1), measured) at least as well as dense-l? Beyond EFFICIENCY_MARGIN
-    either way counts; `duel` decides."""
-    moe = {(c.gamma, c.prompt): c for c in select(study, target="moe", draft="draft-xs")}
-    dense = {(c.gamma, c.prompt): c for c in select(study, target="dense-l", draft="draft-xs")}
-    pairs = [(moe[k].efficiency, dense[k].efficiency) for k in sorted(moe) if k in dense]
-    pairs = [(m, d) for m, d in pairs if m == m and d == d]
-    wins = sum(m > d * EFFICIENCY_MARGIN for m, d in pairs)
-    losses = sum(d > m * EFFICIENCY_MARGIN for m, d in pairs)
-    return duel(wins, losses, len(pairs))
 
 
 def _efficiency_text(study: Sequence[Cell]) -> str:

@@ -31,7 +31,7 @@ from specmoe.findings.claims import (
     pct,
     x,
 )
-from specmoe.findings.engines import engine_regime, engines_values
+from specmoe.findings.engines import engine_amortisation, engine_regime, engines_values
 from specmoe.findings.notes import notes_values
 from specmoe.findings.plan import ENGINES
 from specmoe.findings.predictions import fitted_predictor, unfitted_table
@@ -166,7 +166,10 @@ def sensitivity_values(out: Path, study, family, moesd, predict) -> dict[str, st
     from specmoe.findings.sensitivity import Inputs, sensitivity_table
 
     regimes = {gate: engine_regime(out, ENGINES[0], gate) for gate in GATES}
-    table, moved = sensitivity_table(Inputs(study, family, moesd, _sizes("bench"), regimes, predict))
+    amortisation = engine_amortisation(out, ENGINES[0])
+    table, moved = sensitivity_table(
+        Inputs(study, family, moesd, _sizes("bench"), regimes, amortisation, predict)
+    )
     found = {"sensitivity.table": table}
     for key, names in moved.items():
         found[f"{key}.depends"] = "depends on: " + ", ".join(names) if names else "stable"
@@ -202,7 +205,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found: dict[str, str] = {}
     for key, verdict in (
         ("a", claim_a(study)),
-        ("b", claim_b(study, _sizes("bench"), regime)),
+        ("b", claim_b(study, _sizes("bench"), engine_amortisation(out, ENGINES[0]), regime)),
         ("c", claim_c(study, family)),
         ("d", claim_d(study, family, regime)),
         ("e", claim_e(moesd, predict)),

@@ -22,13 +22,29 @@ from pathlib import Path
 
 from specmoe.findings.batch_claims import claim_e, claim_f
 from specmoe.findings.cells import Cell
-from specmoe.findings.claims import CLAIM_KEYS, CLAIM_TITLES, Verdict, claim_a, claim_b, claim_c, claim_d
+from specmoe.findings.claims import (
+    B_EVIDENCES,
+    CLAIM_KEYS,
+    CLAIM_TITLES,
+    Verdict,
+    claim_a,
+    claim_b,
+    claim_c,
+    claim_d,
+)
 from specmoe.findings.plan import ENGINES, Engine
-from specmoe.findings.regime import GATES, RULE_GATES, Regime, bandwidth_regime, step_over_floor
+from specmoe.findings.regime import (
+    GATES,
+    RULE_GATES,
+    Regime,
+    bandwidth_regime,
+    dense_amortisation,
+    step_over_floor,
+)
 
 NOT_MEASURED = "not measured"
 # Which cost ratio each claim turns on (shown beside its verdicts).
-_RATIO_OF = {"a": "draft", "b": "verify", "c": "draft", "d": "verify", "e": "verify", "f": "verify"}
+_RATIO_OF = {"a": "draft", "b": "amortise", "c": "draft", "d": "verify", "e": "verify", "f": "verify"}
 
 
 @dataclass(frozen=True)
@@ -87,14 +103,19 @@ def engine_regime(out: Path, engine: Engine, gates: str = RULE_GATES) -> Regime:
     return bandwidth_regime(out, "moe", profiles_folder(engine), engine.weights, gates)
 
 
+def engine_amortisation(out: Path, engine: Engine) -> Regime:
+    """(b)'s gate: whether the engine amortises a verify of a dense model not under test."""
+    return dense_amortisation(out, profiles_folder(engine), engine.weights)
+
+
 def gate_table(
     out: Path,
     step_cells: Callable[[Path, str], tuple[list[Cell], list]],
     sizes: dict[str, tuple[int, int]],
     family: Sequence[Cell],
 ) -> str:
-    """(b) and (d) on every engine under each regime gate, the rule's last: a verdict that moves
-    with the gate is printed as depending on it."""
+    """(d), and (b) as rules v1 judged it (speedup pairs), on every engine under each of the MoE's
+    regime gates, the rule's last: a verdict that moves with the gate is printed as depending on it."""
     head = "| engine | claim | " + " | ".join(GATES) + " |"
     lines = [head, "|---" * (len(GATES) + 2) + "|"]
     for engine in ENGINES:
@@ -103,12 +124,17 @@ def gate_table(
             continue
         regimes = [engine_regime(out, engine, gates) for gates in GATES]
         series_family = family if engine.backend == "hf" else []
+        amortisation = engine_amortisation(out, engine)
         for key, verdicts in (
-            ("b", [claim_b(study, sizes, regime).verdict for regime in regimes]),
+            (
+                "b",
+                [claim_b(study, sizes, amortisation, regime, B_EVIDENCES[1]).verdict for regime in regimes],
+            ),
             ("d", [claim_d(study, series_family, regime).verdict for regime in regimes]),
         ):
             moved = " (depends on the gate)" if len(set(verdicts)) > 1 else ""
-            lines.append(f"| {engine.label} | ({key}){moved} | " + " | ".join(verdicts) + " |")
+            name = "(b) on speedup pairs (rules v1)" if key == "b" else f"({key})"
+            lines.append(f"| {engine.label} | {name}{moved} | " + " | ".join(verdicts) + " |")
     return "\n".join(lines)
 
 
@@ -116,7 +142,8 @@ def gate_table(
 class EngineVerdicts:
     engine: Engine
     verdicts: dict[str, str]  # claim key -> verdict (or NOT_MEASURED)
-    regime: Regime
+    regime: Regime  # the MoE's bandwidth and verify gates ((d), and (b) under rules v1)
+    amortisation: Regime  # (b)'s gate: a dense model's verify amortised on this engine
     ratios: CostRatios | None
     runs: int  # study runs measured
 
@@ -135,11 +162,12 @@ def engine_verdicts(
     judged without the transformers fits' predictions."""
     study, rows = step_cells(out, engine.study)
     regime = engine_regime(out, engine)
+    amortisation = engine_amortisation(out, engine)
     on_hf = engine.backend == "hf"
     found: dict[str, Verdict | None] = {k: None for k in CLAIM_KEYS}
     if study:
         found["a"] = claim_a(study)
-        found["b"] = claim_b(study, sizes, regime)
+        found["b"] = claim_b(study, sizes, amortisation, regime)
         found["c"] = claim_c(study, family if on_hf else [])
         found["d"] = claim_d(study, family if on_hf else [], regime)
     sweep = moesd if on_hf else (step_cells(out, engine.moesd)[0] if engine.moesd else [])
@@ -147,7 +175,7 @@ def engine_verdicts(
         found["e"] = claim_e(sweep, predict if on_hf else _no_prediction)
         found["f"] = claim_f(sweep, predict if on_hf else _no_prediction)
     verdicts = {k: NOT_MEASURED if v is None else v.verdict for k, v in found.items()}
-    return EngineVerdicts(engine, verdicts, regime, cost_ratios(out, engine), len(rows))
+    return EngineVerdicts(engine, verdicts, regime, amortisation, cost_ratios(out, engine), len(rows))
 
 
 def _no_prediction(target: str, batch: int, gamma: int, top_k: int | None) -> None:
@@ -159,6 +187,8 @@ def _ratio_text(kind: str, ratios: CostRatios | None) -> str:
         return ""
     if kind == "draft" and ratios.draft is not None:
         return f"draft ÷ step {ratios.draft:.2f}"
+    if kind == "amortise" and ratios.verify5 is not None and ratios.dense_verify5 is not None:
+        return f"MoE v(5) {ratios.verify5:.1f}×, dense-s v(5) {ratios.dense_verify5:.1f}×"
     if kind == "verify" and ratios.verify5 is not None:
         nine = f", v(9) {ratios.verify9:.1f}×" if ratios.verify9 is not None else ""
         return f"v(5) {ratios.verify5:.1f}×{nine}"
@@ -221,10 +251,10 @@ def dependence(found: Sequence[EngineVerdicts]) -> str:
         parts.append("Verdicts that differ between engines: " + ", ".join(f"({k})" for k in differ) + ".")
     else:
         parts.append("No verdict differs between the engines measured.")
-    regimes = "; ".join(f"{e.engine.label}: {'present' if e.regime.ok else 'absent'}" for e in measured)
+    regimes = "; ".join(f"{e.engine.label}: {'present' if e.amortisation.ok else 'absent'}" for e in measured)
     parts.append(
-        f"The amortisation regime (b) needs, per engine — {regimes} (the cost-ratio table "
-        "gives each engine's step over its floor and verify over step)."
+        f"The amortisation (b) needs, a dense model's verify within a few steps, per engine — {regimes} "
+        "(the cost-ratio table gives each engine's verify over step for the MoE and dense-s)."
     )
     if differ and same:
         parts.append("The same on every engine: " + ", ".join(f"({k})" for k in same) + ".")
@@ -263,6 +293,7 @@ def engines_values(
         key = engine.engine.name.replace("-", "_")
         values[f"engines.{key}.runs"] = str(engine.runs)
         values[f"engines.{key}.regime"] = engine.regime.why
+        values[f"engines.{key}.amortisation"] = engine.amortisation.why
         for claim, verdict in engine.verdicts.items():
             values[f"engines.{key}.{claim}"] = verdict
     return values

@@ -35,6 +35,7 @@ RULE_GATES = RULES["regime"]["gates"]
 BANDWIDTH_BOUND = RULES["regime"]["bandwidth_bound"]  # T(1,1) within this many times its floor
 VERIFY_TOKENS = RULES["regime"]["verify_tokens"]  # γ + 1 at the study pass's smallest γ
 AMORTISED = RULES["regime"]["amortised"]  # T(1, VERIFY_TOKENS) within this many times T(1, 1)
+GATE_MODEL = RULES["claims"]["b_gate_model"]
 if RULE_GATES not in GATES:
     raise ValueError(f"rules.toml: regime.gates must be one of {GATES}, got {RULE_GATES!r}")
 
@@ -106,4 +107,32 @@ def _amortisation(profile: dict, bound: str) -> Regime:
         False,
         f"{bound}, yet {verify} (amortised would be within {AMORTISED:g}×): each extra token costs "
         "nearly a step of its own, so the amortisation the claim is about is absent here",
+    )
+
+
+def dense_amortisation(
+    out: Path, folder: str = "profiles", weights: str = "*", model: str = GATE_MODEL
+) -> Regime:
+    """Whether this engine amortises a verify at all, measured on a dense model that is not under
+    test (out/<folder>/<model>-<weights>.json): its T(1, VERIFY_TOKENS) within AMORTISED times
+    T(1, 1). Where even a dense model pays about a step per verified token, no comparison of
+    amortisation between targets can tell which one the mechanism favours."""
+    profiles = sorted((out / folder).glob(f"{model}-{weights}.json"))
+    if not profiles:
+        return Regime(False, f"no profile of {model} to check that this engine amortises a verify")
+    profile = json.loads(profiles[0].read_text(encoding="utf-8"))
+    ratio = verify_over_step(profile)
+    if ratio is None:
+        return Regime(False, f"the {model} profile has no {VERIFY_TOKENS}-token verify at batch 1")
+    dtype = profile["model"].get("dtype", "")
+    verify = (
+        f"{model} ({dtype}), a dense model not under test, verifies {VERIFY_TOKENS} tokens in "
+        f"{ratio:.2f}× a step"
+    )
+    if ratio <= AMORTISED:
+        return Regime(True, f"{verify}: this engine amortises a verify (within {AMORTISED:g}×)")
+    return Regime(
+        False,
+        f"{verify} (amortised would be within {AMORTISED:g}×): each extra token costs nearly a step of "
+        "its own even for a dense model, so no target can show the amortisation the claim is about",
     )

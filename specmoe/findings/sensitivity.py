@@ -7,12 +7,12 @@ Variants, each changing one choice of the rule and nothing else:
                      t quantiles (the ratio estimator's interval is symmetric about its value);
                      cells below five units keep their range and still decide nothing
     unstable cells   counted: cells whose repeats disagree beyond the CV limit decide like others
-    regime gate      (b) and (d) with no gate, or the bandwidth gate alone (`regime.GATES`)
+    regime gate      no gate at all ((b)'s dense-amortisation gate and (d)'s MoE gates dropped), or
+                     (d) with the bandwidth gate alone (`regime.GATES`)
     medium batch     (e) with "medium" as B ∈ {16, 64} or B ∈ {4, 16, 64} instead of the interior
                      {4, 16} of the sweep's {1, 4, 16, 64}
-    (b)'s evidence   judged on the mechanism it names, the measured target efficiency of the MoE
-                     against dense-l (`claims.claim_b_by_efficiency`), not on speedup pairs that
-                     the draft's relative cost decides; suggested after the data, so a variant here
+    (b)'s evidence   judged as rules v1 did, on speedup pairs that the draft's relative cost decides
+                     (`claims.b_by_speedup`), instead of on the verify amortisation it names
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ from scipy import stats
 from specmoe.findings.batch_claims import claim_e, claim_f, interior
 from specmoe.findings.cells import Cell
 from specmoe.findings.claims import (
+    B_EVIDENCE,
+    B_EVIDENCES,
     CLAIM_KEYS,
     CLAIM_TITLES,
     claim_a,
     claim_b,
-    claim_b_by_efficiency,
     claim_c,
     claim_d,
 )
@@ -57,7 +58,8 @@ class Inputs:
     family: Sequence[Cell]
     moesd: Sequence[Cell]
     sizes: dict[str, tuple[int, int]]
-    regimes: dict[str, Regime]  # gate name -> the transformers engine's regime under it
+    regimes: dict[str, Regime]  # gate name -> the transformers engine's MoE regime under it
+    amortisation: Regime  # (b)'s gate: whether the engine amortises a dense model's verify
     predict: Callable
 
 
@@ -66,17 +68,16 @@ def _verdicts(
     cells: Callable[[Cell], Cell] = lambda c: c,
     gates: str = RULE_GATES,
     medium_of=interior,
-    b_by_efficiency: bool = False,
+    b_evidence: str = B_EVIDENCE,
 ) -> dict[str, str]:
     study = [cells(c) for c in inputs.study]
     family = [cells(c) for c in inputs.family]
     moesd = [cells(c) for c in inputs.moesd]
     regime = inputs.regimes[gates]
+    amortisation = regime if gates == GATES[0] else inputs.amortisation  # "no gate" drops (b)'s too
     return {
         "a": claim_a(study).verdict,
-        "b": (
-            claim_b_by_efficiency(study) if b_by_efficiency else claim_b(study, inputs.sizes, regime).verdict
-        ),
+        "b": claim_b(study, inputs.sizes, amortisation, regime, b_evidence).verdict,
         "c": claim_c(study, family).verdict,
         "d": claim_d(study, family, regime).verdict,
         "e": claim_e(moesd, inputs.predict, medium_of).verdict,
@@ -91,7 +92,7 @@ VARIANTS: dict[str, dict] = {
     **{gate: {"gates": gate} for gate in GATES if gate != RULE_GATES},
     "medium B ∈ {16, 64}": {"medium_of": lambda batches: [b for b in batches if b >= 16]},
     "medium B ∈ {4, 16, 64}": {"medium_of": lambda batches: batches[1:]},
-    "(b) on target efficiency": {"b_by_efficiency": True},
+    "(b) on speedup pairs (rules v1)": {"b_evidence": B_EVIDENCES[1]},
 }
 
 
