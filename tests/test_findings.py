@@ -339,3 +339,15 @@ def test_rules_are_data_with_a_hash_and_a_changed_file_is_refused(tmp_path):
     with pytest.raises(SpecmoeError, match="--rules-changed"):
         check_rules(tmp_path, allow_change=False)
     assert "**changed**" in check_rules(tmp_path, allow_change=True)
+
+
+def test_a_verdict_lists_the_cells_it_rested_on_and_those_that_decided_nothing():
+    from specmoe.findings.cells import decided_by
+
+    judged = [cell(0.5, gamma=g, prompt="factual") for g in (4, 8)]
+    few = replace(cell(0.5, gamma=16, prompt="factual"), level=None, repeats=3)
+    shaky = replace(cell(0.5, gamma=16, prompt="code"), unstable=True)
+    text = decided_by(judged, [few, shaky])
+    # only what varies among the cells names them: γ and the prompt kind here
+    assert text.startswith("2 judged cells: γ=4 factual, γ=8 factual")
+    assert "decided nothing (2): γ=16 factual (3 units), γ=16 code (unstable repeats)" in text

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from statistics import median
 
 from specmoe.engine.draft_spec import draft_of
-from specmoe.findings.cells import Cell, select
+from specmoe.findings.cells import Cell, decided_by, select
 from specmoe.findings.claims import FAILS, HOLDS, UNSURE, Verdict, duel, x
 from specmoe.findings.rules import RULES
 from specmoe.theory import expected_tokens_per_round
@@ -67,12 +67,14 @@ def claim_e(
     moe_u = [g for g, shape in zip(gammas, moe_shapes, strict=True) if shape == HOLDS]
     dense_u = [g for g in gammas if inverted_u(batch_series(moesd, "dense-s", g))]
     medium = moe_wins = dense_wins = 0
+    medium_cells: list[Cell] = []
     for gamma in gammas:
         moe = {c.batch: c for c in batch_series(moesd, "moe", gamma)}
         dense = {c.batch: c for c in batch_series(moesd, "dense-s", gamma)}
         batches = sorted(set(moe) & set(dense))
         for batch in medium_of(batches):
             medium += 1
+            medium_cells += [moe[batch], dense[batch]]
             moe_wins += moe[batch].beats(dense[batch])
             dense_wins += dense[batch].beats(moe[batch])
     if gammas and all(shape == HOLDS for shape in moe_shapes):
@@ -96,6 +98,13 @@ def claim_e(
             "medium": str(medium),
             "moe_wins": str(moe_wins),
             "dense_wins": str(dense_wins),
+            "decided_by": decided_by(
+                [c for c in medium_cells if c.judged], [c for c in medium_cells if not c.judged]
+            ),
+            "shape_decided_by": decided_by(
+                [c for g in gammas for c in batch_series(moesd, "moe", g) if c.judged],
+                [c for g in gammas for c in batch_series(moesd, "moe", g) if not c.judged],
+            ),
             "table": _batch_table(moesd, gammas, predict),
             "acceptance": oracle_acceptance(moesd, gammas),
             **_peaks(moesd, gammas),
@@ -183,6 +192,7 @@ def claim_f(moesd: Sequence[Cell], predict: Predict) -> Verdict:
     sparsity_batches = sorted({c.batch for c in select(moesd, group="sparsity")})
     top_ks = sorted({c.top_k for c in select(moesd, target="moe", gamma=4, draft=ORACLE) if c.top_k})
     widths: dict[int, list[int]] = {}
+    scope: list[Cell] = []
     lines = [
         "| top-k | " + " | ".join(f"B={b}" for b in sparsity_batches) + " | SD pays at |",
         "|---" * (len(sparsity_batches) + 2) + "|",
@@ -190,6 +200,7 @@ def claim_f(moesd: Sequence[Cell], predict: Predict) -> Verdict:
     for k in top_ks:
         series = [c for c in batch_series(moesd, "moe", 4, top_k=k) if c.batch in sparsity_batches]
         widths[k] = paying_batches(series)
+        scope += series
         by_batch = {c.batch: c for c in series}
         row = []
         for batch in sparsity_batches:
@@ -234,6 +245,7 @@ def claim_f(moesd: Sequence[Cell], predict: Predict) -> Verdict:
                 "may run on past the window"
             ),
             "widths": ", ".join(f"top-k {k}: {len(widths[k])}" for k in top_ks),
+            "decided_by": decided_by([c for c in scope if c.judged], [c for c in scope if not c.judged]),
             "model_ranges": "; ".join(modelled),
             "table": "\n".join(lines),
         },

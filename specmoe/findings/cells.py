@@ -44,6 +44,18 @@ class Cell:
         a cell without a confidence interval (fewer than 5 units) or with unstable repeats."""
         return self.judged and other.judged and self.low > other.high
 
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The cell's name, field by field, for a "decided by" list."""
+        top_k = f"top-k {self.top_k}" if self.top_k is not None else ""
+        return (self.target, self.draft, f"γ={self.gamma}", self.prompt, f"B={self.batch}", top_k)
+
+    def why_not_judged(self) -> str:
+        """Why a cell decides nothing ("" for a judged cell)."""
+        if self.level is None:
+            return f"{self.repeats} units"
+        return "unstable repeats" if self.unstable else ""
+
     def interval(self) -> str:
         """The speedup with its interval; a cell that decides nothing says so (a range from fewer
         than five units, or repeats that disagree)."""
@@ -108,3 +120,21 @@ def select(items: Iterable[Cell], **fields) -> list[Cell]:
         return True
 
     return [c for c in items if match(c)]
+
+
+def decided_by(counted: Iterable[Cell], left_out: Iterable[Cell] = ()) -> str:
+    """The cells a verdict rested on, and those of its scope that decided nothing, with why. Each
+    cell is named by the fields that vary among them (the rest is the claim's scope)."""
+    counted, left_out = list(counted), list(left_out)
+    every = [c.parts for c in counted + left_out]
+    varies = [i for i in range(len(every[0])) if len({p[i] for p in every}) > 1] if every else []
+
+    def name(cell: Cell) -> str:
+        return " ".join(cell.parts[i] for i in varies if cell.parts[i]) or cell.target
+
+    text = f"{len(counted)} judged cells" + (": " + ", ".join(name(c) for c in counted) if counted else "")
+    if left_out:
+        text += f"; decided nothing ({len(left_out)}): " + ", ".join(
+            f"{name(c)} ({c.why_not_judged()})" for c in left_out
+        )
+    return text

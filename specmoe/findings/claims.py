@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from specmoe.engine.draft_spec import NgramDraft, draft_of
-from specmoe.findings.cells import Cell, select
+from specmoe.findings.cells import Cell, decided_by, select
 from specmoe.findings.regime import Regime
 from specmoe.findings.rules import RULES
 
@@ -104,6 +104,7 @@ def claim_a(study: Sequence[Cell]) -> Verdict:
         "verdict": verdict,
         "n": str(len(low)),
         "n_low": str(len(low_all)),
+        "decided_by": decided_by(low, [c for c in low_all if not c.judged]),
         "n_drafted": str(len(drafted)),
         "n_in_range": str(len(in_range)),
         "n_slower": str(len(slower)),
@@ -244,15 +245,26 @@ def _median_range(found: Sequence[Cell]) -> str:
     return f"{median(speeds):.2f}× ({min(speeds):.2f}–{max(speeds):.2f})"
 
 
-def _draft_duel(items: Sequence[Cell], low_only: bool) -> tuple[int, int, int]:
-    """(pairs, draft-xs wins, draft-s wins) over matched (γ, prompt) on the MoE target."""
+def _draft_pairs(items: Sequence[Cell], low_only: bool) -> list[tuple[Cell, Cell]]:
+    """(draft-xs, draft-s) cells matched by (γ, prompt) on the MoE target."""
     xs = {(c.gamma, c.prompt): c for c in select(items, target="moe", draft="draft-xs")}
     s = {(c.gamma, c.prompt): c for c in select(items, target="moe", draft="draft-s")}
     pairs = [(xs[k], s[k]) for k in sorted(xs) if k in s]
     if low_only:
         pairs = [(a, b) for a, b in pairs if max(a.acceptance, b.acceptance) < LOW_ACCEPTANCE]
-    pairs = [(a, b) for a, b in pairs if a.judged and b.judged]
+    return pairs
+
+
+def _draft_duel(items: Sequence[Cell], low_only: bool) -> tuple[int, int, int]:
+    """(judged pairs, draft-xs wins, draft-s wins) over matched (γ, prompt) on the MoE target."""
+    pairs = [(a, b) for a, b in _draft_pairs(items, low_only) if a.judged and b.judged]
     return len(pairs), sum(a.beats(b) for a, b in pairs), sum(b.beats(a) for a, b in pairs)
+
+
+def _pairs_decided_by(pairs: Sequence[tuple[Cell, Cell]]) -> str:
+    cells = [c for pair in pairs for c in pair]
+    judged = {id(c) for a, b in pairs if a.judged and b.judged for c in (a, b)}
+    return decided_by([c for c in cells if id(c) in judged], [c for c in cells if id(c) not in judged])
 
 
 def claim_c(study: Sequence[Cell], family: Sequence[Cell]) -> Verdict:
@@ -272,6 +284,8 @@ def claim_c(study: Sequence[Cell], family: Sequence[Cell]) -> Verdict:
             "pairs": str(n),
             "xs_wins": str(xs_wins),
             "s_wins": str(s_wins),
+            "decided_by": _pairs_decided_by(_draft_pairs(study, low_only=True)),
+            "family_decided_by": _pairs_decided_by(_draft_pairs(family, low_only=False)),
             "family_pairs": str(fn),
             "family_xs_wins": str(fxs_wins),
             "family_s_wins": str(fs_wins),
@@ -338,6 +352,20 @@ def _refuted(series: Sequence[Cell]) -> bool:
     return any(cannot_help(a, b) for a, b in itertools.pairwise(series))
 
 
+def _series_decided_by(series: Sequence[Sequence[Cell]]) -> str:
+    """The γ series (target, draft, prompt) the arithmetic refuted, then those a step down γ beat."""
+    refuted = [s for s in series if _refuted(s)]
+    hurt = [s for s in series if not _refuted(s) and _steps(s)[1]]
+
+    def names(found: Sequence[Sequence[Cell]]) -> str:
+        return ", ".join(f"{s[0].target} {s[0].draft} {s[0].prompt}" for s in found) or "none"
+
+    return (
+        f"{len(series)} γ series; refuted by the 1 + αγ bound ({len(refuted)}): {names(refuted)}; "
+        f"otherwise slower beyond the intervals at a larger γ ({len(hurt)}): {names(hurt)}"
+    )
+
+
 def claim_d(study: Sequence[Cell], family: Sequence[Cell], regime: Regime) -> Verdict:
     """Larger γ always helps: speedup rises monotonically over γ ∈ {4, 8, 16}.
 
@@ -379,6 +407,7 @@ def claim_d(study: Sequence[Cell], family: Sequence[Cell], regime: Regime) -> Ve
             "family_hurts": str(sum(_steps(s)[1] for s in family_series)),
             "family_rising": str(sum(_rises(s) for s in family_series)),
             "refuted": str(refuted),
+            "decided_by": _series_decided_by(series),
             "study_refuted": str(sum(_refuted(s) for s in study_series)),
             "family_refuted": str(sum(_refuted(s) for s in family_series)),
         },
