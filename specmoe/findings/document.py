@@ -34,7 +34,7 @@ from specmoe.findings.claims import (
 from specmoe.findings.engines import engine_amortisation, engine_regime, engines_values
 from specmoe.findings.notes import notes_values
 from specmoe.findings.plan import ENGINES
-from specmoe.findings.predictions import fitted_predictor, unfitted_table
+from specmoe.findings.predictions import fitted_predictor, study_setup_table, unfitted_table
 from specmoe.findings.real import real_values
 from specmoe.findings.results import read_export
 from specmoe.findings.rules import check_rules
@@ -228,6 +228,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found.update(_engine_run_values(out))
     found.update(real_values(out.parent / "real"))
     found["elsewhere.table"] = unfitted_table(examples)
+    found["elsewhere.study"] = study_setup_table(examples)
     wall = json.loads((out / "wall_time.json").read_text()) if (out / "wall_time.json").is_file() else {}
     found["wall.minutes"] = f"{sum(wall.values()) / 60:.0f}"
     found["wall.steps"] = ", ".join(f"{k} {v / 60:.0f} min" for k, v in wall.items())
