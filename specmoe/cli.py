@@ -473,6 +473,12 @@ def _add_hw(commands) -> None:
         "--read-mib", type=_mebibytes, default=1024, help="size of the tensor the bandwidth sum reads"
     )
     p.add_argument("--repeats", type=_count, default=5)
+    p.add_argument(
+        "--threads",
+        type=_count,
+        default=None,
+        help="CPU threads the measurement uses (default: torch's); match the runs it will be held against",
+    )
     p.add_argument("--out", type=Path, default=None, help="write the hardware JSON here")
     p.set_defaults(run=_run_hw)
 

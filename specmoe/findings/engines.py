@@ -39,6 +39,7 @@ from specmoe.findings.regime import (
     Regime,
     bandwidth_regime,
     dense_amortisation,
+    floor_hardware,
     step_over_floor,
 )
 
@@ -81,12 +82,10 @@ def cost_ratios(out: Path, engine: Engine) -> CostRatios | None:
     if 1 not in moe:
         return None
     floor = None
-    hw = out / "hw.json"
+    hardware = floor_hardware(out)
     path = out / profiles_folder(engine) / f"moe-{engine.weights}.json"
-    if hw.is_file():
-        floor = step_over_floor(
-            json.loads(path.read_text(encoding="utf-8")), json.loads(hw.read_text(encoding="utf-8"))
-        )
+    if hardware is not None:
+        floor = step_over_floor(json.loads(path.read_text(encoding="utf-8")), hardware)
     return CostRatios(
         step_s=moe[1],
         draft=_over(draft.get(1), moe[1]),

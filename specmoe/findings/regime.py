@@ -40,6 +40,19 @@ if RULE_GATES not in GATES:
     raise ValueError(f"rules.toml: regime.gates must be one of {GATES}, got {RULE_GATES!r}")
 
 
+# The runs measure one thread on one core, so their floors take the read bandwidth one thread
+# reaches (`specmoe hw --threads 1`); hw.json, at torch's default threads, is the fits' hardware.
+FLOOR_HARDWARE = ("hw-1thread.json", "hw.json")
+
+
+def floor_hardware(out: Path) -> dict | None:
+    """The hardware file the bandwidth floors use: the one-thread measurement where there is one."""
+    for name in FLOOR_HARDWARE:
+        if (out / name).is_file():
+            return json.loads((out / name).read_text(encoding="utf-8"))
+    return None
+
+
 @dataclass(frozen=True)
 class Regime:
     ok: bool
@@ -68,17 +81,19 @@ def bandwidth_regime(
     if gates == GATES[0]:
         return Regime(True, "no regime gate")
     profiles = sorted((out / folder).glob(f"{model}-{weights}.json"))
-    hw_path = out / "hw.json"
-    if not profiles or not hw_path.is_file():
+    hardware = floor_hardware(out)
+    if not profiles or hardware is None:
         return Regime(
             False, f"no profile of the {model} target or no `specmoe hw` result to check it against"
         )
     profile = json.loads(profiles[0].read_text(encoding="utf-8"))
-    ratio = step_over_floor(profile, json.loads(hw_path.read_text(encoding="utf-8")))
+    ratio = step_over_floor(profile, hardware)
     if ratio is None:
         return Regime(False, f"the {model} profile has no one-token step at batch 1")
     dtype = profile["model"].get("dtype", "")
-    measured = f"the {model} target's one-token step ({dtype}) takes {ratio:.1f}× its bandwidth floor"
+    threads = hardware.get("settings", {}).get("threads")
+    at = f" at {threads} thread{'s' if threads != 1 else ''}" if threads else ""
+    measured = f"the {model} target's one-token step ({dtype}) takes {ratio:.1f}× its bandwidth floor{at}"
     if ratio <= BANDWIDTH_BOUND:
         bound = f"{measured}: bandwidth-bound (within {BANDWIDTH_BOUND:g}×)"
         return Regime(True, bound) if gates == GATES[1] else _amortisation(profile, bound)

@@ -110,6 +110,10 @@ def run_profiles(out: Path, engines: tuple[str, ...] = ()) -> Path:
         from specmoe.perf.hardware import measure_hardware
 
         write_json(out / "hw.json", measure_hardware("cpu"))
+    if not (out / "hw-1thread.json").is_file():  # the floors, at the runs' one thread
+        from specmoe.perf.hardware import measure_hardware
+
+        write_json(out / "hw-1thread.json", measure_hardware("cpu", threads=1))
     hardware = json.loads((out / "hw.json").read_text(encoding="utf-8"))
     for spec in (*PROFILES, *ENGINE_PROFILES):
         if not engines or spec.engine in engines:

@@ -18,7 +18,9 @@ log = logging.getLogger(__name__)
 def run_hw(args) -> int:
     from specmoe.perf.hardware import measure_hardware
 
-    hardware = measure_hardware(args.device, read_mib=args.read_mib, repeats=args.repeats)
+    hardware = measure_hardware(
+        args.device, read_mib=args.read_mib, repeats=args.repeats, threads=args.threads
+    )
     if args.out:
         print(f"wrote {write_json(args.out, hardware)}")
     flops = ", ".join(f"{dtype} {rate / 1e9:.1f} GFLOP/s" for dtype, rate in hardware["flops_per_s"].items())

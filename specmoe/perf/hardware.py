@@ -127,9 +127,20 @@ def measure_hardware(
     matmul_size: int | None = None,
     repeats: int = 5,
     dtypes: tuple[str, ...] = MATMUL_DTYPES,
+    threads: int | None = None,
 ) -> dict:
-    """Measure this machine's device and return the hardware JSON (a dict, see module docstring)."""
+    """Measure this machine's device and return the hardware JSON (a dict, see module docstring).
+    `threads` sets torch's CPU threads for the measurement (restored after): one thread reads
+    less bandwidth than two, so a floor held against one-thread runs needs a one-thread figure."""
     import torch
+
+    if threads is not None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return measure_hardware(device, read_mib, matmul_size, repeats, dtypes)
+        finally:
+            torch.set_num_threads(before)
 
     from specmoe.backends.hf import resolve_device
 
