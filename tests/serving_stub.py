@@ -23,6 +23,10 @@ class StubConfig:
     usage: bool = True  # honour stream_options.include_usage
     llama_timings: bool = False  # llama-server's `timings` with draft counts in the last chunk
     mode: str = "ok"  # "ok", "malformed", "stream_error", "no_stream", "cut"
+    # chat: the first `reasoning_tokens` words stream as thinking, in these delta fields (vLLM now
+    # sends `reasoning` with a deprecated copy in `reasoning_content`; older servers the latter only)
+    reasoning_fields: tuple[str, ...] = ()
+    reasoning_tokens: int = 0
     api_key: str | None = None  # require "Authorization: Bearer <key>"
     requests: list[dict] = field(default_factory=list)  # bodies received
     headers: list[dict] = field(default_factory=list)
@@ -131,7 +135,9 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(c.step_s)
             words = min(1 + c.accepted, remaining) if c.gamma and emitted else 1
             text = "".join(f" w{emitted + i}" for i in range(words))
-            delta = {"delta": {"content": text}} if chat else {"text": text}
+            thinking = chat and c.reasoning_fields and emitted < c.reasoning_tokens
+            fields = c.reasoning_fields if thinking else ("content",)
+            delta = {"delta": dict.fromkeys(fields, text)} if chat else {"text": text}
             self._event({"choices": [{"index": 0, **delta, "finish_reason": None}]})
             if c.gamma and emitted > 0:  # the first token comes from prefill, as in a real server
                 drafted += c.gamma
