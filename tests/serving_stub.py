@@ -22,7 +22,8 @@ class StubConfig:
     gamma: int = 0
     usage: bool = True  # honour stream_options.include_usage
     llama_timings: bool = False  # llama-server's `timings` with draft counts in the last chunk
-    mode: str = "ok"  # "ok", "malformed", "stream_error", "no_stream", "cut"
+    mode: str = "ok"  # "ok", "malformed", "stream_error", "no_stream", "cut"; after 2 tokens:
+    # "abort" ends with finish_reason "abort", "stop" with "stop" (ignore_eos not honoured)
     # chat: the first `reasoning_tokens` words stream as thinking, in these delta fields (vLLM now
     # sends `reasoning` with a deprecated copy in `reasoning_content`; older servers the latter only)
     reasoning_fields: tuple[str, ...] = ()
@@ -154,8 +155,11 @@ class _Handler(BaseHTTPRequestHandler):
             if c.mode == "cut" and emitted >= 2:  # ends the stream as if another request took over
                 self._event("[DONE]")
                 return
+            if c.mode in ("abort", "stop") and emitted >= 2:
+                break
+        finish = c.mode if c.mode in ("abort", "stop") else "length"
         last: dict = {
-            "choices": [{"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}]
+            "choices": [{"index": 0, "finish_reason": finish, **({"delta": {}} if chat else {"text": ""})}]
         }
         if c.llama_timings:
             last["timings"] = {

@@ -4,13 +4,18 @@ tests/data/serving-results/README.md cites."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from serving_stub import StubConfig, StubServer
+from test_serving_run import MODEL, write_suite
 
 from specmoe.bench.server_engines import ENGINES
 from specmoe.bench.server_spec import ServerSpec
+from specmoe.bench.suite_load import load_suite
+from specmoe.bench.suite_run import run_suite
 from specmoe.serving import client
-from specmoe.serving.load import request_body
+from specmoe.serving.load import RequestRecord, request_body, unfinished
 from specmoe.serving.sse import parse_chunk
 
 
@@ -51,3 +56,37 @@ def test_thinking_counts_from_the_first_reasoning_token(fields):
         times = client.stream(server, request_body(server, ENGINES["vllm"], "Hi", 8, 0.0, 0))
     assert times.token_chunks == 8 and times.usage_tokens == 8
     assert times.first is not None and times.last is not None and times.first < times.last
+
+
+# --- responses that end before the work their request named -------------------------------------
+
+
+def record(finish: str | None, tokens: int) -> RequestRecord:
+    return RequestRecord(0, 0.0, 0.1, 0.2, 0.3, tokens, "usage", tokens, finish, 0, None, None)
+
+
+def test_how_a_response_ended():
+    assert unfinished(record("length", 8), 8, ignore_eos=True) is None
+    assert unfinished(record("stop", 8), 8, ignore_eos=True) is None  # EOS on the last token
+    assert unfinished(record(None, 3), 8, ignore_eos=True) == "cut off"
+    assert unfinished(record("abort", 3), 8, ignore_eos=True) == "aborted"
+    assert unfinished(record("error", 3), 8, ignore_eos=False) == "aborted"  # vLLM's request error
+    assert unfinished(record("stop", 3), 8, ignore_eos=True) == "stopped early"
+    assert unfinished(record("repetition", 3), 8, ignore_eos=True) == "stopped early"
+    assert unfinished(record("stop", 3), 8, ignore_eos=False) is None  # EOS is a normal end then
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason"),
+    [
+        ("abort", r"responses aborted by the server \([14], finish_reason abort or error\)"),
+        ("stop", r"responses stopped before max_tokens although ignore_eos was sent \([14]\)"),
+    ],
+)
+def test_responses_that_end_early_fail_the_audit(tmp_path, mode, reason):
+    with StubServer(StubConfig(model=MODEL, mode=mode)) as plain, StubServer(StubConfig(model=MODEL)) as sd:
+        rows = run_suite(load_suite(write_suite(tmp_path, plain.url, sd.url)), tmp_path / "r.db", None, False)
+    early = [r for r in rows if r.arm == "baseline"]
+    assert early and all(r.audit_verdict == "fail" for r in early)
+    assert all(re.match(reason, r.audit_reason) for r in early)  # 1 or 4: each request of the run
+    assert all(r.audit_verdict == "pass" for r in rows if r.arm == "sd")

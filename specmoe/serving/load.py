@@ -162,6 +162,28 @@ def _record(
     )
 
 
+# Finish reasons of a request the engine gave up on: vLLM's FINISH_REASON_STRINGS name "abort" (by
+# the client or the engine) and "error" (a request-level failure); SGLang streams "abort" too.
+ABORTED = ("abort", "error")
+
+
+def unfinished(record: RequestRecord, max_tokens: int, ignore_eos: bool) -> str | None:
+    """Why a response did not finish the work its request named, in words; None when it did.
+
+    "cut off": the stream ended without a finish reason. "aborted": a finish reason of ABORTED.
+    "stopped early": any other reason than "length" before `max_tokens` although the request asked
+    the engine to ignore EOS (a stop string, vLLM's "repetition" detector, an engine that does not
+    honour `ignore_eos`), so the two arms of a pair would decode different lengths.
+    """
+    if record.finish_reason is None:
+        return "cut off"
+    if record.finish_reason in ABORTED:
+        return "aborted"
+    if ignore_eos and record.finish_reason != "length" and record.output_tokens < max_tokens:
+        return "stopped early"
+    return None
+
+
 def _response_count(payload: dict[str, Any], path: str | None) -> int | None:
     """An integer field of the response; 0 when its parent object is there without it (llama-server
     leaves draft fields out of `timings` when nothing was drafted); None when neither is there."""
