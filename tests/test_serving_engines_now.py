@@ -15,7 +15,7 @@ from specmoe.bench.server_spec import ServerSpec
 from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.serving import client
-from specmoe.serving.load import RequestRecord, request_body, unfinished
+from specmoe.serving.load import RequestRecord, request_body, run_requests, unfinished
 from specmoe.serving.sse import parse_chunk
 
 
@@ -90,3 +90,58 @@ def test_responses_that_end_early_fail_the_audit(tmp_path, mode, reason):
     assert early and all(r.audit_verdict == "fail" for r in early)
     assert all(re.match(reason, r.audit_reason) for r in early)  # 1 or 4: each request of the run
     assert all(r.audit_verdict == "pass" for r in rows if r.arm == "sd")
+
+
+# --- SGLang per-request spec-decode counts: sglext.spec_tokens_details ---------------------------
+
+
+def test_sglang_requests_ask_for_their_spec_decode_counts():
+    server = ServerSpec(url="http://h:1", model="m", engine="sglang")
+    assert request_body(server, ENGINES["sglang"], "Hi", 8, 0.0, 0)["return_spec_tokens_details"] is True
+    assert "return_spec_tokens_details" not in request_body(server, ENGINES["vllm"], "Hi", 8, 0.0, 0)
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_sglang_counts_come_from_each_response(endpoint):
+    # 12 tokens: a first step of 1, then steps of 1 + 3 accepted: 4 verify steps, 8 accepted.
+    config = StubConfig(gamma=3, accepted=3, sglang_details="honest")
+    with StubServer(config) as stub:
+        run = run_requests(server_for(stub, engine="sglang", endpoint=endpoint), ["a", "b"], 2, 12)
+    assert [(r.response_rounds, r.response_drafted, r.response_accepted) for r in run.requests] == [
+        (4, 12, 8)
+    ] * 2
+    c = run.counters
+    assert (c.source, c.rounds, c.drafted, c.accepted) == ("responses", 8, 24, 16)
+    assert [r.output_tokens for r in run.requests] == [12, 12]  # the sglext chunk carries no token
+
+
+def test_an_sglang_without_per_request_counts_falls_back_to_its_gauges():
+    with StubServer(StubConfig(gamma=3, accepted=3)) as stub:  # ignores return_spec_tokens_details
+        run = run_requests(server_for(stub, engine="sglang"), ["a"], 1, 12)
+    assert run.counters.source == "none" and run.counters.drafted is None
+    assert any("spec_tokens_details" in note for note in run.notes)
+
+
+def sglang_suite(tmp_path, sd_details: str):
+    plain = StubServer(StubConfig(model=MODEL, step_s=0.004, sglang_details="honest"))
+    sd = StubServer(StubConfig(model=MODEL, step_s=0.006, gamma=3, accepted=2, sglang_details=sd_details))
+    with plain, sd:
+        suite = load_suite(write_suite(tmp_path, plain.url, sd.url, engine="sglang"))
+        return run_suite(suite, tmp_path / "r.db", None, False)
+
+
+def test_sglang_rows_carry_counts_and_are_held_to_the_speedup_bound(tmp_path):
+    rows = sglang_suite(tmp_path, "honest")
+    sd = [r for r in rows if r.arm == "sd"]
+    assert sd and all(r.counts.rounds and r.counts.drafted and r.counts.accepted for r in sd)
+    assert all(r.audit_verdict == "pass" for r in rows)
+    assert all("speedup within 1 + accepted/rounds" in r.audit_reason for r in sd)
+    baseline = [r for r in rows if r.arm == "baseline"]
+    assert all(r.counts.drafted is None for r in baseline)  # a plain SGLang sends no details
+
+
+def test_an_sglang_server_claiming_no_accepted_drafts_cannot_be_faster(tmp_path):
+    rows = sglang_suite(tmp_path, "zero_accepted")
+    sd = [r for r in rows if r.arm == "sd"]
+    assert sd and all(r.audit_verdict == "fail" for r in sd)
+    assert all("exceeds 1 + accepted/rounds = 1.000" in r.audit_reason for r in sd)
