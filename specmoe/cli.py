@@ -417,7 +417,8 @@ def _add_audit(commands) -> None:
         type=Path,
         default=None,
         help="the same tool's result without a draft, for SD runs the files cannot pair themselves "
-        "(logs that do not print the model name, a vLLM result on its own)",
+        "(logs that do not print the model name, vLLM results without spec_decode counts or an arm "
+        "mark, SGLang files of appended runs)",
     )
     p.add_argument(
         "--max-mb",

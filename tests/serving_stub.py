@@ -22,7 +22,15 @@ class StubConfig:
     gamma: int = 0
     usage: bool = True  # honour stream_options.include_usage
     llama_timings: bool = False  # llama-server's `timings` with draft counts in the last chunk
-    mode: str = "ok"  # "ok", "malformed", "stream_error", "no_stream", "cut"
+    mode: str = "ok"  # "ok", "malformed", "stream_error", "no_stream", "cut"; after 2 tokens:
+    # "abort" ends with finish_reason "abort", "stop" with "stop" (ignore_eos not honoured)
+    # chat: the first `reasoning_tokens` words stream as thinking, in these delta fields (vLLM now
+    # sends `reasoning` with a deprecated copy in `reasoning_content`; older servers the latter only)
+    reasoning_fields: tuple[str, ...] = ()
+    reasoning_tokens: int = 0
+    # SGLang's per-request counts when the request sets return_spec_tokens_details: "" never,
+    # "honest", or "zero_accepted" (claims no draft was accepted while it streams as if they were)
+    sglang_details: str = ""
     api_key: str | None = None  # require "Authorization: Bearer <key>"
     requests: list[dict] = field(default_factory=list)  # bodies received
     headers: list[dict] = field(default_factory=list)
@@ -64,6 +72,32 @@ def vllm_metrics(counters: dict[str, int], model: str) -> str:
         lines += [f"# HELP {name}_total {name}", f"# TYPE {name}_total counter"]
         lines.append(f"{name}_total{{{labels}}} {float(counters[key])}")
     return "\n".join(lines) + "\n"
+
+
+def sglext_chunk(c: StubConfig, chat: bool, steps: int, emitted: int) -> dict:
+    """SGLang's chunk of per-request spec-decode counts, sent before the usage chunk with empty
+    choices. Its counts keep SGLang's identity completion_tokens = accepted drafts + verify steps
+    (the step that made the first token included), and proposed = verify steps x draft length."""
+    correct = 0 if c.sglang_details == "zero_accepted" else emitted - steps
+    details = {
+        "spec_accept_rate": correct / (steps * c.gamma),
+        "spec_accept_length": emitted / steps,
+        "spec_cap_length": 0.0,
+        "spec_block_accept_length": 0.0,
+        "spec_num_correct_drafts": correct,
+        "spec_num_proposed_drafts": steps * c.gamma,
+        "spec_verify_ct": steps,
+        "spec_correct_drafts_histogram": [],
+        "spec_cap_lens_histogram": [],
+    }
+    kind = "chat.completion.chunk" if chat else "text_completion"
+    return {
+        "id": "1",
+        "object": kind,
+        "model": c.model,
+        "choices": [],
+        "sglext": {"spec_tokens_details": details},
+    }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -126,12 +160,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if chat:
             self._event({"choices": [{"index": 0, "delta": {"role": "assistant"}}]})
-        remaining, emitted, drafted, accepted = body["max_tokens"], 0, 0, 0
+        remaining, emitted, drafted, accepted, steps = body["max_tokens"], 0, 0, 0, 0
         while remaining > 0:
+            steps += 1
             time.sleep(c.step_s)
             words = min(1 + c.accepted, remaining) if c.gamma and emitted else 1
             text = "".join(f" w{emitted + i}" for i in range(words))
-            delta = {"delta": {"content": text}} if chat else {"text": text}
+            thinking = chat and c.reasoning_fields and emitted < c.reasoning_tokens
+            fields = c.reasoning_fields if thinking else ("content",)
+            delta = {"delta": dict.fromkeys(fields, text)} if chat else {"text": text}
             self._event({"choices": [{"index": 0, **delta, "finish_reason": None}]})
             if c.gamma and emitted > 0:  # the first token comes from prefill, as in a real server
                 drafted += c.gamma
@@ -148,8 +185,11 @@ class _Handler(BaseHTTPRequestHandler):
             if c.mode == "cut" and emitted >= 2:  # ends the stream as if another request took over
                 self._event("[DONE]")
                 return
+            if c.mode in ("abort", "stop") and emitted >= 2:
+                break
+        finish = c.mode if c.mode in ("abort", "stop") else "length"
         last: dict = {
-            "choices": [{"index": 0, "finish_reason": "length", **({"delta": {}} if chat else {"text": ""})}]
+            "choices": [{"index": 0, "finish_reason": finish, **({"delta": {}} if chat else {"text": ""})}]
         }
         if c.llama_timings:
             last["timings"] = {
@@ -157,6 +197,8 @@ class _Handler(BaseHTTPRequestHandler):
                 **({"draft_n": drafted, "draft_n_accepted": accepted} if drafted else {}),
             }
         self._event(last)
+        if c.sglang_details and c.gamma and body.get("return_spec_tokens_details"):
+            self._event(sglext_chunk(c, chat, steps, emitted))
         if c.usage and body.get("stream_options", {}).get("include_usage"):
             self._event({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": emitted}})
         self._event("[DONE]")

@@ -12,7 +12,7 @@ import pytest
 
 from specmoe.bench.audit_foreign import audit_logs, summarise
 from specmoe.bench.audit_input import audit_input, file_kind
-from specmoe.bench.audit_serving import load_sglang_points
+from specmoe.bench.audit_sglang import load_sglang_points
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
 
@@ -54,7 +54,7 @@ def test_vllm_folder_pairs_by_model_concurrency_and_rate():
 
 def test_a_lone_vllm_result_needs_a_baseline(tmp_path):
     (row,) = audit_input(VLLM / "eagle3-c8.json")
-    assert row.verdict == "unverifiable" and "pass one with --baseline" in row.reason
+    assert row.verdict == "unverifiable" and "pass one of the same setting with --baseline" in row.reason
     (row,) = audit_input(VLLM / "ngram-c8.json", baseline=VLLM / "plain-c8.json")
     assert row.verdict == "impossible" and row.baseline_tokens_per_s == 812.4
 

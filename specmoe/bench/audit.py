@@ -102,7 +102,13 @@ def _unusable_inputs(
 
 
 def audit_served_run(
-    counts: RunCounts, gamma: int, tokens_per_s: float, baseline_tokens_per_s: float | None, cut_off: int = 0
+    counts: RunCounts,
+    gamma: int,
+    tokens_per_s: float,
+    baseline_tokens_per_s: float | None,
+    cut_off: int = 0,
+    aborted: int = 0,
+    stopped_early: int = 0,
 ) -> RunAudit:
     """Audit a run measured against a server, as far as the server's counters allow.
 
@@ -113,7 +119,9 @@ def audit_served_run(
     accepted <= drafted <= gamma x rounds; speedup <= 1 + accepted/rounds (see
     `speedup_bound_no_timing`: a verify step costs at least a plain step). `cut_off` counts the
     responses that ended without a finish reason: the server stopped them midway, so the run did
-    not measure the work it names.
+    not measure the work it names; so do `aborted` (finish_reason "abort" or "error") and
+    `stopped_early` (an end before max_tokens although the request asked to ignore EOS), counted by
+    `specmoe.serving.load.unfinished`.
     """
     rounds, drafted, accepted = counts.rounds, counts.drafted, counts.accepted
     problems: list[str] = []
@@ -121,6 +129,17 @@ def audit_served_run(
         problems.append(
             f"responses ended without a finish reason ({cut_off}), cut off by the server (llama-cpp-python's "
             "server does so under concurrency unless started with --interrupt_requests False)"
+        )
+    if aborted:
+        problems.append(
+            f"responses aborted by the server ({aborted}, finish_reason abort or error): they did not "
+            "decode the tokens the run names; check the server's log (out of memory, preemption, a timeout)"
+        )
+    if stopped_early:
+        problems.append(
+            f"responses stopped before max_tokens although ignore_eos was sent ({stopped_early}): a stop "
+            "string or an engine that ignores ignore_eos ended them, so the arms decoded different "
+            "lengths; remove stop strings or check that the server honours ignore_eos"
         )
     checked: list[str] = []
     unverifiable = ["emitted = accepted + rounds (server counters)"]

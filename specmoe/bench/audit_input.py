@@ -1,14 +1,15 @@
 """What `specmoe audit PATH [--baseline FILE]` reads: each input to the audit reader that fits it.
 
 - a `.csv` file: a results CSV in the study's schema (`audit_foreign.audit_csv`);
-- a `.json` file holding a vLLM serving result (`audit_serving`), a `.jsonl` file of SGLang
-  `bench_speculative` records (`audit_serving`), any other file: one llama.cpp log;
+- a file holding vLLM serving results (`audit_serving`; one, or several appended), a file of SGLang
+  `bench_speculative` records (`audit_sglang`), any other file: one llama.cpp log;
 - a folder: every file in it by what it holds: vLLM results and SGLang records to their readers, the
   rest as llama.cpp logs (`audit_foreign.audit_log_files`).
 
 `--baseline FILE` names the run without speculative decoding when the files cannot say which one
-it is (llama.cpp logs whose model name is not printed, one vLLM result on its own): a baseline of
-the same tool, used for every SD run of that tool.
+it is (llama.cpp logs whose model name is not printed, vLLM results without spec-decode counts, an
+SGLang file of appended runs): a baseline of the same tool, for every SD run of that tool; vLLM
+results pair with the baseline of their own setting in it.
 
 Only regular files are read, each up to a size cap (`--max-mb`, DEFAULT_MAX_MB): a device such as
 /dev/zero would be read without end and a FIFO would block forever. In a folder, a file that cannot
@@ -20,18 +21,17 @@ from __future__ import annotations
 import json
 import os
 import stat
+from dataclasses import replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from specmoe.bench.audit_foreign import AuditRow, audit_csv, audit_log_files
 from specmoe.bench.audit_serving import (
-    audit_sglang_points,
     audit_vllm_results,
-    is_sglang_line,
     is_vllm_result,
-    load_sglang_points,
-    load_vllm_result,
+    load_vllm_results,
 )
+from specmoe.bench.audit_sglang import audit_sglang_points, is_sglang_line, load_sglang_points
 from specmoe.errors import SpecmoeError
 
 Kind = Literal["vllm", "sglang", "llamacpp"]
@@ -67,21 +67,24 @@ def file_kind(path: Path) -> Kind:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as err:
         raise SpecmoeError(f"cannot read {path} ({err.strerror}); check the path") from None
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    for candidate in (text, first):
-        try:
-            record = json.loads(candidate)
-        except json.JSONDecodeError:
-            continue
-        except RecursionError:  # the parser recurses per level: a hostile file nests thousands
-            raise SpecmoeError(
-                f"{path}: JSON nested too deeply to read; pass the file the tool wrote"
-            ) from None
-        if is_vllm_result(record):
-            return "vllm"
-        if is_sglang_line(record):
-            return "sglang"
+    try:
+        record = _first_value(text)
+    except RecursionError:  # the parser recurses per level: a hostile file nests thousands
+        raise SpecmoeError(f"{path}: JSON nested too deeply to read; pass the file the tool wrote") from None
+    if is_vllm_result(record):
+        return "vllm"
+    if is_sglang_line(record):
+        return "sglang"
     return "llamacpp"
+
+
+def _first_value(text: str) -> Any:
+    """The JSON value a text opens with (the first of several: `--append-result` writes objects one
+    after another, JSONL one a line); None when it opens with no JSON."""
+    try:
+        return json.JSONDecoder().raw_decode(text.lstrip())[0]
+    except ValueError:
+        return None
 
 
 def audit_input(
@@ -134,18 +137,21 @@ def _audit_files(found: dict[Kind, list[Path]], baseline: str | Path | None, alo
         given = baseline if baseline_kind == "llamacpp" else None
         rows += audit_log_files(groups["llamacpp"], given)
     if groups["vllm"]:
-        given_result = (
-            load_vllm_result(baseline) if baseline is not None and baseline_kind == "vllm" else None
-        )
+        given = baseline if baseline is not None and baseline_kind == "vllm" else None
+        given_results = load_vllm_results(given) if given is not None else None
         results = []
         for file in groups["vllm"]:
             try:
-                results.append(load_vllm_result(file))
+                loaded = load_vllm_results(file)
             except SpecmoeError as err:
                 if alone:
                     raise
                 rows.append(_broken(file, err))
-        rows += audit_vllm_results(results, given_result) if results else []
+                continue
+            if given is not None and _same_file(file, given):  # the --baseline file is in the folder
+                loaded = [replace(r, mark="baseline") for r in loaded]
+            results += loaded
+        rows += audit_vllm_results(results, given_results, str(given) if given else None) if results else []
     for file in groups["sglang"]:
         given_points = (
             load_sglang_points(baseline) if baseline is not None and baseline_kind == "sglang" else None
@@ -157,6 +163,13 @@ def _audit_files(found: dict[Kind, list[Path]], baseline: str | Path | None, alo
                 raise
             rows.append(_broken(file, err))
     return rows
+
+
+def _same_file(a: Path, b: str | Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def _baseline_kind(baseline: str | Path | None, groups: dict[Kind, list[Path]]) -> Kind | None:

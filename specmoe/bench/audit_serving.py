@@ -1,26 +1,25 @@
-"""Audit speedup claims in serving-benchmark results: vLLM's `benchmark_serving.py --save-result`
-JSON (also `vllm bench serve`) and SGLang's `bench_speculative.py` JSONL.
+"""Audit speedup claims in vLLM's serving-benchmark results: `vllm bench serve --save-result` JSON
+(also the older `benchmarks/benchmark_serving.py`), one object per run, or several concatenated by
+`--append-result`. SGLang's `bench_speculative.py` output is read by `specmoe.bench.audit_sglang`.
 
 The bound is the one of `specmoe.bench.audit_foreign`, in the form these tools report: a verify step
 emits on average A tokens per sequence (the *acceptance length*, accepted drafts plus the one token
 of the target's own) and costs at least one plain decode step at the same batch, so an SD run's
 decode rate is at most A times the plain run's. A = 1 + accepted / drafts from vLLM's counters
-(`spec_decode_accepted_tokens`, `spec_decode_num_drafts`), else its `spec_decode_acceptance_length`;
-SGLang prints it as `acc_length`. Time before the first token (prefill, queueing) is the same work in
-both arms and only pulls the ratio towards 1, so the bound holds for whole-run throughput too.
+(`spec_decode_accepted_tokens`, `spec_decode_num_drafts`), else its `spec_decode_acceptance_length`.
+Time before the first token (prefill, queueing) is the same work in both arms and only pulls the
+ratio towards 1, so the bound holds for whole-run throughput too.
 
-vLLM: a result file without `spec_decode_*` fields (or with no drafts) is a baseline. Each SD result
-is paired with the fastest baseline of the same `model_id`, `max_concurrency` and `request_rate`
-(the fastest gives the smallest speedup, so an "impossible" verdict holds against every one), or
-with the file given as `--baseline`. Two claims are checked: output token throughput
-(`output_throughput`, tokens/s over the run) and per-request decode speed (the ratio of
-`mean_tpot_ms`); the verdict is "impossible" when either exceeds the bound.
-
-SGLang: each JSONL line is one (batch_size, steps, topk, num_draft_tokens) point; `speed` is its
-per-request decode rate, `acc_length / step_time`. `steps = 0` is the run without speculation, the
-baseline of every point of the same `model_path` and `batch_size` (or of every point, from the
-`--baseline` file). An EAGLE tree is `steps` deep, so at most `steps` drafts and one token of the
-target's own are accepted per step: `acc_length` above steps + 1, or below 1, is invalid.
+Which arm a result is, never guessed: `vllm bench serve` writes the `spec_decode_*` fields only when
+its /metrics scrapes before and after the run both worked and the server drafted something, and
+`benchmark_serving.py` never writes them, so a result without them may be either arm. It is an SD
+run when it has them; otherwise its arm is what the user marked: the key ARM_KEY in the file
+(`vllm bench serve --metadata arm=baseline`, or added by hand), or `--baseline FILE`; an unmarked
+one is reported as unknown. Each SD result is paired with the one baseline of the same `model_id`,
+`max_concurrency` and `request_rate`; two such baselines are an error naming both, since picking one
+would be a guess. Two claims are checked: output token throughput (`output_throughput`, tokens/s
+over the run) and per-request decode speed (the ratio of `mean_tpot_ms`); the verdict is
+"impossible" when either exceeds the bound.
 """
 
 from __future__ import annotations
@@ -31,26 +30,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.audit_foreign import TOLERANCE, AuditRow, judge
+from specmoe.bench.audit_foreign import AuditRow, judge
 from specmoe.errors import SpecmoeError
 
 VLLM_TOOL = "vllm-bench-serve"
-SGLANG_TOOL = "sglang-bench-speculative"
+# The key marking a result's arm: `vllm bench serve --metadata arm=baseline` writes it at the top
+# level of the result, as a string; "baseline" or "sd".
+ARM_KEY = "arm"
+ARMS = ("baseline", "sd")
 
 
-def _number(record: dict[str, Any], key: str) -> float | None:
+def finite_number(record: dict[str, Any], key: str) -> float | None:
     """A finite number field; None when absent, null, not a number or not finite."""
     value = record.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise SpecmoeError(f"cannot read {path} as JSON ({err}); pass the file the tool wrote") from None
 
 
 # --- vLLM -----------------------------------------------------------------------------------
@@ -70,10 +65,22 @@ class VllmResult:
     draft_tokens: float | None
     accepted_tokens: float | None
     acceptance_length: float | None
+    mark: str | None = None  # the ARM_KEY value the file carries, as written; None when absent
 
     @property
-    def is_sd(self) -> bool:
+    def has_counts(self) -> bool:
+        """Whether vLLM wrote spec-decode counts: the server ran SD and drafted."""
         return bool(self.num_drafts or self.draft_tokens or self.acceptance_length)
+
+    @property
+    def arm(self) -> str:
+        """ "sd", "baseline" or "unknown" (see the module docstring); a mark that contradicts the
+        counts, or names no arm, is the arm "invalid"."""
+        if self.mark is not None and self.mark not in ARMS:
+            return "invalid"
+        if self.has_counts:
+            return "invalid" if self.mark == "baseline" else "sd"
+        return self.mark or "unknown"
 
     @property
     def pairing(self) -> tuple[str, int | None, str]:
@@ -85,31 +92,60 @@ def is_vllm_result(record: Any) -> bool:
     return isinstance(record, dict) and "output_throughput" in record and "completed" in record
 
 
-def read_vllm_result(path: Path, record: dict[str, Any]) -> VllmResult:
+def read_vllm_result(name: str, record: dict[str, Any]) -> VllmResult:
     concurrency = record.get("max_concurrency")
+    mark = record.get(ARM_KEY)
     return VllmResult(
-        name=path.name,
+        name=name,
         model=str(record.get("model_id") or record.get("model") or "?"),
         concurrency=concurrency if isinstance(concurrency, int) else None,
         request_rate=str(record.get("request_rate", "inf")),
-        output_throughput=_number(record, "output_throughput"),
-        mean_tpot_ms=_number(record, "mean_tpot_ms"),
-        num_drafts=_number(record, "spec_decode_num_drafts"),
-        draft_tokens=_number(record, "spec_decode_draft_tokens"),
-        accepted_tokens=_number(record, "spec_decode_accepted_tokens"),
-        acceptance_length=_number(record, "spec_decode_acceptance_length"),
+        output_throughput=finite_number(record, "output_throughput"),
+        mean_tpot_ms=finite_number(record, "mean_tpot_ms"),
+        num_drafts=finite_number(record, "spec_decode_num_drafts"),
+        draft_tokens=finite_number(record, "spec_decode_draft_tokens"),
+        accepted_tokens=finite_number(record, "spec_decode_accepted_tokens"),
+        acceptance_length=finite_number(record, "spec_decode_acceptance_length"),
+        mark=None if mark is None else str(mark).strip().lower(),
     )
 
 
-def load_vllm_result(path: str | Path) -> VllmResult:
+def json_objects(text: str) -> list[Any]:
+    """Every JSON value in a text of values written one after another: one `--save-result` object,
+    or `--append-result`'s objects, each on its own line (or pretty-printed; any whitespace between
+    them). ValueError names where the text stops being JSON."""
+    decoder = json.JSONDecoder()
+    values, at = [], 0
+    while True:
+        while at < len(text) and text[at].isspace():
+            at += 1
+        if at == len(text):
+            return values
+        value, at = decoder.raw_decode(text, at)
+        values.append(value)
+
+
+def load_vllm_results(path: str | Path) -> list[VllmResult]:
+    """Each run in a result file: one, or several from `--append-result` (named "file.json#2", ...)."""
     path = Path(path)
-    record = _read_json(path)
-    if not is_vllm_result(record):
-        raise SpecmoeError(
-            f"{path}: not a vLLM serving result (no output_throughput and completed); pass the JSON "
-            "`benchmark_serving.py --save-result` (or `vllm bench serve --save-result`) wrote"
-        )
-    return read_vllm_result(path, record)
+    try:
+        records = json_objects(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise SpecmoeError(f"cannot read {path} as JSON ({err}); pass the file the tool wrote") from None
+    except RecursionError:
+        raise SpecmoeError(f"{path}: JSON nested too deeply to read; pass the file the tool wrote") from None
+    if not records:
+        raise SpecmoeError(f"{path} is empty; pass the JSON `vllm bench serve --save-result` wrote")
+    results = []
+    for index, record in enumerate(records, start=1):
+        name = path.name if len(records) == 1 else f"{path.name}#{index}"
+        if not is_vllm_result(record):
+            raise SpecmoeError(
+                f"{name}: not a vLLM serving result (no output_throughput and completed); pass the JSON "
+                "`vllm bench serve --save-result` (or --append-result) wrote"
+            )
+        results.append(read_vllm_result(name, record))
+    return results
 
 
 def _vllm_bound(result: VllmResult) -> tuple[float | None, str]:
@@ -153,11 +189,10 @@ def _audit_vllm_sd(result: VllmResult, baseline: VllmResult | None) -> AuditRow:
         reason = "SD result without spec_decode_num_drafts/accepted_tokens or acceptance_length"
         return AuditRow(result.name, "unverifiable", reason, None, None, **fields)
     if baseline is None or baseline.output_throughput is None:
-        model, concurrency, rate = result.pairing
         reason = (
-            f"no baseline result for {model} at max_concurrency {concurrency}, request_rate {rate}; "
-            f"its throughput must stay within {bound:.2f}× the plain server's ({how}); "
-            "pass one with --baseline"
+            f"no baseline result of {_setting(result)}; its throughput must stay within {bound:.2f}× "
+            f"the plain server's ({how}); pass one of the same setting with --baseline, or mark one "
+            f'with "{ARM_KEY}": "baseline"'
         )
         return AuditRow(result.name, "unverifiable", reason, None, bound, **fields)
     assert result.output_throughput is not None  # checked by _vllm_invalid
@@ -205,152 +240,67 @@ def _audit_vllm_baseline(result: VllmResult) -> AuditRow:
     )
 
 
-def _fastest(results: list[VllmResult]) -> VllmResult | None:
-    usable = [r for r in results if r.output_throughput and r.output_throughput > 0]
-    return max(usable, key=lambda r: r.output_throughput or 0.0) if usable else None
-
-
-def audit_vllm_results(results: list[VllmResult], baseline: VllmResult | None = None) -> list[AuditRow]:
-    """One row per result, in the given order; SD results paired as the module docstring says."""
-    if baseline is not None and baseline.is_sd:
-        raise SpecmoeError(
-            f"--baseline {baseline.name}: this result ran speculative decoding (spec_decode_* fields); "
-            "pass the result of the server without it"
-        )
-    plain = [r for r in results if not r.is_sd]
-    rows = []
-    for result in results:
-        if not result.is_sd:
-            rows.append(_audit_vllm_baseline(result))
-            continue
-        pair = baseline or _fastest([b for b in plain if b.pairing == result.pairing])
-        rows.append(_audit_vllm_sd(result, pair))
-    return rows
-
-
-# --- SGLang ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SglangPoint:
-    """One line of `bench_speculative.py`'s output (`speed` in tokens/s per request, step_time in s)."""
-
-    id: str  # "<file>:<line>:bs<B>-s<steps>-k<topk>-n<draft tokens>"
-    model: str  # model_path; "" when the line has none
-    batch_size: int
-    steps: int
-    acc_length: float | None
-    speed: float | None
-
-
-_SGLANG_KEYS = ("batch_size", "steps", "acc_length", "speed")
-
-
-def is_sglang_line(record: Any) -> bool:
-    return isinstance(record, dict) and all(k in record for k in _SGLANG_KEYS)
-
-
-def load_sglang_points(path: str | Path) -> list[SglangPoint]:
-    """Every line of a bench_speculative JSONL file; a line that is not one is a one-line error."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecmoeError(f"cannot read {path} ({err}); pass the JSONL bench_speculative wrote") from None
-    points = []
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise SpecmoeError(
-                f"{path}:{lineno}: invalid JSON ({err.msg}); expected bench_speculative lines"
-            ) from None
-        if not is_sglang_line(record) or not all(isinstance(record[k], int) for k in ("batch_size", "steps")):
-            raise SpecmoeError(
-                f"{path}:{lineno}: not a bench_speculative record; each line needs integer batch_size "
-                f"and steps, acc_length and speed"
-            )
-        b, s = record["batch_size"], record["steps"]
-        k, n = record.get("topk", "?"), record.get("num_draft_tokens", "?")
-        points.append(
-            SglangPoint(
-                id=f"{path.name}:{lineno}:bs{b}-s{s}-k{k}-n{n}",
-                model=str(record.get("model_path") or ""),
-                batch_size=b,
-                steps=s,
-                acc_length=_number(record, "acc_length"),
-                speed=_number(record, "speed"),
-            )
-        )
-    if not points:
-        raise SpecmoeError(f"{path}: no records; expected the JSONL bench_speculative.py writes")
-    return points
-
-
-def _audit_sglang_point(point: SglangPoint, baseline: SglangPoint | None) -> AuditRow:
-    fields = {"tool": SGLANG_TOOL, "end_to_end_tokens_per_s": point.speed}
-    if point.speed is None or point.speed <= 0:
-        return AuditRow(
-            point.id, "invalid", "invalid input: speed is not a finite number > 0", None, None, **fields
-        )
-    if point.steps == 0:
-        reason = (
-            f"baseline: no speculation, {point.speed:.2f} tok/s per request at batch size {point.batch_size}"
-        )
-        return AuditRow(
-            point.id, "consistent", reason, None, None, **fields, baseline_tokens_per_s=point.speed
-        )
-    bound = point.acc_length
-    if bound is None or not 1.0 <= bound <= point.steps + 1 + TOLERANCE:
-        reason = (
-            f"invalid input: acc_length {point.acc_length} is outside [1, steps + 1 = {point.steps + 1}] "
-            "(a step accepts at most one draft per tree level and one token of the target's own)"
-        )
-        return AuditRow(point.id, "invalid", reason, None, None, **fields)
-    if baseline is None or baseline.speed is None or baseline.speed <= 0:
-        reason = (
-            f"no steps = 0 record for batch size {point.batch_size}; its speed must stay within "
-            f"{bound:.2f}× (acc_length) the plain decode speed; pass one with --baseline"
-        )
-        return AuditRow(point.id, "unverifiable", reason, None, bound, **fields)
-    speedup = point.speed / baseline.speed
-    verdict = judge(speedup, bound)
-    relation = "any SD decode is bounded by" if verdict == "impossible" else "within the bound"
+def _unknown_arm(result: VllmResult) -> AuditRow:
     reason = (
-        f"{point.speed:.2f} tok/s = {speedup:.2f}× the steps = 0 speed ({baseline.speed:.2f}) at batch size "
-        f"{point.batch_size}; {relation} acc_length = {bound:.2f}× (a verify step costs at least a "
-        "plain step)"
+        f"arm unknown: no spec_decode_* counts (benchmark_serving.py never writes them; vllm bench "
+        f"serve only when its /metrics scrape worked and the server drafted), so {result.name} may be "
+        f"a baseline or an SD run; mark it: `vllm bench serve --metadata {ARM_KEY}=baseline` (or "
+        f'{ARM_KEY}=sd), the key "{ARM_KEY}" in the file, or --baseline FILE'
     )
     return AuditRow(
-        point.id,
-        verdict,
-        reason,
-        speedup,
-        bound,
-        **fields,
-        speedup=speedup,
-        baseline_tokens_per_s=baseline.speed,
+        result.name, "unverifiable", reason, None, None, tool=VLLM_TOOL,
+        end_to_end_tokens_per_s=result.output_throughput,
+    )  # fmt: skip
+
+
+def _invalid_arm(result: VllmResult) -> AuditRow:
+    if result.mark not in ARMS:
+        reason = f'invalid input: "{ARM_KEY}": "{result.mark}" is none of {", ".join(ARMS)}'
+    else:
+        reason = f'invalid input: marked "{ARM_KEY}": "baseline" but it has spec_decode_* counts'
+    return AuditRow(result.name, "invalid", reason, None, None, tool=VLLM_TOOL)
+
+
+def _setting(result: VllmResult) -> str:
+    model, concurrency, rate = result.pairing
+    return f"{model} at max_concurrency {concurrency}, request_rate {rate}"
+
+
+def pick_baseline(result: VllmResult, pool: list[VllmResult], given: str | None) -> VllmResult | None:
+    """The one baseline of `result`'s setting in `pool`; None when there is none. Two or more are a
+    one-line error: which one to compare with is the user's call. given: the --baseline file."""
+    same = [b for b in pool if b.pairing == result.pairing]
+    if len(same) <= 1:
+        return same[0] if same else None
+    names = ", ".join(b.name for b in same)
+    where = f"--baseline {given} holds" if given else "the audited files hold"
+    raise SpecmoeError(
+        f"{result.name}: {where} {len(same)} baselines of {_setting(result)} ({names}); the audit "
+        "does not pick one: keep one per setting, or pass the one to compare with --baseline FILE"
     )
 
 
-def audit_sglang_points(
-    points: list[SglangPoint], baselines: list[SglangPoint] | None = None
+def audit_vllm_results(
+    results: list[VllmResult], baselines: list[VllmResult] | None = None, given: str | None = None
 ) -> list[AuditRow]:
-    """One row per point; each SD point against the steps = 0 point of its model and batch size,
-    from `baselines` (a `--baseline` file's points) when given, else from `points`."""
-    pool = [p for p in (baselines if baselines is not None else points) if p.steps == 0]
-    if baselines is not None and not pool:
-        raise SpecmoeError("--baseline: the file has no steps = 0 record (a run without speculation)")
-
-    def pick(point: SglangPoint) -> SglangPoint | None:
-        same = [
-            b
-            for b in pool
-            if b.batch_size == point.batch_size and (baselines is not None or b.model == point.model)
-        ]
-        usable = [b for b in same if b.speed]
-        return max(usable, key=lambda b: b.speed or 0.0) if usable else None
-
-    return [_audit_sglang_point(p, pick(p)) for p in points]
+    """One row per result, in the given order; SD results paired as the module docstring says.
+    baselines: the runs of a --baseline file (`given`), which then pair every SD result."""
+    for baseline in baselines or []:
+        if baseline.has_counts:
+            raise SpecmoeError(
+                f"--baseline {baseline.name}: this result ran speculative decoding (spec_decode_* "
+                "fields); pass the result of the server without it"
+            )
+    pool = baselines if baselines is not None else [r for r in results if r.arm == "baseline"]
+    rows = []
+    for result in results:
+        arm = result.arm
+        if arm == "baseline":
+            rows.append(_audit_vllm_baseline(result))
+        elif arm == "unknown":
+            rows.append(_unknown_arm(result))
+        elif arm == "invalid":
+            rows.append(_invalid_arm(result))
+        else:
+            rows.append(_audit_vllm_sd(result, pick_baseline(result, pool, given)))
+    return rows

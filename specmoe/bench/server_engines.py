@@ -9,9 +9,14 @@ streamed chunk of each response.
 Sources:
 - vLLM (v1 engine): `vllm:spec_decode_num_drafts`, `..._num_draft_tokens`, `..._num_accepted_tokens`
   and `..._num_accepted_tokens_per_pos` (label `position`, 0-based), all counters.
-- SGLang: `sglang:spec_accept_length` (mean tokens per verify pass, bonus token included) and
-  `sglang:spec_accept_rate` (accepted ÷ drafted), both gauges; SGLang exposes no spec-decode
-  counters, so a run's counts stay unknown. Metrics need `--enable-metrics`.
+- SGLang: per response, when the request sets `return_spec_tokens_details` (SGLang PR #33518),
+  `sglext.spec_tokens_details` with `spec_verify_ct` (verify steps), `spec_num_proposed_drafts` and
+  `spec_num_correct_drafts` (draft tokens proposed and accepted), in a chunk of its own with empty
+  `choices` before the usage chunk. As a fallback, and recorded beside every run,
+  `sglang:spec_accept_length` (mean tokens per verify pass, bonus token included) and
+  `sglang:spec_accept_rate` (accepted ÷ drafted), both gauges; SGLang exports no spec-decode
+  counters. Metrics need `--enable-metrics`; an SGLang from before the per-request details ignores
+  the request field, and its counts stay unknown.
 - llama-server (llama.cpp): per response `timings.draft_n` and `timings.draft_n_accepted`.
 - generic: any other OpenAI-compatible server (llama-cpp-python's `llama_cpp.server`, hosted
   APIs): timings only.
@@ -32,8 +37,10 @@ class EngineMetrics:
     accepted_tokens: str | None = None  # counter: draft tokens the verifier accepted
     accepted_per_position: str | None = None  # counter with a `position` label (0-based)
     gauges: tuple[tuple[str, str], ...] = ()  # (recorded name, sample name)
-    response_drafted: str | None = None  # dotted path in a response's last chunk
+    response_drafted: str | None = None  # dotted path in a response's top-level fields
     response_accepted: str | None = None
+    response_rounds: str | None = None  # verify steps of the response
+    request_fields: tuple[tuple[str, object], ...] = ()  # added to every request body
     ignore_eos: bool = False  # accepts the non-standard `ignore_eos` request field
 
     @property
@@ -58,6 +65,10 @@ ENGINES: dict[str, EngineMetrics] = {
     "sglang": EngineMetrics(
         name="sglang",
         gauges=(("accept_length", "sglang:spec_accept_length"), ("accept_rate", "sglang:spec_accept_rate")),
+        response_drafted="sglext.spec_tokens_details.spec_num_proposed_drafts",
+        response_accepted="sglext.spec_tokens_details.spec_num_correct_drafts",
+        response_rounds="sglext.spec_tokens_details.spec_verify_ct",
+        request_fields=(("return_spec_tokens_details", True),),
         ignore_eos=True,
     ),
     "llamacpp-server": EngineMetrics(

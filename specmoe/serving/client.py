@@ -49,8 +49,8 @@ class StreamTimes:
     token_chunks: int
     usage_tokens: int | None  # usage.completion_tokens, when the server sent usage
     finish_reason: str | None
-    final: dict[str, Any]  # top-level fields of every chunk but `choices`, later ones winning
-    # (where llama-server puts `timings`)
+    final: dict[str, Any]  # top-level fields of every chunk but `choices`, later non-null ones
+    # winning (where llama-server puts `timings`, SGLang `sglext`)
     retries: int
 
 
@@ -191,7 +191,9 @@ def _read_stream(
                 )
         usage = chunk.usage_tokens if chunk.usage_tokens is not None else usage
         finish = chunk.finish_reason or finish
-        final.update((k, v) for k, v in chunk.payload.items() if k != "choices")
+        # null never overwrites a value: SGLang sends `sglext` in a chunk of its own, and a later
+        # chunk of a model with the field unset may carry it as null
+        final.update((k, v) for k, v in chunk.payload.items() if k != "choices" and v is not None)
         chunks += 1
     if not chunks:
         raise MalformedResponse("the stream ended without a single chunk")

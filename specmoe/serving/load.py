@@ -38,9 +38,10 @@ class RequestRecord:
     token_chunks: int
     finish_reason: str | None
     retries: int  # connection attempts that failed before this one went out
-    response_drafted: int | None  # from the response itself (llama-server's timings), else None
-    response_accepted: int | None
+    response_drafted: int | None  # from the response itself (llama-server's timings, SGLang's
+    response_accepted: int | None  # sglext.spec_tokens_details), else None
     scheduled_s: float | None = None  # open loop: when the request was due; None in a closed loop
+    response_rounds: int | None = None  # verify steps, from the response itself (SGLang)
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def request_body(
         body["seed"] = seed
     if engine.ignore_eos:
         body["ignore_eos"] = True  # both arms then decode max_tokens tokens, as local runs do
+    body.update(engine.request_fields)  # such as SGLang's per-request spec-decode counts
     return body
 
 
@@ -159,7 +161,30 @@ def _record(
         response_drafted=_response_count(times.final, engine.response_drafted),
         response_accepted=_response_count(times.final, engine.response_accepted),
         scheduled_s=scheduled_s,
+        response_rounds=_response_count(times.final, engine.response_rounds),
     )
+
+
+# Finish reasons of a request the engine gave up on: vLLM's FINISH_REASON_STRINGS name "abort" (by
+# the client or the engine) and "error" (a request-level failure); SGLang streams "abort" too.
+ABORTED = ("abort", "error")
+
+
+def unfinished(record: RequestRecord, max_tokens: int, ignore_eos: bool) -> str | None:
+    """Why a response did not finish the work its request named, in words; None when it did.
+
+    "cut off": the stream ended without a finish reason. "aborted": a finish reason of ABORTED.
+    "stopped early": any other reason than "length" before `max_tokens` although the request asked
+    the engine to ignore EOS (a stop string, vLLM's "repetition" detector, an engine that does not
+    honour `ignore_eos`), so the two arms of a pair would decode different lengths.
+    """
+    if record.finish_reason is None:
+        return "cut off"
+    if record.finish_reason in ABORTED:
+        return "aborted"
+    if ignore_eos and record.finish_reason != "length" and record.output_tokens < max_tokens:
+        return "stopped early"
+    return None
 
 
 def _response_count(payload: dict[str, Any], path: str | None) -> int | None:
@@ -184,9 +209,15 @@ def _counters(
     if before is not None and after is not None and engine.counters:
         return counter_delta(before, after, engine)
     if engine.response_drafted is not None:
-        drafted = [r.response_drafted for r in records]
-        accepted = [r.response_accepted for r in records]
-        if all(d is not None for d in drafted) and all(a is not None for a in accepted):
-            return SpecCounters(None, sum(drafted), sum(accepted), None, "responses")  # type: ignore[arg-type]
+        drafted = _total([r.response_drafted for r in records])
+        accepted = _total([r.response_accepted for r in records])
+        if drafted is not None and accepted is not None:
+            rounds = _total([r.response_rounds for r in records]) if engine.response_rounds else None
+            return SpecCounters(rounds, drafted, accepted, None, "responses")
         notes.append(f"responses carry no {engine.response_drafted}, so no draft counts")
     return UNKNOWN
+
+
+def _total(counts: list[int | None]) -> int | None:
+    """The sum over a run's responses; None unless every response carried the count."""
+    return None if any(c is None for c in counts) else sum(c for c in counts if c is not None)

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import Any
 
 from specmoe.bench.audit import audit_served_run
+from specmoe.bench.server_engines import engine_metrics
 from specmoe.bench.server_spec import ServerSpec
 from specmoe.bench.store import RunRow, run_row
 from specmoe.bench.suite import RunSpec
@@ -27,7 +28,7 @@ from specmoe.metrics import (
     time_per_output_token,
     time_to_first_token,
 )
-from specmoe.serving.load import RequestRecord, ServedRun
+from specmoe.serving.load import RequestRecord, ServedRun, unfinished
 
 
 def served_row(
@@ -65,9 +66,16 @@ def served_row(
         overhead_s=None,
         wall_s=prefill_s + decode_s,
     )
-    cut_off = sum(r.finish_reason is None for r in run.requests)
+    ignore_eos = engine_metrics(server.engine).ignore_eos  # as `load.request_body` sent it
+    ends = [unfinished(r, spec.max_new_tokens, ignore_eos) for r in run.requests]
     audit = audit_served_run(
-        counts, spec.gamma, tokens_per_s, baseline.tokens_per_s if baseline else None, cut_off
+        counts,
+        spec.gamma,
+        tokens_per_s,
+        baseline.tokens_per_s if baseline else None,
+        cut_off=ends.count("cut off"),
+        aborted=ends.count("aborted"),
+        stopped_early=ends.count("stopped early"),
     )
     return run_row(
         spec,

@@ -2,7 +2,9 @@
 
 Pure functions over lines and JSON, so every format detail is tested without a server. A chunk
 carries generated text in `choices[0].text` (/v1/completions) or `choices[0].delta.content`
-(/v1/chat/completions; `reasoning_content` of reasoning models counts as generated text too).
+(/v1/chat/completions). A reasoning model's thinking is generated text too: vLLM streams it as
+`delta.reasoning` (with a deprecated copy in `reasoning_content` while both exist), older vLLM and
+SGLang as `delta.reasoning_content`; either field makes a token chunk, and the text is taken once.
 With `stream_options: {"include_usage": true}` the last chunk carries `usage.completion_tokens`.
 
 A *token chunk* is one that carries generated tokens. Its text may be empty: a server that streams
@@ -102,7 +104,7 @@ def _choice_text(choice: dict[str, Any], endpoint: str, finish: Any, data: str) 
         delta = choice.get("delta") or {}
         if not isinstance(delta, dict):
             raise MalformedResponse(f"a chat chunk's delta is not an object: {data[:80]!r}")
-        parts = (delta.get("reasoning_content"), delta.get("content"))
+        parts = (_reasoning(delta), delta.get("content"))
         opens = "role" in delta  # the chunk that opens the message carries no token
     else:
         parts = (choice.get("text"),)
@@ -112,6 +114,21 @@ def _choice_text(choice: dict[str, Any], endpoint: str, finish: Any, data: str) 
     text = "".join(p for p in parts if p)
     carries_text_field = any(p is not None for p in parts)
     return text, bool(text) or (carries_text_field and finish is None and not opens)
+
+
+# Where reasoning models stream their thinking: vLLM's current name first, then the older one.
+REASONING_FIELDS = ("reasoning", "reasoning_content")
+
+
+def _reasoning(delta: dict[str, Any]) -> Any:
+    """The reasoning text of a chat delta, from the first of REASONING_FIELDS that is not null.
+    vLLM fills both fields with the same text while the old name is deprecated, so they are never
+    added up."""
+    for field in REASONING_FIELDS:
+        value = delta.get(field)
+        if value is not None:
+            return value
+    return None
 
 
 def _usage_tokens(payload: dict[str, Any]) -> int | None:
