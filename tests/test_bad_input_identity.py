@@ -1,0 +1,77 @@
+"""What a run is, by content: a prompt file edited in place, a draft whose tokenizer is not the
+target's, copies of prompts counted as units, and the weights behind a stored key.
+
+Beside tests/test_bad_input.py (faults through the command line) these run in process, against the
+tiny zoo, since each needs a store made first and then something changed under it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tiny_suites import tiny_sd_suite
+
+from specmoe.bench.legacy_keys import keep_stored_keys, path_keyed
+from specmoe.bench.store import Store
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
+from specmoe.bench.suite_run import run_suite
+
+
+def _prompt_file(path: Path, *texts: str) -> Path:
+    path.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts), encoding="utf-8")
+    return path
+
+
+def _file_suite(folder: Path, prompts: Path) -> Path:
+    defaults = f'prompt_set = "{prompts}"\nprompts = 1\nmax_new_tokens = 2\nrepeats = 1\nwarmup = 0'
+    return tiny_sd_suite(folder, "edited", defaults)
+
+
+def _stored_ids(db: Path) -> set[str]:
+    with Store(db) as store:
+        return store.finished_ids()
+
+
+# --- 1. a prompt file is part of a run's key by what it holds ------------------------------------
+
+
+def test_a_prompt_file_edited_in_place_is_measured_again(tiny_zoo, tmp_path):
+    prompts = _prompt_file(tmp_path / "mine.jsonl", "The capital of France is", "Water boils at")
+    path, db = _file_suite(tmp_path, prompts), tmp_path / "r.db"
+    first = {r.run_id for r in run_suite(load_suite(path), db, tiny_zoo, progress=False)}
+    assert len(first) == 2  # a baseline and an SD run
+    again = {r.run_id for r in run_suite(load_suite(path), db, tiny_zoo, progress=False)}
+    assert again == first and _stored_ids(db) == first  # unchanged content: resumed, nothing new
+
+    _prompt_file(prompts, "The capital of Italy is", "Water boils at")  # the same path, edited
+    edited = {r.run_id for r in run_suite(load_suite(path), db, tiny_zoo, progress=False)}
+    assert len(edited) == 2 and edited.isdisjoint(first)
+    assert _stored_ids(db) == first | edited
+
+
+def test_the_same_prompts_saved_differently_are_the_same_work(tmp_path):
+    prompts = _prompt_file(tmp_path / "mine.jsonl", "one", "two")
+    before = {s.run_id for s in expand(load_suite(_file_suite(tmp_path, prompts)))}
+    prompts.write_text('{"prompt":"one"}\r\n\r\n{"prompt": "two"}\r\n', encoding="utf-8")
+    assert {s.run_id for s in expand(load_suite(_file_suite(tmp_path, prompts)))} == before
+
+
+def test_built_in_sets_are_keyed_as_before(tmp_path):
+    suite = load_suite(tiny_sd_suite(tmp_path, "builtin", 'prompt_set = "factual"\nprompts = 1'))
+    for spec in expand(suite):
+        assert spec.prompt_digest is None and "prompt_digest" not in spec.key_fields
+
+
+def test_a_store_with_path_keyed_runs_of_a_file_resumes_them(tmp_path):
+    prompts = _prompt_file(tmp_path / "mine.jsonl", "one", "two")
+    specs = expand(load_suite(_file_suite(tmp_path, prompts)))
+    assert all(s.prompt_digest is not None for s in specs)
+    assert keep_stored_keys(specs, set()) == specs  # a new store: keys by content
+    # A store written before content keys holds one of the file's runs under its path key: every
+    # run of that file keeps its path key, so the stored one resumes and its partner pairs with it.
+    old = {path_keyed(next(s for s in specs if s.arm == "baseline")).run_id}
+    kept = keep_stored_keys(specs, old)
+    assert [s.run_id for s in kept] == [path_keyed(s).run_id for s in specs]
+    assert {s.baseline_key for s in kept} == {path_keyed(s).baseline_key for s in specs}
