@@ -10,13 +10,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from test_bad_input import other_tokenizer
 from tiny_suites import tiny_sd_suite
 
+from specmoe.backends.tokenizer_digest import tokenizer_digest
 from specmoe.bench.legacy_keys import keep_stored_keys, path_keyed
 from specmoe.bench.store import Store
 from specmoe.bench.suite_expand import expand
 from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
+from specmoe.cli import main
 
 
 def _prompt_file(path: Path, *texts: str) -> Path:
@@ -75,3 +78,22 @@ def test_a_store_with_path_keyed_runs_of_a_file_resumes_them(tmp_path):
     kept = keep_stored_keys(specs, old)
     assert [s.run_id for s in kept] == [path_keyed(s).run_id for s in specs]
     assert {s.baseline_key for s in kept} == {path_keyed(s).baseline_key for s in specs}
+
+
+# --- 3. a draft's tokenizer is its target's by content, not by size ------------------------------
+
+
+def test_a_draft_with_another_tokenizer_of_the_same_size_is_refused(tiny_zoo, tmp_path, capsys):
+    other = other_tokenizer(tiny_zoo / "draft-xs", tmp_path)
+    argv = ["generate", "--target", str(tiny_zoo / "moe"), "--prompt", "Hi", "--max-new-tokens", "2"]
+    assert main([*argv, "--draft", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "draft and target tokenizers differ" in err and "pick a draft that shares" in err
+    assert main([*argv, "--draft", str(tiny_zoo / "draft-xs")]) == 0  # its own family's draft runs
+    assert (
+        tokenizer_digest(other)
+        != tokenizer_digest(tiny_zoo / "moe")
+        == tokenizer_digest(tiny_zoo / "draft-xs")
+    )
+    assert tokenizer_digest(tmp_path) is None  # no tokenizer.json: compared by size alone
