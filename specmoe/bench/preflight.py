@@ -7,7 +7,8 @@ runs before it and leaves a half-measured grid. In order, cheapest first:
 2. the store: an existing specmoe store, or a new path in an existing folder; writable
    (`check_store_path`; nothing is created here, the run creates a new store);
 3. every local model's files: its directory, config.json and weight files (safetensors headers
-   against file sizes, `specmoe.backends.weights`) or its GGUF file's magic; the devices;
+   against file sizes, `specmoe.backends.weights`) or its GGUF file (magic, header, and every
+   tensor's bytes within the file, `specmoe.backends.gguf_layout`); the devices;
 4. every run's context: prompt tokens + max_new_tokens + gamma fit the target's (and the draft's)
    max_position_embeddings, with prompts tokenized by the target's tokenizer as the run will; and
    every HF draft's tokenizer maps ids to the same tokens as its target's (`tokenizer_digest`);
