@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_bad_input import _stored_runs, _suite
+from test_bad_input import _closed_port, _served_suite, _stored_runs, _suite
 from test_gguf import require
 
 from specmoe.backends.gguf_layout import check_gguf_layout
+from specmoe.bench.suite_groups import MAX_SCHEDULE_S
+from specmoe.bench.suite_load import load_suite
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
 
@@ -60,3 +62,36 @@ def test_a_truncated_gguf_in_a_later_group_stores_nothing(tiny_zoo, tmp_path, ca
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "truncated GGUF file" in err and str(truncated) in err, err
     assert _stored_runs(db) == 0
+
+
+# --- 5. an open-loop rate whose arrivals would take hours ------------------------------------------
+
+
+def _open_loop_suite(folder: Path, rate: str, requests: int) -> Path:
+    path = Path(_served_suite(folder, f"http://127.0.0.1:{_closed_port()}/v1"))
+    text = path.read_text().replace("concurrency = [1]", f"request_rate = {rate}\nrequests = {requests}")
+    path.write_text(text)
+    return path
+
+
+def test_a_rate_whose_arrivals_would_take_hours_is_refused(tmp_path, capsys):
+    suite, db = _open_loop_suite(tmp_path, "1e-7", 2), tmp_path / "open.db"
+    assert main(["bench", "run", str(suite), "--db", str(db), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "groups[0].request_rate: request_rate 1e-07 requests/s spaces 2 request(s) 1e+07 s apart" in err
+    assert "beyond the limit of 24 hours; raise request_rate" in err
+    assert not db.exists()  # refused on reading the suite: no store made, no request sent
+
+
+@pytest.mark.parametrize(
+    ("rate", "requests", "refused"),
+    [("0.1", 1000, False), ('"inf"', 10**5, False), ("1e-7", 1, True), ("0.01", 900, True)],
+)
+def test_the_rate_limit_is_the_expected_span_of_the_arrivals(tmp_path, rate, requests, refused):
+    path = _open_loop_suite(tmp_path, rate, requests)
+    if refused:
+        with pytest.raises(SpecmoeError, match=f"beyond the limit of {MAX_SCHEDULE_S // 3600} hours"):
+            load_suite(path)
+    else:
+        assert load_suite(path).groups[0].request_rate != (None,)
