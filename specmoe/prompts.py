@@ -201,6 +201,14 @@ def prompt_batch(selection: list[Prompt], batch_size: int, index: int) -> list[P
     return batch
 
 
+def original_id(prompt_id: str) -> str:
+    """The id of the prompt a numbered copy repeats ("factual:3/2" -> "factual:3"); any other id as
+    it is. The inverse of the id suffix `prompt_batch` gives copies (so an id of a user's own that
+    ends in "/<number>" reads as a copy too)."""
+    head, sep, tail = prompt_id.rpartition("/")
+    return head if sep and head and tail.isdigit() and int(tail) >= 2 else prompt_id
+
+
 def synthetic_prompt(tokenizer: Tokenizer, length: int, seed: int = 0) -> list[int]:
     """Token ids of exactly `length` tokens cut from the built-in prompt text.
 

@@ -19,7 +19,9 @@ from specmoe.bench.store import Store
 from specmoe.bench.suite_expand import expand
 from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
+from specmoe.bench.summary_table import build, format_text, to_json
 from specmoe.cli import main
+from specmoe.prompts import original_id
 
 
 def _prompt_file(path: Path, *texts: str) -> Path:
@@ -78,6 +80,38 @@ def test_a_store_with_path_keyed_runs_of_a_file_resumes_them(tmp_path):
     kept = keep_stored_keys(specs, old)
     assert [s.run_id for s in kept] == [path_keyed(s).run_id for s in specs]
     assert {s.baseline_key for s in kept} == {path_keyed(s).baseline_key for s in specs}
+
+
+# --- 2. copies of prompts are not more prompts ---------------------------------------------------
+
+
+def _copies_suite(folder: Path, count: int) -> Path:
+    prompts = _prompt_file(folder / "three.jsonl", "The capital of France is", "Water boils at", "One two")
+    defaults = f'prompt_set = "{prompts}"\nprompts = {count}\nmax_new_tokens = 2\nrepeats = 1\nwarmup = 0'
+    return tiny_sd_suite(folder, f"selection{count}", defaults)
+
+
+def test_units_beyond_the_set_are_labelled_as_copies(tiny_zoo, tmp_path):
+    rows = run_suite(load_suite(_copies_suite(tmp_path, 5)), tmp_path / "r.db", tiny_zoo, progress=False)
+    table = build(rows)
+    (only,) = table.comparisons
+    assert (only.units, only.prompts, only.copies) == (5, 3, 2)  # 5 units from 3 distinct prompts
+    assert " n=5 (3 prompts + 2 copies)" in format_text(table)
+    (record,) = to_json(table)["rows"]
+    assert (record["prompts"], record["copies"]) == (3, 2)
+    assert record["speedup"]["text"].endswith("n=5 (3 prompts + 2 copies)")
+
+
+def test_a_selection_within_the_set_has_no_copies(tiny_zoo, tmp_path):
+    rows = run_suite(load_suite(_copies_suite(tmp_path, 3)), tmp_path / "r.db", tiny_zoo, progress=False)
+    (only,) = build(rows).comparisons
+    assert (only.units, only.prompts, only.copies) == (3, 3, 0)
+    assert " copies)" not in format_text(build(rows))
+
+
+def test_a_copy_id_names_its_original():
+    assert original_id("factual:3/2") == "factual:3" and original_id("factual:3") == "factual:3"
+    assert original_id("81/12") == "81" and original_id("a/1") == "a/1" and original_id("/2") == "/2"
 
 
 # --- 3. a draft's tokenizer is its target's by content, not by size ------------------------------
