@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from specmoe.canonical import short_key
 from specmoe.errors import SpecmoeError
 
 PROMPT_SETS_DIR = Path(__file__).parent / "prompt_sets"
@@ -76,6 +77,18 @@ def load_prompts(name_or_path: str | Path) -> list[Prompt]:
     if not prompts:
         raise SpecmoeError(f"{path}: no prompts in the file; {_FORMAT_HINT}")
     return prompts
+
+
+def prompt_set_digest(name_or_path: str | Path) -> str | None:
+    """16 hex digits identifying what a prompt file holds (each prompt's id, category and text, in
+    order), or None for a built-in set, whose content ships with the package and is named by it.
+
+    The digest is of the prompts as parsed, not of the bytes: re-saving a file with other line
+    endings or key order is the same work, while any edit to a prompt is new work.
+    """
+    if is_builtin(str(name_or_path)):
+        return None
+    return short_key([[p.id, p.category, p.text] for p in load_prompts(name_or_path)])
 
 
 def load_prompt_set(name_or_path: str | Path) -> list[str]:
@@ -186,6 +199,14 @@ def prompt_batch(selection: list[Prompt], batch_size: int, index: int) -> list[P
             prompt = Prompt(f"{prompt.id}/{copy}", prompt.category, f"[{copy}] {prompt.text}")
         batch.append(prompt)
     return batch
+
+
+def original_id(prompt_id: str) -> str:
+    """The id of the prompt a numbered copy repeats ("factual:3/2" -> "factual:3"); any other id as
+    it is. The inverse of the id suffix `prompt_batch` gives copies (so an id of a user's own that
+    ends in "/<number>" reads as a copy too)."""
+    head, sep, tail = prompt_id.rpartition("/")
+    return head if sep and head and tail.isdigit() and int(tail) >= 2 else prompt_id
 
 
 def synthetic_prompt(tokenizer: Tokenizer, length: int, seed: int = 0) -> list[int]:

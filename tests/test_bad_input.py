@@ -8,7 +8,9 @@ parallel, once per session (`outcomes`), since each pays for a Python start and 
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -120,6 +122,19 @@ def _stores(folder: Path) -> dict[str, Path]:
     return {"foreign": foreign, "text": text, "folder": directory, "corrupt": corrupt}
 
 
+def other_tokenizer(model: Path, folder: Path) -> Path:
+    """A copy of `model` whose tokenizer.json swaps two tokens: the same vocabulary size, and the
+    same weights, but ids that mean other tokens."""
+    other = folder / f"{model.name}-other-tokenizer"
+    shutil.copytree(model, other)
+    tokenizer = json.loads((other / "tokenizer.json").read_text(encoding="utf-8"))
+    vocab = tokenizer["model"]["vocab"]
+    first, second = (t for t, i in vocab.items() if i in (300, 301))
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (other / "tokenizer.json").write_text(json.dumps(tokenizer), encoding="utf-8")
+    return other
+
+
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -130,6 +145,7 @@ def _cases(zoo: Path, folder: Path) -> dict[str, Case]:
     good = zoo / "draft-xs"
     broken = broken_models(zoo / "draft-xs", folder)  # the other faults: tests/test_backend_hf.py, in process
     stores = _stores(folder)
+    retokenized = other_tokenizer(good, folder)
     bad_jsonl = folder / "prompts.jsonl"
     bad_jsonl.write_bytes(b'{"prompt": "fine"}\n{"prompt": "caf\xe9"}\n')
     wrong_columns = folder / "columns.csv"
@@ -178,6 +194,9 @@ def _cases(zoo: Path, folder: Path) -> dict[str, Case]:
             run(suite("missing", broken["missing"])), "missing from the checkpoint", db
         ),
         "suite-draft-truncated": Case(run(suite("truncated", broken["truncated"])), "truncated", db),
+        "suite-draft-other-tokenizer": Case(
+            run(suite("tokenizer", retokenized)), "draft and target tokenizers differ", db
+        ),
         "suite-prompts-not-utf8": Case(
             run(suite("prompts", prompts=str(bad_jsonl))), "prompts.jsonl:2: not valid UTF-8", db
         ),
@@ -249,7 +268,7 @@ CASE_IDS = [
     "temperature-nan", "temperature-inf", "temperature-negative", "temperature-tiny", "top-p-nan",
     "top-p-zero", "temperature-not-a-number", "max-new-tokens-negative", "prompt-not-utf8",
     "model-missing-tensor", "model-not-found",
-    "suite-draft-missing-tensor", "suite-draft-truncated",
+    "suite-draft-missing-tensor", "suite-draft-truncated", "suite-draft-other-tokenizer",
     "suite-prompts-not-utf8", "suite-context-too-long",
     "store-foreign-sqlite", "store-text-file", "store-is-a-folder", "store-corrupted",
     "store-missing-folder", "export-out-missing-folder", "export-foreign-store", "export-missing-store",

@@ -24,6 +24,7 @@ import torch
 
 from specmoe.backends import hf_experts
 from specmoe.backends.hf_model import MOE_CONFIG_KEYS, set_model_facts
+from specmoe.backends.tokenizer_digest import tokenizer_digest
 from specmoe.backends.weights import check_safetensors_dir, read_config
 from specmoe.dtypes import DTYPE_NAMES, torch_dtype
 from specmoe.errors import SpecmoeError
@@ -150,8 +151,11 @@ def load_hf(
     if moe_top_k is not None:
         set_moe_top_k(model, moe_top_k)
     if compile:
-        return compiled_backend(model, path.name, torch_device, compile_mode)
-    return HFBackend(model, name=path.name, device=torch_device)
+        backend = compiled_backend(model, path.name, torch_device, compile_mode)
+    else:
+        backend = HFBackend(model, name=path.name, device=torch_device)
+    backend.tokenizer_digest = tokenizer_digest(path)  # checked against its target's by `decode`
+    return backend
 
 
 def compiled_backend(model, name: str, device: torch.device, mode: str | None = None):

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specmoe.backends.gguf_layout import check_gguf_layout
 from specmoe.errors import SpecmoeError
 
 GGUF_MAGIC = b"GGUF"
@@ -79,7 +80,7 @@ def llama_lib():
 
 
 def check_gguf_file(path: Path) -> None:
-    """Fail in one line on a path that is not a GGUF file, before llama.cpp sees it."""
+    """Fail in one line on a path that is not a complete GGUF file, before llama.cpp sees it."""
     if not path.is_file():
         hint = " (a directory: pass the .gguf file inside it)" if path.is_dir() else ""
         raise SpecmoeError(
@@ -92,6 +93,7 @@ def check_gguf_file(path: Path) -> None:
             f"'{path}' is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}); "
             "the llamacpp backend reads .gguf files, the hf backend reads Hugging Face directories"
         )
+    check_gguf_layout(path)  # a truncated file: one line here, before llama.cpp reads it
 
 
 def gguf_metadata(path: Path, key: str):

@@ -7,9 +7,11 @@ runs before it and leaves a half-measured grid. In order, cheapest first:
 2. the store: an existing specmoe store, or a new path in an existing folder; writable
    (`check_store_path`; nothing is created here, the run creates a new store);
 3. every local model's files: its directory, config.json and weight files (safetensors headers
-   against file sizes, `specmoe.backends.weights`) or its GGUF file's magic; the devices;
+   against file sizes, `specmoe.backends.weights`) or its GGUF file (magic, header, and every
+   tensor's bytes within the file, `specmoe.backends.gguf_layout`); the devices;
 4. every run's context: prompt tokens + max_new_tokens + gamma fit the target's (and the draft's)
-   max_position_embeddings, with prompts tokenized by the target's tokenizer as the run will;
+   max_position_embeddings, with prompts tokenized by the target's tokenizer as the run will; and
+   every HF draft's tokenizer maps ids to the same tokens as its target's (`tokenizer_digest`);
 5. every HF model loads, once, on the CPU in the dtype of its first run, and is freed. A tensor
    missing from the checkpoint, one it does not expect, or a config.json whose shapes disagree with
    the weights is found only by loading (`load_hf` refuses all three). The cost is one extra load
@@ -28,6 +30,7 @@ from specmoe.bench.batches import prompt_ids
 from specmoe.bench.store import check_store_path
 from specmoe.bench.suite import ModelSpec, RunSpec, Suite
 from specmoe.bench.suite_expand import expand
+from specmoe.engine.draft_spec import ModelDraft
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import load_prompt_set
 
@@ -57,6 +60,7 @@ def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) 
         for device in sorted(hf_devices):
             resolve_device(device)
     _check_context(specs, paths, contexts)
+    _check_tokenizers(specs, paths, contexts)
     for name, path in paths.items():
         if contexts[name] is not None:  # an HF model
             _check_loads(path, dtypes[name])
@@ -114,6 +118,30 @@ def _check_files(model: ModelSpec, path: Path | None) -> int | None:
 
     config = check_model_dir(path, allow_pickle=False)
     return int(config.get("max_position_embeddings") or 1 << 30)
+
+
+def _check_tokenizers(
+    specs: list[RunSpec], paths: dict[str, Path | None], contexts: dict[str, int | None]
+) -> None:
+    """Each HF draft maps token ids to the same tokens as its HF target (`decode` checks this too,
+    but only when the draft's group starts, after earlier groups' rows are stored)."""
+    from specmoe.backends.tokenizer_digest import tokenizer_digest, tokenizer_mismatch
+
+    digests: dict[str, str | None] = {}
+    for spec in specs:
+        draft = spec.draft_model
+        if draft is None or not isinstance(spec.draft_spec, ModelDraft):  # an oracle proposes no tokens
+            continue
+        names = (draft.name, spec.target)
+        if any(contexts.get(name) is None for name in names):  # not both HF models
+            continue
+        for name in names:
+            if name not in digests:
+                digests[name] = tokenizer_digest(paths[name])
+        mismatch = tokenizer_mismatch(digests[draft.name], digests[spec.target])
+        if mismatch:
+            where = f"suite {spec.suite}, group {spec.group}, draft {draft.name} of target {spec.target}"
+            raise SpecmoeError(f"{where}: {mismatch}")
 
 
 def _check_loads(path: Path, dtype: str) -> None:

@@ -149,6 +149,11 @@ class RunSpec:
     prompt_batch: int = 0  # which batch of B prompts of that selection this run decodes (0-based)
     compile: bool = False  # the models run compiled static-shape forwards
     chat: bool = False  # each prompt is one user message in the target's chat template
+    # What a prompt set read from a file holds (`specmoe.prompts.prompt_set_digest`), so a file edited
+    # in place is new work, not "already measured"; None for built-in sets and synthetic prompts,
+    # whose content ships with the package, and for runs a store holds from before files were keyed
+    # by content (`specmoe.bench.legacy_keys`).
+    prompt_digest: str | None = None
 
     @property
     def draft_spec(self) -> DraftSpec | None:
@@ -203,6 +208,8 @@ class RunSpec:
             fields["compile"] = True
         if self.chat:  # likewise
             fields["chat"] = True
+        if self.prompt_digest is not None:  # file prompt sets only: built-in sets keep their keys
+            fields["prompt_digest"] = self.prompt_digest
         return fields
 
     @property

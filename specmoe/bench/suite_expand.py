@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from specmoe.bench.suite import Group, ModelSpec, RunSpec, Suite, zoo_shape
 from specmoe.engine.draft_spec import ModelDraft, OracleDraft, draft_of
-from specmoe.prompts import batch_count, load_prompts, selection_size
+from specmoe.prompts import batch_count, load_prompts, prompt_set_digest, selection_size
 
 
 def expand(suite: Suite) -> list[RunSpec]:
@@ -59,6 +59,7 @@ def _grid(suite: Suite, group: Group):
         group.dtype,
         group.device,
     )
+    digests = {name: prompt_set_digest(name) for name in group.prompt_set if name is not None}
     for (
         target,
         draft,
@@ -107,6 +108,7 @@ def _grid(suite: Suite, group: Group):
             prompts=None if concurrency is not None else group.prompts,
             compile=group.compile and concurrency is None,
             chat=group.chat and concurrency is None,
+            prompt_digest=None if prompt_set is None else digests[prompt_set],
         )
 
 

@@ -4,6 +4,7 @@ top-k). Each value's type and range is the schema's (`suite_schema`), checked be
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -116,7 +117,34 @@ def _request_rates(ctx: SuiteContext, merged: _Merged, served: bool) -> tuple[fl
             merged.key("request_rate"),
             "an open-loop run (request_rate) needs requests = N, the requests sent per run; add it",
         )
-    return _axis(merged["request_rate"])
+    rates = _axis(merged["request_rate"])
+    for rate in rates:
+        problem = schedule_problem(rate, merged["requests"])
+        if problem:
+            ctx.fail(merged.key("request_rate"), problem)
+    return rates
+
+
+# An open-loop run sends requests at Poisson arrival times fixed in advance; a rate typed with the
+# wrong exponent (1e-7 for 1e7) would have the run wait months for its arrivals. A day bounds any
+# benchmark run meant here, and is far beyond one: 1000 requests at 0.1/s take under 3 hours.
+MAX_SCHEDULE_S = 24 * 3600
+
+
+def schedule_problem(rate: float, requests: int) -> str:
+    """Why an open-loop run would wait too long for its own arrivals, or "": the expected time of
+    its last arrival, (requests - 1) gaps of 1 / rate seconds (at least one gap, so a rate that low
+    is refused however few requests it sends), beyond MAX_SCHEDULE_S."""
+    if math.isinf(rate):
+        return ""
+    expected_s = max(requests - 1, 1) / rate
+    if expected_s <= MAX_SCHEDULE_S:
+        return ""
+    return (
+        f"request_rate {rate:g} requests/s spaces {requests} request(s) {1 / rate:.3g} s apart on average, "
+        f"{expected_s / 3600:.3g} hours of arrivals for one run, beyond the limit of "
+        f"{MAX_SCHEDULE_S // 3600} hours; raise request_rate (requests/s), or lower requests"
+    )
 
 
 def _concurrency(merged: _Merged, served: bool, rates: tuple[float | None, ...]) -> tuple[int | None, ...]:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specmoe.bench.executors import Executor, LocalExecutor, Work
+from specmoe.bench.legacy_keys import keep_stored_keys
 from specmoe.bench.plan import blocks, plan
 from specmoe.bench.preflight import preflight
 from specmoe.bench.store import FailedAttempt, RunRow, Store
@@ -45,6 +46,7 @@ def run_suite(
     specs = plan_specs(suite)
     with Store(db) as store:
         done = store.finished_ids()
+        specs = keep_stored_keys(specs, done)
         todo = [s for s in specs if s.run_id not in done]
         baselines = {(r.config_key, r.repeat): r for r in store.rows() if r.arm == "baseline"}
         work = Work(suite, zoo_dir, tuple(blocks(todo)), baselines, len(specs) - len(todo), progress, threads)

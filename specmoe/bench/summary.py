@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from specmoe.bench.audit import impossible_speedup
 from specmoe.bench.store import RunRow
 from specmoe.metrics import acceptance_rate, speedup, target_efficiency_measured
+from specmoe.prompts import original_id
 from specmoe.stats import Estimate, coefficient_of_variation
 
 REPEAT_CV_LIMIT = 0.10  # coefficient of variation across repeats of one batch (see repeat_instability)
@@ -30,7 +31,7 @@ class Comparison:
     config: dict
     category: str | None  # the prompts' category when broken down by it (`compare(by_category=True)`)
     units: int  # paired units behind the numbers (noisy ones left out)
-    prompts: int  # distinct prompts those units decoded
+    prompts: int  # distinct prompts those units decoded (a numbered copy counts as its original)
     noisy: int  # runs of the cell (either arm) the noise guard flagged, left out
     baseline_tokens_per_s: float
     sd_tokens_per_s: float
@@ -45,6 +46,9 @@ class Comparison:
     # Why the cell has no number at all ("all 6 runs flagged noisy: no number"); "" when it has one.
     # Only `compare_by(..., keep_unmeasured=True)` makes such rows, so a summary still lists the cell.
     no_number: str = ""
+    # Selected prompts beyond the set that were numbered copies of its prompts (`prompts = 25` on a
+    # 10-prompt set: 15), 0 when the selection fits the set; see `selection_copies`.
+    copies: int = 0
 
 
 def cell_key(row: RunRow) -> str:
@@ -144,7 +148,7 @@ def _comparison(
     rate = acceptance_rate(accepted, drafted)
     acceptance = math.nan if rate is None else rate  # no proposals, or counts a server hides
     noisy_runs = {r.run_id for pair in pairs for r in pair if r.noisy}
-    prompts = {p["prompt_id"] for s, _ in clean for p in s.prompts}
+    prompts = {original_id(p["prompt_id"]) for s, _ in clean for p in s.prompts}
     return Comparison(
         config=clean[0][0].config,
         category=category,
@@ -159,7 +163,30 @@ def _comparison(
         audit_failures=sum(1 for s, b in pairs for r in (s, b) if r.audit_verdict != "pass"),
         unstable=repeat_instability(clean),
         impossible=impossible_units(clean),
+        copies=selection_copies(pairs),
     )
+
+
+def selection_copies(pairs: list[tuple[RunRow, RunRow]]) -> int:
+    """How many of the cell's selected prompts (`prompts = N`) were numbered copies: N beyond the
+    distinct prompts its runs decoded, or 0.
+
+    A count above the set's size reads the set again, as numbered copies (`specmoe.prompts`): a
+    copy decodes a slightly different sequence, but it is the same prompt, not a new draw from the
+    prompt kind, so its units make the interval look surer than the prompts allow. The number is
+    kept and labelled rather than refused, since a shipped study tops a 9-prompt set up to 10 this
+    way, and a user may want every batch full; the summary shows it beside n.
+    """
+    by_cell: dict[str, list[RunRow]] = defaultdict(list)  # a coarser --by pools cells: each its own
+    for sd, _ in pairs:
+        by_cell[cell_key(sd)].append(sd)
+    copies = 0
+    for rows in by_cell.values():
+        selected = rows[0].config.get("prompts")
+        distinct = {original_id(p["prompt_id"]) for row in rows for p in row.prompts}
+        if isinstance(selected, int) and distinct:
+            copies += max(0, selected - len(distinct))
+    return copies
 
 
 def impossible_units(pairs: list[tuple[RunRow, RunRow]]) -> str:

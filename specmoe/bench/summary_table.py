@@ -96,15 +96,18 @@ def show(value: Any) -> str:
     return str(value)
 
 
-def speedup_text(estimate: Estimate) -> str:
-    """ "1.12× [1.05, 1.19] 95% n=10"; below 5 units "0.95× [0.90, 1.01] range, n=2"; one unit "n=1"."""
+def speedup_text(estimate: Estimate, prompts: int = 0, copies: int = 0) -> str:
+    """ "1.12× [1.05, 1.19] 95% n=10"; below 5 units "0.95× [0.90, 1.01] range, n=2"; one unit "n=1".
+    With copies (a selection beyond the set), "... n=25 (10 prompts + 15 copies)": the units are
+    not that many distinct prompts, which a reader of n would otherwise assume."""
     point = f"{estimate.value:.2f}×"
+    label = f" ({prompts} prompts + {copies} copies)" if copies else ""
     if estimate.n < 2:
-        return f"{point} n={estimate.n}"
+        return f"{point} n={estimate.n}{label}"
     bounds = f"[{estimate.low:.2f}, {estimate.high:.2f}]"
     if estimate.level is not None:
-        return f"{point} {bounds} {estimate.level:.0%} n={estimate.n}"
-    return f"{point} {bounds} range, n={estimate.n}"
+        return f"{point} {bounds} {estimate.level:.0%} n={estimate.n}{label}"
+    return f"{point} {bounds} range, n={estimate.n}{label}"
 
 
 def _fraction(value: float) -> str:
@@ -229,7 +232,7 @@ def row_cells(table: SummaryTable, c: Comparison) -> list[str]:
         *([c.category or "–"] if table.with_category else []),
         _rate(c.baseline_tokens_per_s),
         _rate(c.sd_tokens_per_s),
-        c.no_number or (IMPOSSIBLE if c.impossible else speedup_text(c.speedup)),
+        c.no_number or (IMPOSSIBLE if c.impossible else speedup_text(c.speedup, c.prompts, c.copies)),
         _fraction(c.acceptance_rate),
         "–" if math.isnan(c.target_efficiency) else f"{c.target_efficiency:.2f}",
         audit + (f" ({marks})" if marks else ""),
@@ -380,14 +383,14 @@ def _number(value: float | None) -> float | None:
     return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
 
 
-def estimate_json(estimate: Estimate) -> dict[str, Any]:
+def estimate_json(estimate: Estimate, prompts: int = 0, copies: int = 0) -> dict[str, Any]:
     return {
         "value": estimate.value,
         "low": estimate.low,
         "high": estimate.high,
         "level": estimate.level,  # null below 5 units: low and high are the units' range
         "n": estimate.n,
-        "text": speedup_text(estimate),
+        "text": speedup_text(estimate, prompts, copies),
     }
 
 
@@ -401,10 +404,11 @@ def to_json(table: SummaryTable) -> dict[str, Any]:
         record.update(
             units=c.units,
             prompts=c.prompts,
+            copies=c.copies,  # selected prompts that were numbered copies of the set's (see `prompts`)
             noisy=c.noisy,
             baseline_tokens_per_s=_number(c.baseline_tokens_per_s),
             sd_tokens_per_s=_number(c.sd_tokens_per_s),
-            speedup=None if c.impossible or c.no_number else estimate_json(c.speedup),
+            speedup=None if c.impossible or c.no_number else estimate_json(c.speedup, c.prompts, c.copies),
             impossible=c.impossible or None,
             no_number=c.no_number or None,
             acceptance_rate=_number(c.acceptance_rate),

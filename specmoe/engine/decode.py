@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specmoe.backends.base import Backend
+from specmoe.backends.tokenizer_digest import tokenizer_mismatch
 from specmoe.engine.acceptance import greedy_accept, rejection_accept
 from specmoe.engine.drafters import Drafter
 from specmoe.engine.records import DecodeResult, RoundRecord, SequenceOutput
@@ -208,6 +209,12 @@ def _validate(target: Backend, prompts, config: DecodeConfig, drafter: Drafter |
                 f"draft and target vocabularies differ: both have {target.vocab_size} tokens but not the "
                 "same ones; pick a draft from the target's model family"
             )
+        # HF models fingerprint their tokenizer.json's id -> token map the same way on both sides.
+        mismatch = tokenizer_mismatch(
+            getattr(drafter, "tokenizer_digest", None), getattr(target, "tokenizer_digest", None)
+        )
+        if mismatch:
+            raise SpecmoeError(mismatch)
         lookahead = config.gamma
         context = min(context, drafter.max_context)
     longest = max(len(p) for p in prompts)

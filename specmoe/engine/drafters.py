@@ -64,6 +64,7 @@ class ModelDrafter:
         self.backend = backend
         self.vocab_size = backend.vocab_size
         self.vocab_digest = getattr(backend, "vocab_digest", None)  # checked against the target's
+        self.tokenizer_digest = getattr(backend, "tokenizer_digest", None)  # likewise (HF models)
         self.max_context = backend.max_context
         self._committed: list[int] = []  # committed length per live row at the last propose
         self._kept: list[int] = []  # cached tokens per live row that the verifier committed

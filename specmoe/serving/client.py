@@ -10,6 +10,7 @@ A streamed response is bounded three ways, so no server can hold a request forev
 an idle timeout, the longest wait for the next event carrying data (SSE comments, the keep-alive
 pings some servers send every second, do not reset it); TOTAL_TIMEOUT_FACTOR × `timeout_s` bounds
 the whole response, whatever arrives; and `specmoe.serving.trust` caps the token chunks read.
+GET /v1/models and /metrics are read within the same deadlines and at most MAX_BODY_BYTES.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ TOTAL_TIMEOUT_FACTOR = 10
 _ERROR_BODY_BYTES = 4096
 _READ_BYTES = 1 << 16
 _MAX_LINE_BYTES = 1 << 20  # a chunk object is a few hundred bytes; a longer line is no SSE a server means
+# /v1/models and /metrics answers are kilobytes (a vLLM /metrics with every histogram, a few MB);
+# the cap bounds the memory a server answering without end can take.
+MAX_BODY_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -217,13 +221,39 @@ def _lines(response: http.client.HTTPResponse, watch: _Watch) -> Iterator[bytes]
 
 
 def _get(server: ServerSpec, path: str) -> tuple[int, bytes]:
-    conn, response, _, _, _ = _send(server, "GET", path, None, time.perf_counter)
+    """GET a small document (/v1/models, /metrics): its status and body, the body read within
+    the stream's deadlines (`_Watch`) and at most MAX_BODY_BYTES, so an endless answer ends."""
+    conn, response, sent, _, sock = _send(server, "GET", path, None, time.perf_counter)
+    watch = _Watch(server.timeout_s, sent, time.perf_counter, sock)
     try:
-        return response.status, response.read()
+        return response.status, _read_body(server, path, response, watch)
     except TimeoutError:
+        if watch.over_total():
+            raise SpecmoeError(
+                f"{server.url}{path}: the response went on past {watch.total_s:g} s "
+                f"({TOTAL_TIMEOUT_FACTOR} x timeout_s) without ending; check the server"
+            ) from None
         raise SpecmoeError(f"{server.url}{path}: no response within {server.timeout_s:g} s") from None
     finally:
         conn.close()
+
+
+def _read_body(server: ServerSpec, path: str, response: http.client.HTTPResponse, watch: _Watch) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        watch.arm()
+        data = response.read1(_READ_BYTES)
+        if not data:
+            return b"".join(parts)
+        watch.data()
+        size += len(data)
+        if size > MAX_BODY_BYTES:
+            raise SpecmoeError(
+                f"{server.url}{path}: the response runs past {MAX_BODY_BYTES >> 20} MiB, far beyond "
+                "any real one; stopped reading; check that this is an OpenAI-compatible server"
+            )
+        parts.append(data)
 
 
 def _send(server: ServerSpec, method: str, path: str, body: dict[str, Any] | None, clock):

@@ -1,0 +1,133 @@
+"""What a run is, by content: a prompt file edited in place, a draft whose tokenizer is not the
+target's, copies of prompts counted as units, and the weights behind a stored key.
+
+Beside tests/test_bad_input.py (faults through the command line) these run in process, against the
+tiny zoo, since each needs a store made first and then something changed under it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_bad_input import other_tokenizer
+from tiny_suites import tiny_sd_suite
+
+from specmoe.backends.tokenizer_digest import tokenizer_digest
+from specmoe.bench.legacy_keys import keep_stored_keys, path_keyed
+from specmoe.bench.store import Store
+from specmoe.bench.suite_expand import expand
+from specmoe.bench.suite_load import load_suite
+from specmoe.bench.suite_run import run_suite
+from specmoe.bench.summary_table import build, format_text, to_json
+from specmoe.cli import main
+from specmoe.prompts import original_id
+
+
+def _prompt_file(path: Path, *texts: str) -> Path:
+    path.write_text("".join(json.dumps({"prompt": t}) + "\n" for t in texts), encoding="utf-8")
+    return path
+
+
+def _file_suite(folder: Path, prompts: Path) -> Path:
+    defaults = f'prompt_set = "{prompts}"\nprompts = 1\nmax_new_tokens = 2\nrepeats = 1\nwarmup = 0'
+    return tiny_sd_suite(folder, "edited", defaults)
+
+
+def _stored_ids(db: Path) -> set[str]:
+    with Store(db) as store:
+        return store.finished_ids()
+
+
+# --- 1. a prompt file is part of a run's key by what it holds ------------------------------------
+
+
+def test_a_prompt_file_edited_in_place_is_measured_again(tiny_zoo, tmp_path):
+    prompts = _prompt_file(tmp_path / "mine.jsonl", "The capital of France is", "Water boils at")
+    path, db = _file_suite(tmp_path, prompts), tmp_path / "r.db"
+    first = {r.run_id for r in run_suite(load_suite(path), db, tiny_zoo, progress=False)}
+    assert len(first) == 2  # a baseline and an SD run
+    again = {r.run_id for r in run_suite(load_suite(path), db, tiny_zoo, progress=False)}
+    assert again == first and _stored_ids(db) == first  # unchanged content: resumed, nothing new
+
+    _prompt_file(prompts, "The capital of Italy is", "Water boils at")  # the same path, edited
+    edited = {r.run_id for r in run_suite(load_suite(path), db, tiny_zoo, progress=False)}
+    assert len(edited) == 2 and edited.isdisjoint(first)
+    assert _stored_ids(db) == first | edited
+
+
+def test_the_same_prompts_saved_differently_are_the_same_work(tmp_path):
+    prompts = _prompt_file(tmp_path / "mine.jsonl", "one", "two")
+    before = {s.run_id for s in expand(load_suite(_file_suite(tmp_path, prompts)))}
+    prompts.write_text('{"prompt":"one"}\r\n\r\n{"prompt": "two"}\r\n', encoding="utf-8")
+    assert {s.run_id for s in expand(load_suite(_file_suite(tmp_path, prompts)))} == before
+
+
+def test_built_in_sets_are_keyed_as_before(tmp_path):
+    suite = load_suite(tiny_sd_suite(tmp_path, "builtin", 'prompt_set = "factual"\nprompts = 1'))
+    for spec in expand(suite):
+        assert spec.prompt_digest is None and "prompt_digest" not in spec.key_fields
+
+
+def test_a_store_with_path_keyed_runs_of_a_file_resumes_them(tmp_path):
+    prompts = _prompt_file(tmp_path / "mine.jsonl", "one", "two")
+    specs = expand(load_suite(_file_suite(tmp_path, prompts)))
+    assert all(s.prompt_digest is not None for s in specs)
+    assert keep_stored_keys(specs, set()) == specs  # a new store: keys by content
+    # A store written before content keys holds one of the file's runs under its path key: every
+    # run of that file keeps its path key, so the stored one resumes and its partner pairs with it.
+    old = {path_keyed(next(s for s in specs if s.arm == "baseline")).run_id}
+    kept = keep_stored_keys(specs, old)
+    assert [s.run_id for s in kept] == [path_keyed(s).run_id for s in specs]
+    assert {s.baseline_key for s in kept} == {path_keyed(s).baseline_key for s in specs}
+
+
+# --- 2. copies of prompts are not more prompts ---------------------------------------------------
+
+
+def _copies_suite(folder: Path, count: int) -> Path:
+    prompts = _prompt_file(folder / "three.jsonl", "The capital of France is", "Water boils at", "One two")
+    defaults = f'prompt_set = "{prompts}"\nprompts = {count}\nmax_new_tokens = 2\nrepeats = 1\nwarmup = 0'
+    return tiny_sd_suite(folder, f"selection{count}", defaults)
+
+
+def test_units_beyond_the_set_are_labelled_as_copies(tiny_zoo, tmp_path):
+    rows = run_suite(load_suite(_copies_suite(tmp_path, 5)), tmp_path / "r.db", tiny_zoo, progress=False)
+    table = build(rows)
+    (only,) = table.comparisons
+    assert (only.units, only.prompts, only.copies) == (5, 3, 2)  # 5 units from 3 distinct prompts
+    assert " n=5 (3 prompts + 2 copies)" in format_text(table)
+    (record,) = to_json(table)["rows"]
+    assert (record["prompts"], record["copies"]) == (3, 2)
+    assert record["speedup"]["text"].endswith("n=5 (3 prompts + 2 copies)")
+
+
+def test_a_selection_within_the_set_has_no_copies(tiny_zoo, tmp_path):
+    rows = run_suite(load_suite(_copies_suite(tmp_path, 3)), tmp_path / "r.db", tiny_zoo, progress=False)
+    (only,) = build(rows).comparisons
+    assert (only.units, only.prompts, only.copies) == (3, 3, 0)
+    assert " copies)" not in format_text(build(rows))
+
+
+def test_a_copy_id_names_its_original():
+    assert original_id("factual:3/2") == "factual:3" and original_id("factual:3") == "factual:3"
+    assert original_id("81/12") == "81" and original_id("a/1") == "a/1" and original_id("/2") == "/2"
+
+
+# --- 3. a draft's tokenizer is its target's by content, not by size ------------------------------
+
+
+def test_a_draft_with_another_tokenizer_of_the_same_size_is_refused(tiny_zoo, tmp_path, capsys):
+    other = other_tokenizer(tiny_zoo / "draft-xs", tmp_path)
+    argv = ["generate", "--target", str(tiny_zoo / "moe"), "--prompt", "Hi", "--max-new-tokens", "2"]
+    assert main([*argv, "--draft", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "draft and target tokenizers differ" in err and "pick a draft that shares" in err
+    assert main([*argv, "--draft", str(tiny_zoo / "draft-xs")]) == 0  # its own family's draft runs
+    assert (
+        tokenizer_digest(other)
+        != tokenizer_digest(tiny_zoo / "moe")
+        == tokenizer_digest(tiny_zoo / "draft-xs")
+    )
+    assert tokenizer_digest(tmp_path) is None  # no tokenizer.json: compared by size alone

@@ -1,0 +1,172 @@
+"""Inputs past a limit: a GGUF file cut short, an arrival rate that would wait for hours, and server
+answers too large to read. Each is refused in one line before anything is stored or waited for;
+the fake servers listen on 127.0.0.1 and stop by themselves.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_bad_input import _closed_port, _served_suite, _stored_runs, _suite
+from test_gguf import require
+
+from specmoe.backends.gguf_layout import check_gguf_layout
+from specmoe.bench.server_spec import ServerSpec
+from specmoe.bench.suite_groups import MAX_SCHEDULE_S
+from specmoe.bench.suite_load import load_suite
+from specmoe.cli import main
+from specmoe.errors import SpecmoeError
+from specmoe.serving import client
+from specmoe.serving.client import MAX_BODY_BYTES
+
+# --- 4. a GGUF file is checked whole before any run ------------------------------------------------
+
+
+def _small_gguf(path: Path) -> Path:
+    gguf = require("gguf")
+    import numpy as np
+
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.ones((16, 8), dtype=np.float32))
+    writer.add_tensor("output.weight", np.ones((16, 8), dtype=np.float16))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_a_gguf_cut_anywhere_is_refused_in_one_line(tmp_path):
+    whole = _small_gguf(tmp_path / "whole.gguf")
+    check_gguf_layout(whole)  # complete: passes
+    data = whole.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    for keep, why in ((40, "its header runs past"), (len(data) - 1, "tensor output.weight ends at byte")):
+        cut.write_bytes(data[:keep])
+        with pytest.raises(SpecmoeError, match="truncated GGUF file") as err:
+            check_gguf_layout(cut)
+        assert why in str(err.value) and "\n" not in str(err.value)
+        assert str(err.value).endswith("copy or export it again")
+
+
+def test_a_truncated_gguf_in_a_later_group_stores_nothing(tiny_zoo, tmp_path, capsys):
+    require("llama_cpp")
+    from specmoe.zoo.gguf import zoo_gguf
+
+    good = zoo_gguf(tiny_zoo, "draft-xs", "f16")
+    truncated = tmp_path / "draft-cut.gguf"
+    truncated.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    # The first group runs the good file alone; only the second group's draft is cut short.
+    suite = _suite(tmp_path, "gguf-cut", good, truncated)
+    db = tmp_path / "r.db"
+    assert main(["bench", "run", suite, "--db", str(db), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "truncated GGUF file" in err and str(truncated) in err, err
+    assert _stored_runs(db) == 0
+
+
+# --- 5. an open-loop rate whose arrivals would take hours ------------------------------------------
+
+
+def _open_loop_suite(folder: Path, rate: str, requests: int) -> Path:
+    path = Path(_served_suite(folder, f"http://127.0.0.1:{_closed_port()}/v1"))
+    text = path.read_text().replace("concurrency = [1]", f"request_rate = {rate}\nrequests = {requests}")
+    path.write_text(text)
+    return path
+
+
+def test_a_rate_whose_arrivals_would_take_hours_is_refused(tmp_path, capsys):
+    suite, db = _open_loop_suite(tmp_path, "1e-7", 2), tmp_path / "open.db"
+    assert main(["bench", "run", str(suite), "--db", str(db), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "groups[0].request_rate: request_rate 1e-07 requests/s spaces 2 request(s) 1e+07 s apart" in err
+    assert "beyond the limit of 24 hours; raise request_rate" in err
+    assert not db.exists()  # refused on reading the suite: no store made, no request sent
+
+
+@pytest.mark.parametrize(
+    ("rate", "requests", "refused"),
+    [("0.1", 1000, False), ('"inf"', 10**5, False), ("1e-7", 1, True), ("0.01", 900, True)],
+)
+def test_the_rate_limit_is_the_expected_span_of_the_arrivals(tmp_path, rate, requests, refused):
+    path = _open_loop_suite(tmp_path, rate, requests)
+    if refused:
+        with pytest.raises(SpecmoeError, match=f"beyond the limit of {MAX_SCHEDULE_S // 3600} hours"):
+            load_suite(path)
+    else:
+        assert load_suite(path).groups[0].request_rate != (None,)
+
+
+# --- 6. /v1/models and /metrics answers are read with a bound ----------------------------------------
+
+
+class EndlessServer:
+    """Answers every request on 127.0.0.1 with 200 and a body that never ends: `chunk` bytes every
+    `gap_s` seconds. Each connection stops when the client hangs up or after `lifetime_s`, and the
+    server stops accepting after `lifetime_s`, so nothing outlives the test for long."""
+
+    def __init__(self, chunk: bytes, gap_s: float = 0.0, lifetime_s: float = 30.0) -> None:
+        self.chunk, self.gap_s, self.deadline = chunk, gap_s, time.monotonic() + lifetime_s
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _accept(self) -> None:
+        with self.sock:
+            while time.monotonic() < self.deadline:
+                try:
+                    conn, _ = self.sock.accept()
+                except TimeoutError:
+                    continue
+                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
+
+    def _answer(self, conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)  # the request; its content does not matter
+            try:
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
+                while time.monotonic() < self.deadline:
+                    conn.sendall(self.chunk)
+                    time.sleep(self.gap_s)
+            except OSError:  # the client hung up: the bound worked
+                pass
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
+def test_an_endless_answer_is_read_up_to_a_cap(path):
+    server = EndlessServer(b"x" * 65536)
+    spec = ServerSpec(url=server.url, model="m")
+    read = client.served_models if path == "/v1/models" else client.metrics_text
+    with pytest.raises(SpecmoeError) as err:
+        read(spec)
+    line = str(err.value)
+    assert "\n" not in line
+    assert line.startswith(f"{server.url}{path}: the response runs past {MAX_BODY_BYTES >> 20} MiB")
+
+
+@pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
+def test_a_trickling_answer_ends_at_the_total_deadline(path):
+    server = EndlessServer(b"x", gap_s=0.01)
+    spec = ServerSpec(url=server.url, model="m", timeout_s=0.1)  # each byte arrives within the idle timeout
+    read = client.served_models if path == "/v1/models" else client.metrics_text
+    with pytest.raises(SpecmoeError, match=r"the response went on past .* \(10 x timeout_s\) without ending"):
+        read(spec)
+
+
+def test_a_served_suite_against_an_endless_server_stores_nothing(tmp_path, capsys):
+    server = EndlessServer(b"x" * 65536)
+    suite, db = _served_suite(tmp_path, f"{server.url}/v1"), tmp_path / "served.db"
+    assert main(["bench", "run", suite, "--db", str(db), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "/v1/models: the response runs past" in err, err
+    assert _stored_runs(db) == 0
