@@ -45,6 +45,9 @@ class Comparison:
     # Why the cell has no number at all ("all 6 runs flagged noisy: no number"); "" when it has one.
     # Only `compare_by(..., keep_unmeasured=True)` makes such rows, so a summary still lists the cell.
     no_number: str = ""
+    # The noise guard's reason for the cell's first flagged run ("other processes used 1.02 cores
+    # while it ran"); "" when none was flagged.
+    noise_reason: str = ""
 
 
 def cell_key(row: RunRow) -> str:
@@ -123,7 +126,16 @@ def _unmeasured(pairs: list[tuple[RunRow, RunRow]], category: str | None) -> Com
         audit_failures=sum(1 for s, b in pairs for r in (s, b) if r.audit_verdict != "pass"),
         unstable="",
         no_number=f"{why} flagged noisy: no number",
+        noise_reason=noise_reason(r for pair in pairs for r in pair),
     )
+
+
+def noise_reason(rows: Iterable[RunRow]) -> str:
+    """Why the noise guard flagged the first flagged run of these, or "" when it flagged none."""
+    for row in rows:
+        if row.noisy:
+            return str(row.measure.get("noise") or "no reason recorded")
+    return ""
 
 
 def _comparison(
@@ -159,6 +171,7 @@ def _comparison(
         audit_failures=sum(1 for s, b in pairs for r in (s, b) if r.audit_verdict != "pass"),
         unstable=repeat_instability(clean),
         impossible=impossible_units(clean),
+        noise_reason=noise_reason(r for pair in pairs for r in pair),
     )
 
 

@@ -27,7 +27,14 @@ from specmoe.report.gamma_batch import gamma_batch_heatmap
 from specmoe.report.html import FigureEntry, Page, TableEntry, render
 from specmoe.report.moesd_figures import MOESD_FIGURES
 from specmoe.report.results import Results, collect
-from specmoe.report.runinfo import environments, failed_runs, shared_settings, suites
+from specmoe.report.runinfo import (
+    environments,
+    failed_runs,
+    noise_state,
+    noisy_reason,
+    shared_settings,
+    suites,
+)
 from specmoe.report.served import serving_table
 from specmoe.report.serving_figures import SERVING_FIGURES
 from specmoe.report.slices import varying_axes
@@ -80,6 +87,8 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
             omitted.append(table)
         else:
             tables.append(TableEntry(table, _relative(write_csv(table, out / TABLES_DIR), out)))
+    noise = noise_state(rows)
+    omitted = [replace(o, reason=noisy_reason(o.reason, noise)) for o in omitted]
     page = Page(
         source=str(db),
         runs=len(rows),
@@ -93,6 +102,7 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
         failed=tuple(failed_runs(rows)),
         environments=tuple(environments(rows)),
         omitted=tuple(omitted),
+        noise=noise,
     )
     report = out / REPORT_NAME
     report.write_text(render(page), encoding="utf-8")
