@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from specmoe.console import configure_logging
+from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
 from specmoe.errors import SpecmoeError
 
 DEFAULT_PROMPT = "The history of the printing press"
@@ -171,9 +172,10 @@ def _count(text: str) -> int:
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype",
-        choices=["float64", "float32", "bfloat16", "float16"],
-        default=None,
-        help="compute dtype (default: bfloat16, the fastest correct one on CPU; float64 is exact)",
+        choices=DTYPE_NAMES,
+        default=DEFAULT_DTYPE,
+        help="compute dtype, the same default as `bench quick` and suites (bfloat16 is faster on CPUs "
+        "with bf16 support; float64 is exact)",
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda or mps")
     p.add_argument(
@@ -384,7 +386,7 @@ def _add_bench_quick(bench) -> None:
     )
     quick.add_argument("--max-new-tokens", type=_count, default=64)
     quick.add_argument("--temperature", type=_finite_float, default=0.0, help="0 is greedy")
-    quick.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16"], default="float32")
+    quick.add_argument("--dtype", choices=DTYPE_NAMES, default=DEFAULT_DTYPE, help="compute dtype")
     quick.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
     quick.add_argument("--repeats", type=_count, default=1, help="timed runs of every configuration")
     quick.add_argument("--warmup", type=_positive_int, default=1, help="untimed runs of each arm first")
