@@ -47,9 +47,10 @@ def run_bench(
     by_category: bool = False,
 ) -> int:
     from specmoe.bench.suite_load import load_suite, resolve_suite_path
-    from specmoe.bench.suite_run import run_suite
+    from specmoe.bench.suite_run import check_suite_extras, run_suite
 
     suite = load_suite(resolve_suite_path(suite_arg), overrides)
+    check_suite_extras(suite, executor)  # before a zoo is built or a GGUF exported
     zoo = prepare_zoo(suite, zoo)
     rows = run_suite(suite, db, zoo, progress=progress, executor=executor, threads=threads)
     print_summary(rows, (CONFIG, CATEGORY) if by_category else (CONFIG,))
