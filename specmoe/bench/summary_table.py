@@ -171,6 +171,7 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
         columns += tuple(c for c in named if c not in columns)
     else:
         columns = tuple(named)
+    comparisons = sort_rows(comparisons, columns)
     # What the rows share or pool: over the configurations shown (one per row) or, when rows pool
     # configurations, over every SD run behind them.
     configs = [c.config for c in comparisons] if per_config and comparisons else [r.config for r in sd_rows]
@@ -195,6 +196,30 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
     return SummaryTable(
         by, columns, with_category, comparisons, fixed, pooled, served, latency_columns, tuple(rows)
     )
+
+
+SORT_FIRST = ("target", "draft", "gamma", "batch")  # then the other shown columns, in COLUMNS order
+
+
+def sort_rows(comparisons: Sequence[Comparison], columns: Sequence[Column]) -> tuple[Comparison, ...]:
+    """Rows by target, draft, γ and batch size, then the other shown columns and the category, so
+    a table reads as a grid whatever order the runs were measured in (blocks are shuffled)."""
+    order = sorted(columns, key=lambda c: SORT_FIRST.index(c.name) if c.name in SORT_FIRST else 99)
+    return tuple(
+        sorted(
+            comparisons,
+            key=lambda c: (*(_order(col.value(c.config)) for col in order), _order(c.category)),
+        )
+    )
+
+
+def _order(value: Any) -> tuple[int, float, str]:
+    """A sort key for a configuration value: numbers by size, then text, then flags and none."""
+    if value is None or isinstance(value, bool):
+        return (2, 0.0, show(value))
+    if isinstance(value, int | float):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
 
 
 # --- rendering -----------------------------------------------------------------------------------
