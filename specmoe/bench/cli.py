@@ -76,7 +76,7 @@ def print_summary(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,), as_json
 def add_summary_parser(bench) -> None:
     """`specmoe bench summary` on the `bench` subparsers."""
     p = bench.add_parser("summary", help="print the result table of a results store")
-    p.add_argument("--db", type=Path, required=True)
+    p.add_argument("--db", type=Path, required=True, help="results store to summarise")
     p.add_argument(
         "--by",
         action="append",
