@@ -12,7 +12,7 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
     6  api                      one-call decoding for library users
     7  metrics                  scalars derived from recorded counts
     8  engine                   the SD loop, drafters, acceptance
-    9  backends, theory         model runtimes; closed-form algebra
+    9  backends, theory, extras model runtimes; closed-form algebra; which optional extras are installed
     10 errors, stats, console, dtypes, canonical
                                 small shared modules that import no other specmoe module: the error
                                 type, interval statistics, terminal output, dtype names, canonical JSON
@@ -48,6 +48,7 @@ LAYERS: dict[str, int] = {
     "engine": 8,
     "backends": 9,
     "theory": 9,
+    "extras": 9,
     "errors": 10,
     "stats": 10,
     "console": 10,

@@ -56,6 +56,12 @@ def backend_for(path: str | Path) -> str:
     return "llamacpp" if str(path).endswith(".gguf") else "hf"
 
 
+def display_text(tokenizer, token_ids: Sequence[int]) -> str:
+    """Generated tokens as text for a reader: special tokens such as an instruct model's end of turn
+    (`<|im_end|>`) are left out; the token ids keep them."""
+    return tokenizer.decode(list(token_ids), skip_special_tokens=True)
+
+
 def load_tokenizer(path: str | Path):
     """The model's tokenizer: tokenizer.json of an HF directory, or the vocabulary inside a GGUF file."""
     if backend_for(path) == "llamacpp":
@@ -173,7 +179,7 @@ def generate_text(
         "outputs": [
             {
                 "token_ids": list(o.token_ids),
-                "text": tokenizer.decode(o.token_ids),
+                "text": display_text(tokenizer, o.token_ids),
                 "finish_reason": o.finish_reason,
             }
             for o in result.outputs

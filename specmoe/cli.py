@@ -12,9 +12,16 @@ from pathlib import Path
 from typing import NoReturn
 
 from specmoe.console import configure_logging
+from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
 from specmoe.errors import SpecmoeError
 
 DEFAULT_PROMPT = "The history of the printing press"
+# What `specmoe --help` says first (this module's docstring is for its readers).
+DESCRIPTION = (
+    "Run, measure, explain and predict speculative decoding on Mixture-of-Experts and dense language "
+    "models. `specmoe demo` runs a small benchmark end to end; `specmoe COMMAND --help` shows a "
+    "command's options and their defaults."
+)
 
 
 log = logging.getLogger("specmoe")
@@ -63,15 +70,30 @@ def _first_line(text: str) -> str:
     return lines[0].strip() if lines else ""
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Help with each option's default, except where it says nothing (None, off, empty) or the text
+    already explains it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default in (None, False, []) or "default" in (action.help or ""):
+            return action.help
+        return super()._get_help_string(action)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with usage errors in one line; the usage itself is one `--help` away."""
+    """argparse with usage errors in one line; the usage itself is one `--help` away. Subcommands'
+    parsers are of this class too, so every `--help` shows defaults."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message}; see `{self.prog} --help`\n")
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="specmoe", description=__doc__)
+    parser = _Parser(prog="specmoe", description=DESCRIPTION)
     level = parser.add_mutually_exclusive_group()
     level.add_argument(
         "-v",
@@ -171,9 +193,10 @@ def _count(text: str) -> int:
 def _add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype",
-        choices=["float64", "float32", "bfloat16", "float16"],
-        default=None,
-        help="compute dtype (default: bfloat16, the fastest correct one on CPU; float64 is exact)",
+        choices=DTYPE_NAMES,
+        default=DEFAULT_DTYPE,
+        help="compute dtype, the one `bench quick` and suites use too (bfloat16 is faster on CPUs "
+        "with bf16 support; float64 is exact)",
     )
     p.add_argument("--device", default="cpu", help="cpu, cuda or mps")
     p.add_argument(
@@ -197,10 +220,12 @@ def _add_generate(commands) -> None:
     p.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
     p.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (>= 1)")
     p.add_argument("--temperature", type=_finite_float, default=0.0, help="0 is greedy")
-    p.add_argument("--top-k", type=_positive_int, default=0)
-    p.add_argument("--top-p", type=_finite_float, default=1.0)
-    p.add_argument("--seed", type=_seed, default=0)
-    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument(
+        "--top-k", type=_positive_int, default=0, help="sample from the k likeliest tokens; 0: all"
+    )
+    p.add_argument("--top-p", type=_finite_float, default=1.0, help="nucleus sampling mass; 1: off")
+    p.add_argument("--seed", type=_seed, default=0, help="sampling seed (same seed, same tokens)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens to generate per prompt")
     p.add_argument("--ignore-eos", action="store_true", help="always decode max-new-tokens tokens")
     p.add_argument("--prompt", type=_text, action="append", help="prompt text; repeat for a batch")
     p.add_argument(
@@ -239,9 +264,11 @@ def _add_zoo(commands) -> None:
         default=None,
         help="output directory (default: ./zoo; for smollm2-draft the SmolLM2 directory of `zoo fetch`)",
     )
-    build.add_argument("--seed", type=int, default=0)
-    build.add_argument("--num-experts", type=int, default=None)
-    build.add_argument("--top-k", type=int, default=None)
+    build.add_argument("--seed", type=int, default=0, help="weights seed (same seed, same zoo)")
+    build.add_argument(
+        "--num-experts", type=int, default=None, help="experts per MoE layer (default: the preset's)"
+    )
+    build.add_argument("--top-k", type=int, default=None, help="experts per token (default: the preset's)")
     build.add_argument(
         "--train-steps",
         type=int,
@@ -263,20 +290,24 @@ def _add_zoo(commands) -> None:
     )
     fetch.set_defaults(run=_run_zoo_fetch)
     listing = zoo.add_parser("list", help="show each model's total and active parameters and bytes")
-    listing.add_argument("--zoo", type=Path, default=Path("zoo"))
+    listing.add_argument("--zoo", type=Path, default=Path("zoo"), help="zoo directory")
     listing.set_defaults(run=_run_zoo_list)
     export = zoo.add_parser("export-gguf", help="write zoo models as GGUF files for llama.cpp")
-    export.add_argument("--zoo", type=Path, default=Path("zoo"))
+    export.add_argument("--zoo", type=Path, default=Path("zoo"), help="zoo directory")
     export.add_argument("--type", default="f16", help="f32, f16, bf16, q8_0 or q4_k_m")
     export.add_argument("--model", action="append", help="a zoo model to export; repeat (default: all)")
     export.set_defaults(run=_run_zoo_export_gguf)
 
 
 def _add_bench(commands) -> None:
+    from specmoe.bench.shipped import shipped_suites
+
     bench = commands.add_parser("bench", help="run suites, export results").add_subparsers(title="bench")
     run = bench.add_parser("run", help="run a suite (resumes: finished runs are skipped)")
-    run.add_argument("suite", help="suite file, or the name of a shipped suite (study, moesd, quick)")
-    run.add_argument("--db", type=Path, default=Path("results.db"))
+    run.add_argument(
+        "suite", help=f"suite file, or the name of a shipped suite: {', '.join(shipped_suites())}"
+    )
+    run.add_argument("--db", type=Path, default=Path("results.db"), help="results store (SQLite); resumes")
     run.add_argument("--zoo", type=Path, default=None, help="zoo directory (default: a per-user cache)")
     run.add_argument(
         "--quiet", action="store_true", help="no progress (as `specmoe -q`, for this suite only)"
@@ -319,9 +350,11 @@ def _add_bench(commands) -> None:
     run.set_defaults(run=_run_bench)
     _add_bench_quick(bench)
     export = bench.add_parser("export", help="export a results store as CSV or Parquet")
-    export.add_argument("--db", type=Path, required=True)
-    export.add_argument("--format", choices=["csv", "parquet"], default="csv")
-    export.add_argument("--out", type=Path, default=None)
+    export.add_argument("--db", type=Path, required=True, help="results store to export")
+    export.add_argument("--format", choices=["csv", "parquet"], default="csv", help="file format")
+    export.add_argument(
+        "--out", type=Path, default=None, help="file to write, - for stdout (default: beside the store)"
+    )
     export.add_argument(
         "--per-prompt",
         action="store_true",
@@ -333,8 +366,8 @@ def _add_bench(commands) -> None:
     report = bench.add_parser(
         "report", help="write an HTML report (figures, tables, audit) of a results store"
     )
-    report.add_argument("--db", type=Path, required=True)
-    report.add_argument("--out", type=Path, required=True)
+    report.add_argument("--db", type=Path, required=True, help="results store to report on")
+    report.add_argument("--out", type=Path, required=True, help="folder for report.html, figures and tables")
     report.add_argument(
         "--profile",
         type=Path,
@@ -382,14 +415,14 @@ def _add_bench_quick(bench) -> None:
     quick.add_argument(
         "--num-prompts", type=_count, default=None, help="prompts measured per configuration (default: all)"
     )
-    quick.add_argument("--max-new-tokens", type=_count, default=64)
+    quick.add_argument("--max-new-tokens", type=_count, default=64, help="tokens decoded per prompt")
     quick.add_argument("--temperature", type=_finite_float, default=0.0, help="0 is greedy")
-    quick.add_argument("--dtype", choices=["float32", "float64", "bfloat16", "float16"], default="float32")
+    quick.add_argument("--dtype", choices=DTYPE_NAMES, default=DEFAULT_DTYPE, help="compute dtype")
     quick.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or mps")
     quick.add_argument("--repeats", type=_count, default=1, help="timed runs of every configuration")
     quick.add_argument("--warmup", type=_positive_int, default=1, help="untimed runs of each arm first")
     quick.add_argument("--chat", action="store_true", help="prompts through the target's chat template")
-    quick.add_argument("--db", type=Path, default=Path("results.db"))
+    quick.add_argument("--db", type=Path, default=Path("results.db"), help="results store (SQLite)")
     quick.add_argument("--quiet", action="store_true", help="no progress line")
     quick.add_argument(
         "--threads",
@@ -426,7 +459,14 @@ def _add_audit(commands) -> None:
         default=None,
         help="read files up to this many megabytes (default 256); larger ones are refused",
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        choices=["impossible", "unverifiable", "invalid"],
+        help="exit with status 1 when any row has this verdict (for CI); repeatable",
+    )
     p.set_defaults(run=_run_audit)
 
 
@@ -434,7 +474,7 @@ def _add_demo(commands) -> None:
     p = commands.add_parser(
         "demo", help="train the zoo (first run), run the quick suite, print summary and audit"
     )
-    p.add_argument("--out", type=Path, default=Path("specmoe-demo"))
+    p.add_argument("--out", type=Path, default=Path("specmoe-demo"), help="folder for results and report")
     p.set_defaults(run=_run_demo)
 
 
@@ -473,7 +513,7 @@ def _add_hw(commands) -> None:
     p.add_argument(
         "--read-mib", type=_mebibytes, default=1024, help="size of the tensor the bandwidth sum reads"
     )
-    p.add_argument("--repeats", type=_count, default=5)
+    p.add_argument("--repeats", type=_count, default=5, help="timed repeats (median is kept)")
     p.add_argument(
         "--threads",
         type=_count,
@@ -509,7 +549,7 @@ def _add_profile(commands) -> None:
     p.add_argument(
         "--hw", type=Path, default=None, help="a `specmoe hw` file: record each step's bandwidth floor"
     )
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="profile JSON to write")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     _add_model_options(p)
     p.set_defaults(run=_run_profile)
@@ -519,8 +559,8 @@ def _add_model(commands) -> None:
     parent = commands.add_parser("model", help="fit the performance model, predict SD speedups")
     model = parent.add_subparsers(title="model")
     fit = model.add_parser("fit", help="fit the model's constants to a profile (at most 21 points)")
-    fit.add_argument("profile", type=Path)
-    fit.add_argument("--out", type=Path, required=True)
+    fit.add_argument("profile", type=Path, help="a `specmoe profile` output")
+    fit.add_argument("--out", type=Path, required=True, help="fit JSON to write")
     fit.add_argument("--max-points", type=int, default=21, help="points used in the fit (<= 21)")
     fit.set_defaults(run=_run_model_fit)
     predict = model.add_parser(
@@ -528,8 +568,10 @@ def _add_model(commands) -> None:
     )
     predict.add_argument("fit", type=Path, nargs="?", default=None, help="a fit; omit with --config")
     predict.add_argument("--batch", default=None, help="batch sizes (default: the fit's, or 1..256)")
-    predict.add_argument("--gamma", default="1,2,3,4")
-    predict.add_argument("--alpha", default="0.6,0.8")
+    predict.add_argument("--gamma", default="1,2,3,4", help="draft lengths, comma-separated")
+    predict.add_argument(
+        "--alpha", default="0.6,0.8", help="per-token acceptance probabilities, comma-separated"
+    )
     predict.add_argument("--draft", type=Path, help="draft profile or fit (default: a free draft)")
     predict.add_argument("--hardware", type=Path, help="hardware JSON (first principles)")
     predict.add_argument("--config", type=Path, help="HF config.json (first principles)")
@@ -540,7 +582,7 @@ def _add_model(commands) -> None:
     predict.add_argument("--kv-dtype", help="KV-cache format (first principles)")
     predict.add_argument("--engine", help="engine profile (first principles): vllm, sglang, ...")
     predict.add_argument("--top-k", type=int, help="what-if: route each token to this many experts")
-    predict.add_argument("--json", action="store_true")
+    predict.add_argument("--json", action="store_true", help="print one JSON object")
     predict.set_defaults(run=_run_model_predict)
 
 
@@ -659,7 +701,8 @@ def _run_export(args) -> int:
     suffix = (".prompts." if args.per_prompt else ".") + args.format
     out = args.out or args.db.with_suffix(suffix)
     (export_per_prompt if args.per_prompt else export)(args.db, out, args.format)
-    print(f"wrote {out}")
+    if str(out) != "-":  # `--out -` wrote the records themselves to stdout
+        print(f"wrote {out}")
     return 0
 
 
@@ -679,6 +722,11 @@ def _run_audit(args) -> int:
         raise SpecmoeError(f"--max-mb must be > 0, got {args.max_mb:g}; give a size in megabytes")
     rows = audit_input(args.path, args.baseline, max_mb)
     print(json.dumps(rows_to_json(rows), ensure_ascii=False) if args.json else format_rows(rows))
+    failing = [r for r in rows if r.verdict in args.fail_on]
+    if failing:
+        verdicts = ", ".join(sorted({r.verdict for r in failing}))
+        log.error("audit: %d of %d rows are %s (--fail-on)", len(failing), len(rows), verdicts)
+        return 1
     return 0
 
 

@@ -176,7 +176,8 @@ def test_no_level_is_claimed_below_five_units():
 
 def test_json_shape():
     data = to_json(build(sparsity_rows()))
-    assert set(data) == {"by", "columns", "fixed", "pooled", "rows", "latency", "runs"}
+    assert set(data) == {"by", "columns", "fixed", "pooled", "rows", "latency", "runs", "noise_fix"}
+    assert data["noise_fix"] is None  # no run flagged
     assert data["by"] == ["config"] and data["columns"] == ["target", "draft", "gamma", "top_k"]
     assert data["runs"] == {"total": 24, "noisy": 0, "audit_failed": 0}
     first = data["rows"][0]

@@ -26,15 +26,10 @@ from specmoe.backends import hf_experts
 from specmoe.backends.hf_model import MOE_CONFIG_KEYS, set_model_facts
 from specmoe.backends.tokenizer_digest import tokenizer_digest
 from specmoe.backends.weights import check_safetensors_dir, read_config
-from specmoe.dtypes import DTYPE_NAMES, torch_dtype
+from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES, torch_dtype
 from specmoe.errors import SpecmoeError
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
-
-
-def default_dtype(device: str) -> str:
-    """The dtype used when the user names none: bf16 everywhere it is fast (see docs/engine.md)."""
-    return "float16" if device == "mps" else "bfloat16"
 
 
 def default_experts_implementation(dtype: str, compile: bool = False, device: str = "cpu") -> str:
@@ -116,7 +111,7 @@ def load_hf(
             f"'{path}' needs its own Python code (auto_map in config.json); "
             "pass --trust-remote-code only if you trust that code"
         )
-    dtype = dtype or default_dtype(device)
+    dtype = dtype or DEFAULT_DTYPE
     if dtype not in DTYPE_NAMES:
         raise SpecmoeError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPE_NAMES)}")
     torch_device = resolve_device(device)

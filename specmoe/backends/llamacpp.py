@@ -505,7 +505,9 @@ class GGUFTokenizer:
                 return list(buf[:n])
             size = -n
 
-    def decode(self, ids: Sequence[int]) -> str:
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Text of the ids; llama.cpp never renders special tokens here (`unparse_special` off),
+        so `skip_special_tokens` is accepted, as transformers' tokenizers take it, and always holds."""
         return self.decode_bytes(ids).decode("utf-8", "replace")
 
     def decode_bytes(self, ids: Sequence[int]) -> bytes:

@@ -47,9 +47,10 @@ def run_bench(
     by_category: bool = False,
 ) -> int:
     from specmoe.bench.suite_load import load_suite, resolve_suite_path
-    from specmoe.bench.suite_run import run_suite
+    from specmoe.bench.suite_run import check_suite_extras, run_suite
 
     suite = load_suite(resolve_suite_path(suite_arg), overrides)
+    check_suite_extras(suite, executor)  # before a zoo is built or a GGUF exported
     zoo = prepare_zoo(suite, zoo)
     rows = run_suite(suite, db, zoo, progress=progress, executor=executor, threads=threads)
     print_summary(rows, (CONFIG, CATEGORY) if by_category else (CONFIG,))
@@ -75,7 +76,7 @@ def print_summary(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,), as_json
 def add_summary_parser(bench) -> None:
     """`specmoe bench summary` on the `bench` subparsers."""
     p = bench.add_parser("summary", help="print the result table of a results store")
-    p.add_argument("--db", type=Path, required=True)
+    p.add_argument("--db", type=Path, required=True, help="results store to summarise")
     p.add_argument(
         "--by",
         action="append",

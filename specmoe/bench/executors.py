@@ -19,7 +19,7 @@ import platform
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from specmoe.bench.noise import choose_threads
 from specmoe.bench.plan import Block
@@ -102,6 +102,7 @@ class RayExecutor:
     included, run normally.
     """
 
+    extra: ClassVar[str] = "ray"  # the pyproject extra it imports, checked before a suite starts
     address: str | None = None
     max_retries: int = DEFAULT_MAX_RETRIES
     num_cpus: int | None = None

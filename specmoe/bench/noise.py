@@ -41,6 +41,15 @@ RETRIES = 2  # extra measurements of a disturbed run
 GUARD_ENV = "SPECMOE_NOISE_GUARD"  # "0" turns the guard off: loads are still recorded, never judged
 
 
+# What to do about flagged runs, printed once under any table that lists them. A store keeps
+# flagged runs as finished (a rerun skips them), hence the new store.
+NOISE_FIX = (
+    "to measure them undisturbed, run the suite again into a new store (--db) on cores nothing else "
+    "uses, e.g. `taskset -c 2 specmoe bench run SUITE --db new.db --threads 1`; or set "
+    f"{GUARD_ENV}=0 to keep every run (its numbers then include the disturbance)"
+)
+
+
 def guard_on() -> bool:
     """The noise guard judges runs unless SPECMOE_NOISE_GUARD=0 (tests; a machine known to be quiet)."""
     return os.environ.get(GUARD_ENV, "1") != "0"

@@ -19,6 +19,9 @@ runs before it and leaves a half-measured grid. In order, cheapest first:
    own load, which also reads the weights on the CPU first.
 
 Servers are not contacted here: a served run checks its server before its first request.
+
+Before all of these, and before the zoo is built or a GGUF exported, `check_extras`: every optional
+extra (pyproject.toml) the suite's backends and executor import is installed (`specmoe.extras`).
 """
 
 from __future__ import annotations
@@ -28,10 +31,11 @@ from pathlib import Path
 
 from specmoe.bench.batches import prompt_ids
 from specmoe.bench.store import check_store_path
-from specmoe.bench.suite import ModelSpec, RunSpec, Suite
+from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, RunSpec, Suite
 from specmoe.bench.suite_expand import expand
 from specmoe.engine.draft_spec import ModelDraft
 from specmoe.errors import SpecmoeError
+from specmoe.extras import require
 from specmoe.prompts import load_prompt_set
 
 
@@ -64,6 +68,33 @@ def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) 
     for name, path in paths.items():
         if contexts[name] is not None:  # an HF model
             _check_loads(path, dtypes[name])
+
+
+def check_extras(suite: Suite, local: bool = True, executor_extra: str | None = None) -> None:
+    """Refuse in one line, naming the extra to install, when a run of the suite (or its executor)
+    needs a package that is not installed. `local` False: the workers load the models, so only the
+    executor's own extra is needed here."""
+    if executor_extra is not None:
+        require(executor_extra, f"--executor {executor_extra}")
+    if not local:
+        return
+    used = {name for spec in expand(suite) for name in _model_names(spec)}
+    for name in sorted(used):
+        model = suite.models[name]
+        if model.backend == LLAMACPP_BACKEND or model.gguf is not None:
+            require("llamacpp", f"suite {suite.name}: model {name} (backend llamacpp)")
+        elif model.backend == SERVING_BACKEND:
+            require("serve", f"suite {suite.name}: model {name} (backend openai)")
+
+
+def _model_names(spec: RunSpec) -> list[str]:
+    """Suite-local names of the models a run uses: target, draft, an oracle's cost model."""
+    names = [spec.target]
+    if spec.draft_model is not None:
+        names.append(spec.draft_model.name)
+    if spec.oracle_cost is not None:
+        names.append(spec.oracle_cost)
+    return names
 
 
 def _local_models(specs: list[RunSpec]) -> dict[str, str]:

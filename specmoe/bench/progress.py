@@ -101,6 +101,10 @@ def duration(seconds: float | None) -> str:
     return f"{s // 3600} h {s % 3600 // 60:02d} min"
 
 
+MAX_LINE = 180  # characters of a block's line: past this it wraps in a terminal and hides its end
+MIN_WHERE = 40  # characters of the block's name kept when a line must be cut
+
+
 @dataclass(frozen=True)
 class ArmResult:
     """One SD arm of a finished block: its decode rate and its speedup over the block's baseline."""
@@ -144,15 +148,45 @@ def block_line(
     elapsed: float,
     eta: float | None,
 ) -> str:
-    """The line written when a block finishes: position, block, rates and speedups, time."""
-    parts = [f"[{done}/{total}] {where}"]
-    if base is not None:
-        parts.append(f"baseline {base:.1f} tok/s")
-    for arm in arms:
-        ratio = f" {arm.speedup:.2f}×" if arm.speedup is not None else ""
-        parts.append(f"{arm.label} {arm.tokens_per_s:.1f} tok/s{ratio}")
-    parts.append(f"{duration(elapsed)} elapsed, about {duration(eta)} left")
-    return " | ".join(parts)
+    """The line written when a block finishes: position, block, rates and speedups, time; at most
+    MAX_LINE characters (many arms are summarised, a long block name is cut in its middle)."""
+    base_part = [] if base is None else [f"baseline {base:.1f} tok/s"]
+    arm_parts = [f"{arm.label} {arm.tokens_per_s:.1f} tok/s{_ratio(arm.speedup)}" for arm in arms]
+    tail = f"{duration(elapsed)} elapsed, about {duration(eta)} left"
+
+    def joined(name: str) -> str:
+        return " | ".join([f"[{done}/{total}] {name}", *base_part, *arm_parts, tail])
+
+    if len(joined(where)) > MAX_LINE and len(arms) > 1:
+        arm_parts = [arms_summary(arms)]
+    line = joined(where)
+    if len(line) > MAX_LINE:
+        line = joined(middle_cut(where, max(MIN_WHERE, len(where) - (len(line) - MAX_LINE))))
+    return line
+
+
+def _ratio(speedup: float | None) -> str:
+    return f" {speedup:.2f}×" if speedup is not None else ""
+
+
+def arms_summary(arms: Sequence[ArmResult]) -> str:
+    """Many SD arms in one part: their count, range of rates and speedups, and the fastest."""
+    rates = [a.tokens_per_s for a in arms]
+    text = f"{len(arms)} SD arms {min(rates):.1f}-{max(rates):.1f} tok/s"
+    speedups = [a for a in arms if a.speedup is not None]
+    if speedups:
+        best = max(speedups, key=lambda a: a.speedup or 0.0)
+        low = min(a.speedup or 0.0 for a in speedups)
+        text += f" {low:.2f}-{best.speedup:.2f}× (best {best.label})"
+    return text
+
+
+def middle_cut(text: str, width: int) -> str:
+    """`text` in at most `width` characters, its middle replaced by "…" (paths differ at both ends)."""
+    if len(text) <= width:
+        return text
+    keep = max(width - 1, 2)
+    return text[: keep - keep // 2] + "…" + text[len(text) - keep // 2 :]
 
 
 class _TimeLeft(ProgressColumn):

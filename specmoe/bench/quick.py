@@ -22,6 +22,7 @@ from specmoe.bench.overrides import command_line_path
 from specmoe.bench.suite import Suite
 from specmoe.bench.suite_load import parse_suite
 from specmoe.bench.suite_schema import SCHEMA_VERSION
+from specmoe.dtypes import DEFAULT_DTYPE
 from specmoe.engine.draft_spec import NgramDraft, OracleDraft, is_reserved_name, parse_draft
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import is_builtin, load_prompts
@@ -45,7 +46,7 @@ class QuickArgs:
     num_prompts: int | None = None  # None: every prompt of the set
     max_new_tokens: int = 64
     temperature: float = 0.0
-    dtype: str = "float32"
+    dtype: str = DEFAULT_DTYPE
     device: str = "cpu"
     repeats: int = 1
     warmup: int = 1  # one untimed run per arm, so the first timed run pays no one-off start-up

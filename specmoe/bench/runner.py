@@ -21,7 +21,7 @@ from specmoe.backends.base import Backend
 from specmoe.bench.audit import audit_run
 from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
-from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, own_cores, step_spread
+from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, guard_on, own_cores, step_spread
 from specmoe.bench.plan import Block
 from specmoe.bench.store import RunRow, run_row
 from specmoe.bench.suite import RunSpec, Suite
@@ -225,6 +225,7 @@ class Runner:
             "attempts": attempts,
             "compile_s": round(result.compile_s, 3),  # compiling new shapes, kept out of decode_s
             "noise": reason or None,  # None, not "": exports read back the same
+            "noise_guard": guard_on(),  # off: the loads above were recorded and never judged
         }
         return Measured(result, measure, bool(reason))
 

@@ -5,8 +5,9 @@ its per-prompt records with the same writers."""
 from __future__ import annotations
 
 import csv
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from specmoe.bench.run_row import RunRow
 from specmoe.canonical import canonical_json
@@ -70,19 +71,26 @@ def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]
     return columns, records
 
 
+STDOUT = Path("-")  # `--out -`: write to standard output, as most command-line tools read it
+
+
 def write_records(out_path: Path, columns: list[str], records: list[dict[str, Any]], fmt: str) -> None:
-    """Flat records as a CSV or Parquet file, columns in the given order."""
-    if fmt == "csv":
-        _write_csv(out_path, columns, records)
+    """Flat records as a CSV or Parquet file, columns in the given order; CSV to stdout for `-`."""
+    if fmt == "csv" and out_path == STDOUT:
+        _write_csv_to(sys.stdout, columns, records)
+    elif fmt == "csv":
+        with out_path.open("w", newline="", encoding="utf-8") as f:
+            _write_csv_to(f, columns, records)
+    elif out_path == STDOUT:
+        raise SpecmoeError("--out -: Parquet is binary, not for a terminal or a pipe; pass a file name")
     else:
         _write_parquet(out_path, columns, records)
 
 
-def _write_csv(out_path: Path, columns: list[str], records: list[dict[str, Any]]) -> None:
-    with out_path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(records)  # missing keys (and None) become empty cells
+def _write_csv_to(f: TextIO, columns: list[str], records: list[dict[str, Any]]) -> None:
+    writer = csv.DictWriter(f, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(records)  # missing keys (and None) become empty cells
 
 
 def _write_parquet(out_path: Path, columns: list[str], records: list[dict[str, Any]]) -> None:

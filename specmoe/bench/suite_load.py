@@ -11,20 +11,19 @@ from pydantic import ValidationError
 
 from specmoe.bench.overrides import SuiteOverrides, apply_overrides
 from specmoe.bench.server_spec import DEFAULT_TIMEOUT_S, ServerSpec
+from specmoe.bench.shipped import SUITES_DIR, shipped_suites
 from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, Suite
 from specmoe.bench.suite_errors import SuiteContext, explain, suggest
 from specmoe.bench.suite_groups import parse_group
 from specmoe.bench.suite_schema import ModelTable, SuiteFile
 from specmoe.errors import SpecmoeError
 
-SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
-
 
 def builtin_suite_path(name: str) -> Path:
     """suites/<name>.toml at the repository root (the suites ship with the source tree)."""
     path = SUITES_DIR / f"{name}.toml"
     if not path.is_file():
-        available = sorted(p.stem for p in SUITES_DIR.glob("*.toml")) if SUITES_DIR.is_dir() else []
+        available = shipped_suites()
         if not available:
             raise SpecmoeError(
                 f"no built-in suites at {SUITES_DIR} (specmoe is installed without its source tree); "
@@ -49,7 +48,7 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
     if not path.is_file():
         raise SpecmoeError(
             f"suite file not found: {path}; pass a .toml path or a built-in name "
-            f"({', '.join(sorted(p.stem for p in SUITES_DIR.glob('*.toml')))})"
+            f"({', '.join(shipped_suites())})"
         )
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))

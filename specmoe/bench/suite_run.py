@@ -13,7 +13,7 @@ from pathlib import Path
 from specmoe.bench.executors import Executor, LocalExecutor, Work
 from specmoe.bench.legacy_keys import keep_stored_keys
 from specmoe.bench.plan import blocks, plan
-from specmoe.bench.preflight import preflight
+from specmoe.bench.preflight import check_extras, preflight
 from specmoe.bench.store import FailedAttempt, RunRow, Store
 from specmoe.bench.suite import RunSpec, Suite
 from specmoe.bench.suite_size import check_size
@@ -42,7 +42,8 @@ def run_suite(
             f"threads must be >= 1, got {threads}, for the suite {suite.name}; pass --threads 1 or more"
         )
     check_size(suite)  # before preflight lists the runs: an absurd grid is refused, not built
-    preflight(suite, db, zoo_dir, local=executor is None or isinstance(executor, LocalExecutor))
+    check_suite_extras(suite, executor)  # before the store exists, as above
+    preflight(suite, db, zoo_dir, local=is_local(executor))
     specs = plan_specs(suite)
     with Store(db) as store:
         done = store.finished_ids()
@@ -69,6 +70,16 @@ def run_suite(
             )
         ids = {s.run_id for s in specs}
         return [r for r in store.rows() if r.run_id in ids]
+
+
+def is_local(executor: Executor | None) -> bool:
+    return executor is None or isinstance(executor, LocalExecutor)
+
+
+def check_suite_extras(suite: Suite, executor: Executor | None = None) -> None:
+    """The optional extras the suite's runs and its executor need are installed (`check_extras`):
+    checked again by `run_suite`, and first by `bench run` before it builds the zoo."""
+    check_extras(suite, is_local(executor), getattr(executor, "extra", None))
 
 
 def plan_specs(suite: Suite) -> list[RunSpec]:

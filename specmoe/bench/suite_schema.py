@@ -29,7 +29,7 @@ from pydantic_core import PydanticCustomError
 from specmoe.bench.server_engines import ENGINES
 from specmoe.bench.server_spec import ENDPOINTS, normalize_url, without_userinfo
 from specmoe.bench.suite import SERVING_BACKEND
-from specmoe.dtypes import DTYPE_NAMES
+from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
 from specmoe.engine.draft_spec import NGRAM, is_reserved_name, parse_draft
 from specmoe.errors import SpecmoeError
 
@@ -152,7 +152,7 @@ class GridAxes(_Table):
     moe_top_k: _axis(Positive) | None = Field(None, description="experts per token of MoE targets")
     temperature: _axis(NonNegative) = Field(0.0, description="0: greedy")
     max_new_tokens: _axis(Positive) = Field(64, description="tokens decoded per sequence")
-    dtype: _axis(DType) = "float32"
+    dtype: _axis(DType) = DEFAULT_DTYPE
     device: _axis(Device) = Field("cpu", description="cpu, mps, cuda or cuda:<index>")
 
 

@@ -49,6 +49,9 @@ class Comparison:
     # Selected prompts beyond the set that were numbered copies of its prompts (`prompts = 25` on a
     # 10-prompt set: 15), 0 when the selection fits the set; see `selection_copies`.
     copies: int = 0
+    # The noise guard's reason for the cell's first flagged run ("other processes used 1.02 cores
+    # while it ran"); "" when none was flagged.
+    noise_reason: str = ""
 
 
 def cell_key(row: RunRow) -> str:
@@ -127,7 +130,16 @@ def _unmeasured(pairs: list[tuple[RunRow, RunRow]], category: str | None) -> Com
         audit_failures=sum(1 for s, b in pairs for r in (s, b) if r.audit_verdict != "pass"),
         unstable="",
         no_number=f"{why} flagged noisy: no number",
+        noise_reason=noise_reason(r for pair in pairs for r in pair),
     )
+
+
+def noise_reason(rows: Iterable[RunRow]) -> str:
+    """Why the noise guard flagged the first flagged run of these, or "" when it flagged none."""
+    for row in rows:
+        if row.noisy:
+            return str(row.measure.get("noise") or "no reason recorded")
+    return ""
 
 
 def _comparison(
@@ -164,6 +176,7 @@ def _comparison(
         unstable=repeat_instability(clean),
         impossible=impossible_units(clean),
         copies=selection_copies(pairs),
+        noise_reason=noise_reason(r for pair in pairs for r in pair),
     )
 
 

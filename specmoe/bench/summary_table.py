@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from specmoe.bench.latency import Latency, served_latency
+from specmoe.bench.noise import NOISE_FIX
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import Comparison, batch_category, cell_key, compare_by
 from specmoe.errors import SpecmoeError
@@ -173,6 +174,7 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
         columns += tuple(c for c in named if c not in columns)
     else:
         columns = tuple(named)
+    comparisons = sort_rows(comparisons, columns)
     # What the rows share or pool: over the configurations shown (one per row) or, when rows pool
     # configurations, over every SD run behind them.
     configs = [c.config for c in comparisons] if per_config and comparisons else [r.config for r in sd_rows]
@@ -197,6 +199,30 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
     return SummaryTable(
         by, columns, with_category, comparisons, fixed, pooled, served, latency_columns, tuple(rows)
     )
+
+
+SORT_FIRST = ("target", "draft", "gamma", "batch")  # then the other shown columns, in COLUMNS order
+
+
+def sort_rows(comparisons: Sequence[Comparison], columns: Sequence[Column]) -> tuple[Comparison, ...]:
+    """Rows by target, draft, γ and batch size, then the other shown columns and the category, so
+    a table reads as a grid whatever order the runs were measured in (blocks are shuffled)."""
+    order = sorted(columns, key=lambda c: SORT_FIRST.index(c.name) if c.name in SORT_FIRST else 99)
+    return tuple(
+        sorted(
+            comparisons,
+            key=lambda c: (*(_order(col.value(c.config)) for col in order), _order(c.category)),
+        )
+    )
+
+
+def _order(value: Any) -> tuple[int, float, str]:
+    """A sort key for a configuration value: numbers by size, then text, then flags and none."""
+    if value is None or isinstance(value, bool):
+        return (2, 0.0, show(value))
+    if isinstance(value, int | float):
+        return (0, float(value), "")
+    return (1, 0.0, str(value))
 
 
 # --- rendering -----------------------------------------------------------------------------------
@@ -279,26 +305,33 @@ def note_lines(table: SummaryTable) -> list[str]:
     flagged = [
         f"  {_describe(table, c)}: {what}"
         for c in table.comparisons
-        for what in ([f"{c.noisy} noisy runs left out"] if c.noisy else [])
+        for what in ([f"{c.noisy} noisy runs left out ({c.noise_reason})"] if c.noisy else [])
         + ([f"unstable: {c.unstable}"] if c.unstable else [])
     ]
     noisy, rows = table.noisy, table.rows
     if noisy or flagged:
-        first = f"; first: {noisy[0].measure.get('noise')}" if noisy else ""
         lines.append(
-            f"noise guard: {len(noisy)} of {len(rows)} runs flagged noisy (left out of every number){first}"
+            f"noise guard: {len(noisy)} of {len(rows)} runs flagged noisy (left out of every number)"
         )
-        lines.extend(flagged[:20])
+        lines.extend(_first(flagged))
+        if noisy:
+            lines.append(f"  fix: {NOISE_FIX}")
     impossible = [f"  {_describe(table, c)}: {c.impossible}" for c in table.comparisons if c.impossible]
     if impossible:
         lines.append(
             f"{IMPOSSIBLE}: {len(impossible)} rows break the physical bound, so no speedup is shown for them"
         )
-        lines.extend(impossible[:20])
+        lines.extend(_first(impossible))
     failed = table.failed
     lines.append(f"audit: {len(rows) - len(failed)} of {len(rows)} runs pass every invariant")
-    lines.extend(f"  FAIL {r.run_id[:12]} {r.group} {r.arm}: {r.audit_reason}" for r in failed[:20])
+    lines.extend(_first([f"  FAIL {r.run_id[:12]} {r.group} {r.arm}: {r.audit_reason}" for r in failed]))
     return lines
+
+
+def _first(lines: list[str], limit: int = 20) -> list[str]:
+    """At most `limit` lines, and how many more there are."""
+    more = len(lines) - limit
+    return lines[:limit] + ([f"  ... and {more} more"] if more > 0 else [])
 
 
 def _describe(table: SummaryTable, c: Comparison) -> str:
@@ -415,6 +448,7 @@ def to_json(table: SummaryTable) -> dict[str, Any]:
             target_efficiency=_number(c.target_efficiency),
             audit_failures=c.audit_failures,
             unstable=c.unstable or None,
+            noise_reason=c.noise_reason or None,
         )
         rows.append(record)
     latency = [
@@ -436,6 +470,7 @@ def to_json(table: SummaryTable) -> dict[str, Any]:
         "rows": rows,
         "latency": latency,
         "runs": {"total": len(table.rows), "noisy": len(table.noisy), "audit_failed": len(table.failed)},
+        "noise_fix": NOISE_FIX if table.noisy else None,
     }
 
 

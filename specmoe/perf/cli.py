@@ -98,7 +98,7 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--alpha", action="append", default=None, help="with a fit: per-position acceptance")
     p.add_argument("--batch", default=None, help="batch sizes (default: the fit's, or 1,4,16,64)")
-    p.add_argument("--gamma-max", type=int, default=8)
+    p.add_argument("--gamma-max", type=int, default=8, help="largest draft length considered")
     configs = p.add_argument_group("from configs (no timing: first principles + an engine profile)")
     configs.add_argument("--config", type=Path, help="the target's Hugging Face config.json")
     configs.add_argument("--draft-config", type=Path, help="the draft model's config.json")
@@ -131,7 +131,7 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     )
     configs.add_argument("--tree-width", type=int, default=1, help="tree drafting: tokens per step (top-k)")
     configs.add_argument("--draft-vocab", type=int, default=None, help="EAGLE-3 head's vocabulary (32000)")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
 def run_advise(args) -> int:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from html import escape
 
 from specmoe.report.figures import Omitted
-from specmoe.report.runinfo import Environment, FailedRun
+from specmoe.report.runinfo import Environment, FailedRun, NoiseState
 from specmoe.report.tables import Table
 
 
@@ -44,6 +44,7 @@ class Page:
     failed: tuple[FailedRun, ...]
     environments: tuple[Environment, ...]
     omitted: tuple[Omitted, ...]
+    noise: NoiseState
 
 
 _STYLE = """
@@ -74,8 +75,8 @@ def render(page: Page) -> str:
         _figures_section("moesd", "MoESD views", page.moesd),
         _figures_section("serving", "Serving views", page.serving),
         _audit_section(page.failed, page.runs),
-        _environment_section(page.environments),
-        _omitted_section(page.omitted),
+        _environment_section(page.environments, page.noise),
+        _omitted_section(page.omitted, page.noise),
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -86,12 +87,22 @@ def render(page: Page) -> str:
 
 
 def _header(page: Page) -> str:
-    failed = len(page.failed)
+    failed, flagged = len(page.failed), page.noise.flagged
     audit = (
         f'<span class="pass">all {page.runs} runs pass their audit</span>'
         if not failed
         else f'<a class="fail" href="#audit">{failed} of {page.runs} runs failed their audit</a>'
     )
+    if flagged:  # a green "all pass" would read as all is well while the guard hid the runs
+        audit = (
+            f'<a class="fail" href="#noise">{flagged} of {page.runs} runs flagged noisy</a>'
+            + (
+                ", so no table or figure has a number"
+                if flagged == page.runs
+                else ", left out of every number"
+            )
+            + f"; {failed or 'none'} failed {'its' if failed == 1 else 'their'} audit"
+        )
     shared = f"<p>Every run: {escape(page.shared_settings)}.</p>" if page.shared_settings else ""
     return (
         "<h1>Speculative decoding benchmark report</h1>\n"
@@ -149,22 +160,31 @@ def _audit_section(failed: Sequence[FailedRun], runs: int) -> str:
     return f'<section id="audit">\n<h2>Audit</h2>\n{body}\n</section>'
 
 
-def _environment_section(envs: Sequence[Environment]) -> str:
-    blocks = []
+def _environment_section(envs: Sequence[Environment], noise: NoiseState) -> str:
+    rows = "\n".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in noise.items())
+    fix = f'<p class="fail">Runs flagged noisy: {escape(noise.fix)}.</p>' if noise.fix else ""
+    blocks = [
+        f'<div id="noise"><p>Machine load and the noise guard:</p>\n<table>\n{rows}\n</table>{fix}</div>'
+    ]
     for index, env in enumerate(envs, start=1):
         rows = "\n".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in env.values)
         heading = f"Environment {index}: " if len(envs) > 1 else ""
         runs = f"{env.runs} run{'s' if env.runs != 1 else ''} measured here"
         blocks.append(f"<p>{heading}{runs}:</p>\n<table>\n{rows}\n</table>")
-    body = "\n".join(blocks) or "<p>The runs record no environment.</p>"
+    body = "\n".join(blocks) if envs else blocks[0] + "\n<p>The runs record no environment.</p>"
     return f'<section id="environment">\n<h2>Environment</h2>\n{body}\n</section>'
 
 
-def _omitted_section(omitted: Sequence[Omitted]) -> str:
+def _omitted_section(omitted: Sequence[Omitted], noise: NoiseState) -> str:
     if not omitted:
         body = "<p>Every view has data in this result set.</p>"
     else:
         items = "\n".join(f"<li><b>{escape(o.title)}</b>: {escape(o.reason)}.</li>" for o in omitted)
-        lead = "<p>These views are left out because this result set has no data for them:</p>"
-        body = f"{lead}\n<ul>\n{items}\n</ul>"
+        lead = "<p>These views are left out because this result set has no data for them"
+        if noise.flagged:
+            lead += (
+                f' once the <a href="#noise">{noise.flagged} of {noise.runs} runs the noise guard '
+                "flagged</a> are set aside"
+            )
+        body = f"{lead}:</p>\n<ul>\n{items}\n</ul>"
     return f'<section id="not-available">\n<h2>Not available in this result set</h2>\n{body}\n</section>'

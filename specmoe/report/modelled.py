@@ -58,6 +58,27 @@ def modelled_pair(config: dict[str, Any], fits: Sequence[tuple[str, str, Any]]) 
     return None if draft is None else ModelledPair(target, draft)
 
 
+def unmatched_fit(name: str, dtype: str, configs: Sequence[dict[str, Any]]) -> str:
+    """Why a fit of model `name` in `dtype` draws nothing beside these runs' configurations, or ""
+    when some run uses that model (as target, draft or oracle cost model) in that dtype."""
+    used = {
+        (config.get(role), config.get("dtype"))
+        for config in configs
+        for role in ("target", "draft", "oracle_cost")
+        if config.get(role) is not None
+    }
+    if (name, dtype) in used:
+        return ""
+    dtypes = sorted({str(d) for model, d in used if model == name})
+    if dtypes:
+        return (
+            f"its model {name} was fitted in {dtype or 'an unrecorded dtype'} but the runs used it in "
+            f"{', '.join(dtypes)}; profile it with --dtype {dtypes[0]} and fit that"
+        )
+    models = sorted({str(model) for model, _ in used})
+    return f"no run uses its model {name}; the runs' models: {', '.join(models)}"
+
+
 def pair_alpha(group: Sequence[SdResult]) -> float:
     """The per-position α of one target/draft pair: an oracle's dialed p, else the mean over the
     group's configurations of the α their measured acceptance rate implies (`per_token_alpha`)."""

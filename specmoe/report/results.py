@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmoe.bench.store import RunRow
-from specmoe.bench.summary import Comparison, cell_key, compare, known_sum
+from specmoe.bench.summary import Comparison, cell_key, compare_by, known_sum, noise_reason
 from specmoe.engine.draft_spec import OracleDraft, draft_of
 from specmoe.metrics import mean_accepted_length, position_acceptance, time_shares_of
 from specmoe.report.intervals import Interval, mean_interval
@@ -43,6 +43,18 @@ class BaselineResult:
     tokens_per_s: Interval  # decode tokens/s
     size: ModelSize | None
     moe: bool
+    noisy: int = 0  # runs of the cell the noise guard flagged, left out of the numbers
+
+
+@dataclass(frozen=True)
+class Unmeasured:
+    """A cell every run (or every pair) of which the noise guard flagged: listed, with no number."""
+
+    config: dict[str, Any]
+    arm: str  # "baseline" or "sd"
+    noisy: int  # flagged runs of the cell (for an SD cell, of either arm)
+    why: str  # "all 6 runs flagged noisy: no number"
+    reason: str  # the guard's reason for the first of them
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,7 @@ class SdResult:
     # Why the speedup breaks the physical bound (`Comparison.impossible`); "" when it does not. The
     # report shows such a speedup as impossible and plots it nowhere.
     impossible: str = ""
+    noisy: int = 0  # runs of the cell's pairs (either arm) the noise guard flagged, left out
 
     @property
     def oracle_p(self) -> float | None:
@@ -85,23 +98,45 @@ class Results:
     sd: tuple[SdResult, ...]  # one per SD configuration that has a baseline, in store order
     profiles: tuple[dict, ...] = ()  # `specmoe profile` outputs given beside the store (expert counts)
     fits: tuple[tuple[str, str, Any], ...] = ()  # (model name, dtype, times with .time(B, t)) from fits
+    unmeasured: tuple[Unmeasured, ...] = ()  # cells the noise guard left without a number
+
+    @property
+    def noisy(self) -> int:
+        return sum(1 for row in self.rows if row.noisy)
 
 
 def collect(rows: list[RunRow]) -> Results:
     by_key: dict[str, list[RunRow]] = defaultdict(list)
+    flagged: dict[str, list[RunRow]] = defaultdict(list)
     for row in rows:
-        if not row.noisy:  # the noise guard's flagged runs are in no number
-            by_key[cell_key(row)].append(row)
-    baselines = tuple(_baseline_result(group) for group in by_key.values() if group[0].arm == "baseline")
-    sd = tuple(_sd_result(c, by_key) for c in compare(rows))
-    return Results(rows=tuple(rows), baselines=baselines, sd=sd)
+        # The noise guard's flagged runs are in no number; they are counted beside it.
+        (flagged if row.noisy else by_key)[cell_key(row)].append(row)
+    baselines = tuple(
+        _baseline_result(group, len(flagged.get(key, ())))
+        for key, group in by_key.items()
+        if group[0].arm == "baseline"
+    )
+    cells = compare_by(rows, cell_key, keep_unmeasured=True)
+    sd = tuple(_sd_result(c, by_key) for c in cells if not c.no_number)
+    unmeasured = tuple(
+        Unmeasured(
+            group[0].config,
+            "baseline",
+            len(group),
+            f"all {len(group)} runs flagged noisy: no number",
+            noise_reason(group),
+        )
+        for key, group in flagged.items()
+        if group[0].arm == "baseline" and key not in by_key
+    ) + tuple(Unmeasured(c.config, "sd", c.noisy, c.no_number, c.noise_reason) for c in cells if c.no_number)
+    return Results(rows=tuple(rows), baselines=baselines, sd=sd, unmeasured=unmeasured)
 
 
 def _baseline_key(row: RunRow) -> str:
     return row.config.get("baseline_cell_key", row.baseline_key)
 
 
-def _baseline_result(rows: list[RunRow]) -> BaselineResult:
+def _baseline_result(rows: list[RunRow], noisy: int) -> BaselineResult:
     config = rows[0].config
     return BaselineResult(
         config=config,
@@ -110,6 +145,7 @@ def _baseline_result(rows: list[RunRow]) -> BaselineResult:
         tokens_per_s=mean_interval([r.tokens_per_s for r in rows]),
         size=target_size(config),
         moe=is_moe_target(config),
+        noisy=noisy,
     )
 
 
@@ -137,6 +173,7 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
         time_shares=decode_time_shares(sd_rows),
         position_acceptance=tuple(position_acceptance(*position_counts(sd_rows))),
         impossible=comparison.impossible,
+        noisy=comparison.noisy,
     )
 
 

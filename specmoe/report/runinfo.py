@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from specmoe.bench.noise import NOISE_FIX
 from specmoe.bench.store import RunRow
 from specmoe.bench.store_export import flatten
 from specmoe.report.slices import AXES, SD_ONLY_AXES, axis_value, format_axis, label
@@ -86,3 +88,64 @@ def suites(rows: tuple[RunRow, ...] | list[RunRow]) -> list[str]:
 def audit_counts(rows: tuple[RunRow, ...] | list[RunRow]) -> tuple[int, int]:
     """(failed, total) runs."""
     return sum(1 for row in rows if row.audit_verdict != "pass"), len(rows)
+
+
+@dataclass(frozen=True)
+class NoiseState:
+    """How quiet the machine was while the runs were measured, and what the noise guard made of it."""
+
+    runs: int
+    flagged: int  # runs the guard flagged noisy, in no number
+    guard: str  # "on", "off", "on for N runs, off for M" or "not recorded" (runs from before it was)
+    load_avg: str  # "median 1.9, max 3.9" over the runs' 1-minute load averages; "not recorded"
+    other_cpu: str  # other processes' CPU use on the runs' cores, in cores: "median 0.02, max 1.10"
+    fix: str  # what to do about flagged runs; "" when none was flagged
+
+    def items(self) -> tuple[tuple[str, str], ...]:
+        """The rows of the page's noise table."""
+        return (
+            ("noise guard", self.guard),
+            ("runs flagged noisy", f"{self.flagged} of {self.runs}"),
+            ("load average (1 min) at each run's end", self.load_avg),
+            ("other processes' CPU during each run (cores)", self.other_cpu),
+        )
+
+
+def noise_state(rows: tuple[RunRow, ...] | list[RunRow]) -> NoiseState:
+    flagged = sum(1 for row in rows if row.noisy)
+    states = Counter(row.measure.get("noise_guard") for row in rows)
+    return NoiseState(
+        runs=len(rows),
+        flagged=flagged,
+        guard=_guard_text(states),
+        load_avg=_spread([row.measure.get("load_avg") for row in rows]),
+        other_cpu=_spread([row.measure.get("other_cpu") for row in rows]),
+        fix=NOISE_FIX if flagged else "",
+    )
+
+
+def _guard_text(states: Counter) -> str:
+    """The guard's state over the runs; runs stored before it was recorded count as unknown."""
+    known = {True: "on", False: "off"}
+    parts = [f"{known[s]} for {n} runs" for s, n in states.items() if s in known]
+    unknown = sum(n for s, n in states.items() if s not in known)
+    if not parts:
+        return "not recorded"
+    if len(parts) == 1 and not unknown:
+        return parts[0].split(" for ")[0]
+    return ", ".join(parts + ([f"not recorded for {unknown}"] if unknown else []))
+
+
+def _spread(values: list[Any]) -> str:
+    numbers = [float(v) for v in values if isinstance(v, int | float)]
+    if not numbers:
+        return "not recorded"
+    return f"median {statistics.median(numbers):.2f}, max {max(numbers):.2f}"
+
+
+def noisy_reason(reason: str, noise: NoiseState) -> str:
+    """A view's reason for being left out, saying that flagged runs were set aside first: 'no
+    baseline runs' is not true of a store whose baseline runs were all flagged noisy."""
+    if not noise.flagged or not reason.startswith("no "):  # "needs a profile" is no count of runs
+        return reason
+    return f"{reason} among the runs the noise guard kept"

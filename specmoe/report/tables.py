@@ -16,6 +16,7 @@ from typing import Any
 from specmoe.report.figures import Omitted
 from specmoe.report.intervals import Interval
 from specmoe.report.results import BaselineResult, Results, SdResult
+from specmoe.report.sizes import is_moe_target, target_size
 from specmoe.report.slices import AXES, axis_value, format_axis, group_by, varying_axes
 
 # Setting columns shown on the page: those of AXES that vary (target, draft, γ always shown).
@@ -53,6 +54,12 @@ def _interval_fields(prefix: str, interval: Interval) -> dict[str, float | int |
     }
 
 
+def _no_number_fields(*prefixes: str) -> dict[str, None]:
+    """The interval fields of a row the noise guard left without a number: empty in the CSV."""
+    empty = Interval(math.nan, math.nan, math.nan, 0)
+    return {key: None for prefix in prefixes for key in _interval_fields(prefix, empty)}
+
+
 def _settings(config: dict[str, Any]) -> dict[str, Any]:
     return {axis: config.get(axis) for axis in _CSV_SETTINGS}
 
@@ -71,11 +78,24 @@ def _params(result: BaselineResult | SdResult) -> tuple[str, str]:
     return f"{result.size.active_params:,}", f"{result.size.total_params:,}"
 
 
+NOISY_NOTE = (
+    "Runs the noise guard flagged noisy are in no number: a configuration with some flagged runs shows "
+    "the numbers of the rest and how many were left out; one with every run (or every pair) flagged is "
+    "listed with no number."
+)
+
+
+def _count_cell(count: int, noisy: int) -> str:
+    """Runs or units behind a row's numbers, and the flagged runs left out of them."""
+    return f"{count} ({noisy} noisy left out)" if noisy else str(count)
+
+
 def baseline_table(results: Results) -> Table | Omitted:
     title = "Baseline decode throughput (no speculative decoding)"
-    if not results.baselines:
+    unmeasured = [u for u in results.unmeasured if u.arm == "baseline"]
+    if not results.baselines and not unmeasured:
         return Omitted(title, "no baseline runs")
-    shown = _shown(varying_axes(b.config for b in results.baselines))
+    shown = _shown(varying_axes([*(b.config for b in results.baselines), *(u.config for u in unmeasured)]))
     cells, records = [], []
     for b in results.baselines:
         active, total = _params(b)
@@ -86,7 +106,7 @@ def baseline_table(results: Results) -> Table | Omitted:
                 active,
                 total,
                 *_setting_cells(b.config, shown),
-                str(b.repeats),
+                _count_cell(b.repeats, b.noisy),
                 b.tokens_per_s.format(1),
             )
         )
@@ -99,6 +119,37 @@ def baseline_table(results: Results) -> Table | Omitted:
                 **_settings(b.config),
                 "runs": b.repeats,
                 **_interval_fields("tokens_per_s", b.tokens_per_s),
+                "noisy_runs": b.noisy,
+                "no_number": None,
+            }
+        )
+    for u in unmeasured:
+        size = target_size(u.config)
+        active, total = (
+            ("unknown", "unknown") if size is None else (f"{size.active_params:,}", f"{size.total_params:,}")
+        )
+        cells.append(
+            (
+                format_axis("target", axis_value(u.config, "target")),
+                "MoE" if is_moe_target(u.config) else "dense",
+                active,
+                total,
+                *_setting_cells(u.config, shown),
+                _count_cell(0, u.noisy),
+                f"{u.why} ({u.reason})",
+            )
+        )
+        records.append(
+            {
+                "target": u.config.get("target"),
+                "moe": is_moe_target(u.config),
+                "active_params": size.active_params if size else None,
+                "total_params": size.total_params if size else None,
+                **_settings(u.config),
+                "runs": 0,
+                **_no_number_fields("tokens_per_s"),
+                "noisy_runs": u.noisy,
+                "no_number": u.why,
             }
         )
     columns = (
@@ -110,15 +161,18 @@ def baseline_table(results: Results) -> Table | Omitted:
         "runs",
         "tokens/s [interval] (level, n)",
     )
-    caption = "Mean decode tokens/s (emitted tokens ÷ decode seconds) of each baseline configuration."
+    caption = (
+        "Mean decode tokens/s (emitted tokens ÷ decode seconds) of each baseline configuration. " + NOISY_NOTE
+    )
     return Table("baseline_throughput", title, caption, columns, tuple(cells), tuple(records))
 
 
 def sd_table(results: Results) -> Table | Omitted:
     title = "Speculative decoding results"
-    if not results.sd:
+    unmeasured = [u for u in results.unmeasured if u.arm == "sd"]
+    if not results.sd and not unmeasured:
         return Omitted(title, "no SD runs with a matching baseline")
-    shown = _shown(varying_axes(r.config for r in results.sd))
+    shown = _shown(varying_axes([*(r.config for r in results.sd), *(u.config for u in unmeasured)]))
     cells, records = [], []
     for r in results.sd:
         cells.append(
@@ -127,7 +181,7 @@ def sd_table(results: Results) -> Table | Omitted:
                 str(r.config.get("draft")),
                 str(r.config.get("gamma")),
                 *_setting_cells(r.config, shown),
-                str(r.repeats),
+                _count_cell(r.repeats, r.noisy),
                 r.baseline_tokens_per_s.format(1),
                 r.sd_tokens_per_s.format(1),
                 _speedup_cell(r),
@@ -151,6 +205,42 @@ def sd_table(results: Results) -> Table | Omitted:
                 "mean_accepted_length": r.mean_accepted_length,
                 "target_efficiency": r.target_efficiency,
                 "audit_failures": r.audit_failures,
+                "noisy_runs": r.noisy,
+                "no_number": None,
+            }
+        )
+    for u in unmeasured:
+        cells.append(
+            (
+                format_axis("target", axis_value(u.config, "target")),
+                str(u.config.get("draft")),
+                str(u.config.get("gamma")),
+                *_setting_cells(u.config, shown),
+                _count_cell(0, u.noisy),
+                "–",
+                "–",
+                f"{u.why} ({u.reason})",
+                "–",
+                "–",
+                "–",
+                "–",
+            )
+        )
+        records.append(
+            {
+                "target": u.config.get("target"),
+                "draft": u.config.get("draft"),
+                "gamma": u.config.get("gamma"),
+                **_settings(u.config),
+                "units": 0,
+                **_no_number_fields("baseline_tokens_per_s", "sd_tokens_per_s", "speedup"),
+                "speedup_impossible": None,
+                "acceptance_rate": None,
+                "mean_accepted_length": None,
+                "target_efficiency": None,
+                "audit_failures": None,
+                "noisy_runs": u.noisy,
+                "no_number": u.why,
             }
         )
     columns = (
@@ -172,7 +262,7 @@ def sd_table(results: Results) -> Table | Omitted:
         "tokens committed per sequence-round, the bonus/correction token included. Target efficiency: "
         "T(B,1) ÷ T(B,γ+1). Units: paired prompt batches × repeats (both arms back to back). Speedup "
         "intervals: the ratio estimator's t-interval over the units at the level shown, or their range "
-        "(no level) below 5 units. Runs flagged noisy are left out."
+        "(no level) below 5 units. " + NOISY_NOTE
     )
     return Table("sd_results", title, caption, columns, tuple(cells), tuple(records))
 

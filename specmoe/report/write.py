@@ -13,6 +13,7 @@ Files are overwritten in place; files of views a previous report drew but this o
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,15 +26,24 @@ from specmoe.report.explain_figures import EXPLAIN_FIGURES
 from specmoe.report.figures import RC_PARAMS, Drawn, Omitted, Outcome, save_figure
 from specmoe.report.gamma_batch import gamma_batch_heatmap
 from specmoe.report.html import FigureEntry, Page, TableEntry, render
+from specmoe.report.modelled import unmatched_fit
 from specmoe.report.moesd_figures import MOESD_FIGURES
 from specmoe.report.results import Results, collect
-from specmoe.report.runinfo import environments, failed_runs, shared_settings, suites
+from specmoe.report.runinfo import (
+    environments,
+    failed_runs,
+    noise_state,
+    noisy_reason,
+    shared_settings,
+    suites,
+)
 from specmoe.report.served import serving_table
 from specmoe.report.serving_figures import SERVING_FIGURES
 from specmoe.report.slices import varying_axes
 from specmoe.report.study_figures import STUDY_FIGURES
 from specmoe.report.tables import TABLES, write_csv
 
+log = logging.getLogger(__name__)
 REPORT_NAME = "report.html"
 FIGURES_DIR = "figures"
 TABLES_DIR = "tables"
@@ -64,6 +74,9 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
         profiles=tuple(_load_profile(Path(p)) for p in profiles),
         fits=tuple(_load_fit(Path(f)) for f in fits),
     )
+    for path, (name, dtype, _) in zip(fits, results.fits, strict=True):
+        if why := unmatched_fit(name, dtype, [r.config for r in rows]):
+            log.warning("--fit %s draws no model curve: %s", path, why)
     omitted: list[Omitted] = []
     # A speedup beyond the physical bound is no measurement: the tables say "impossible", and no
     # figure plots it (one such point would also squash every other onto the axis).
@@ -80,6 +93,8 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
             omitted.append(table)
         else:
             tables.append(TableEntry(table, _relative(write_csv(table, out / TABLES_DIR), out)))
+    noise = noise_state(rows)
+    omitted = [replace(o, reason=noisy_reason(o.reason, noise)) for o in omitted]
     page = Page(
         source=str(db),
         runs=len(rows),
@@ -93,6 +108,7 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
         failed=tuple(failed_runs(rows)),
         environments=tuple(environments(rows)),
         omitted=tuple(omitted),
+        noise=noise,
     )
     report = out / REPORT_NAME
     report.write_text(render(page), encoding="utf-8")

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from specmoe.errors import SpecmoeError
+from specmoe.extras import require
 from specmoe.zoo.files import sha256_file
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
@@ -155,8 +156,13 @@ def export_zoo(
     progress: Callable[[str], None] | None = None,
 ) -> list[Path]:
     """Export the named models of a built zoo (all of them by default); return the GGUF paths."""
+    from specmoe.zoo.gguf_quantize import KQUANT_TYPES
     from specmoe.zoo.manifest import load_manifest
 
+    _check_type(gguf_type)
+    # The gguf package writes every file; llama.cpp itself quantizes the K-quant recipes.
+    modules = ("gguf", "llama_cpp") if gguf_type in KQUANT_TYPES else ("gguf",)
+    require("llamacpp", f"`specmoe zoo export-gguf --type {gguf_type}`", modules=modules)
     names = list(models) if models else list(load_manifest(zoo_dir)["models"])
     paths = []
     for name in names:

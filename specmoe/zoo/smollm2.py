@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specmoe.errors import SpecmoeError
+from specmoe.extras import require
 from specmoe.zoo.files import sha256_file, write_json_atomic
 
 NAME = "smollm2"
@@ -116,6 +117,8 @@ def fetch_smollm2(
     model = RealModel(Path(out_dir or default_dir()).expanduser())
     if is_fetched(model.root):
         return model
+    # transformers reads the GGUF file through the gguf package: checked before the download.
+    require("llamacpp", "converting SmolLM2's GGUF file (`specmoe zoo fetch smollm2`)", modules=("gguf",))
     say = progress or (lambda _line: None)
     started = time.perf_counter()
     model.root.mkdir(parents=True, exist_ok=True)
