@@ -111,3 +111,13 @@ def test_choose_threads_leaves_busy_cores_to_their_processes(guard_on, monkeypat
 def test_one_busy_core_does_not_disturb_a_run_whose_threads_leave_it_free(guard_on):
     assert disturbance(BUSY, None, spare_cores=1) == ""
     assert "other processes used" in disturbance(Load(1.6, 0.0, 2.0), None, spare_cores=1)
+
+
+def test_a_batch_shrinking_as_rows_finish_is_no_spread():
+    # 8 rounds over 128 rows, then the tail as rows finish: each live size is as fast as its peers
+    verify = [1.0] * 6 + [0.6, 0.6, 0.3, 0.3, 0.3, 0.1]
+    live = [128] * 6 + [64, 64, 20, 20, 20, 3]
+    assert step_spread(verify, live) == 0.0
+    assert step_spread(verify) > 0.5  # read as one population the tail looks like a disturbance
+    # a disturbed round among peers still shows
+    assert step_spread([1.0] * 5 + [3.0] * 3 + [0.6, 0.6], [128] * 8 + [64, 64]) > 0.5

@@ -10,8 +10,8 @@ tokens/s shows this; only the machine's own accounting does. So every timed run 
   run pinned to one core (`taskset -c 0`) is not disturbed by work pinned to another;
 - `steal`: the share of CPU time the hypervisor gave to other guests (0 where the OS reports none);
 - `load_avg`: the 1-minute load average when it ended;
-- `step_spread`: how much its per-round verify times disagree ((p75 − p25) / median), which rises
-  when a run is interrupted part of the way through;
+- `step_spread`: how much its per-round verify times disagree ((p75 − p25) / median, among rounds
+  over the same number of live rows), which rises when a run is interrupted part of the way through;
 
 and a run that breaks a rule below (other processes using more than the cores its threads leave
 free, plus a quarter core) is measured again (at most `RETRIES` times); if it is still
@@ -123,12 +123,24 @@ def _own_cpu_s(psutil) -> float:
     return times.user + times.system + times.children_user + times.children_system
 
 
-def step_spread(verify_s: Sequence[float]) -> float | None:
-    """(p75 − p25) / median of per-round verify times; None with too few rounds to tell."""
-    if len(verify_s) < STEP_SPREAD_MIN_ROUNDS:
+def step_spread(verify_s: Sequence[float], live: Sequence[int] | None = None) -> float | None:
+    """(p75 − p25) / median of per-round verify times, each over the median of the rounds at the
+    same live batch size (`live`, one count per round): a batch shrinks as its rows finish, and a
+    round over fewer rows is faster by design, not disturbed. Rounds whose live size occurs once
+    say nothing about spread; None with fewer than STEP_SPREAD_MIN_ROUNDS left."""
+    sizes = list(live) if live is not None else [0] * len(verify_s)
+    groups: dict[int, list[float]] = {}
+    for size, seconds in zip(sizes, verify_s, strict=True):
+        groups.setdefault(size, []).append(float(seconds))
+    ratios = []
+    for times in groups.values():
+        middle = float(np.median(times))
+        if len(times) > 1 and middle > 0:
+            ratios += [t / middle for t in times]
+    if len(ratios) < STEP_SPREAD_MIN_ROUNDS:
         return None
-    p25, p50, p75 = np.percentile(np.asarray(verify_s, dtype=float), [25, 50, 75])
-    return float((p75 - p25) / p50) if p50 > 0 else None
+    p25, p50, p75 = np.percentile(np.asarray(ratios), [25, 50, 75])
+    return float((p75 - p25) / p50)
 
 
 def disturbance(load: Load, spread: float | None, spare_cores: int = 0) -> str:

@@ -206,7 +206,7 @@ class Runner:
             meter.start()
             result = decode(target, prompts, config, drafter)
             load = meter.stop()
-            spread = step_spread([r.verify_s for r in result.rounds])
+            spread = step_spread([r.verify_s for r in result.rounds], [len(r.rows) for r in result.rounds])
             reason = disturbance(load, spread, spare_cores=max(0, len(own_cores()) - torch.get_num_threads()))
             if not reason or attempts > RETRIES or self._machine_busy:
                 break

@@ -78,6 +78,22 @@ def prediction_errors(predictions: Path) -> str:
     )
 
 
+def out_of_sample_errors(path: Path, model: str = "v2") -> str:
+    """Per engine, the judged cells' median and worst |predicted / measured − 1| of the
+    out-of-sample check (`benchmarks/out_of_sample.py`): cells measured after the model froze."""
+    summary = (
+        json.loads(path.read_text(encoding="utf-8")).get("summary", {}).get(model) if path.is_file() else None
+    )
+    if not summary:
+        return "–"
+    return "; ".join(
+        f"{engine} {100 * s['median_abs_error']:.1f}% median, {100 * s['worst_abs_error']:.1f}% worst "
+        f"over {s['judged']} cells"
+        for engine, s in sorted(summary.items())
+        if s["judged"]
+    )
+
+
 def notes_values(
     out: Path,
     study: Sequence[RunRow],
@@ -102,4 +118,8 @@ def notes_values(
         "notes.gap_median": gap_median,
         "notes.gap_max": gap_max,
         "notes.prediction_errors": prediction_errors(out.parent / "predictions" / "predictions.json"),
+        "notes.out_of_sample": out_of_sample_errors(out.parent / "predictions" / "out-of-sample.json"),
+        "notes.out_of_sample_v1": out_of_sample_errors(
+            out.parent / "predictions" / "out-of-sample.json", "v1_on_seen"
+        ),
     }
