@@ -146,12 +146,14 @@ def test_verdict_table_has_one_column_per_engine_and_a_ratio_beside_measured_ver
     _profile(tmp_path, "profiles-llamacpp", "draft-xs-q8_0", {1: 0.005}, moe=False)
     regime = Regime(True, "")
     found = [
-        EngineVerdicts(e, dict.fromkeys("abcdef", NOT_MEASURED), regime, cost_ratios(tmp_path, e), 0)
+        EngineVerdicts(e, dict.fromkeys("abcdef", NOT_MEASURED), regime, regime, cost_ratios(tmp_path, e), 0)
         for e in ENGINES
     ]
-    found[1] = EngineVerdicts(found[1].engine, dict.fromkeys("abcdef", "holds"), regime, found[1].ratios, 400)
+    found[1] = EngineVerdicts(
+        found[1].engine, dict.fromkeys("abcdef", "holds"), regime, regime, found[1].ratios, 400
+    )
     table = verdict_table(found).splitlines()
     assert table[0] == "| claim | transformers bf16 | llama.cpp Q8_0 | llama.cpp Q4_K_M |"
     assert "**holds** · draft ÷ step 0.25" in table[2]  # claim (a) turns on the draft's cost
-    assert "**holds** · v(5) 2.5×" in table[3]  # claim (b) on the verify pass's
+    assert "**holds** · MoE v(5) 2.5×" in table[3]  # claim (b) on the verify pass's amortisation
     assert table[2].endswith(f"**{NOT_MEASURED}** |")

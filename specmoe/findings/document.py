@@ -101,7 +101,19 @@ def change_values(out: Path, found: dict[str, str]) -> dict[str, str]:
     for key in CLAIM_KEYS:
         was, now = before.get(f"{key}.verdict", "–"), found[f"{key}.verdict"]
         regime = found.get(f"{key}.regime", "")
-        if regime and now == UNSURE and found.get(f"{key}.regime_ok") == "no":
+        if key == "b":
+            why = (
+                "rules v2 judge it on the verify amortisation it names, the MoE's target efficiency against "
+                f"dense-l's ({found['b.eff_dense_wins']} of {found['b.eff_pairs']} pairs favour dense-l); "
+                f"under v1's speedup pairs it reads {found['b.verdict_speedup']}"
+            )
+        elif key == "d" and found.get("d.refuted", "0") != "0":
+            why = (
+                f"settled by arithmetic: the 1 + αγ bound refutes {found['d.refuted']} of "
+                f"{found['d.series']} γ series at their measured acceptance and round cost, "
+                "whatever the regime"
+            )
+        elif regime and now == UNSURE and found.get(f"{key}.regime_ok") == "no":
             why = "regime check: " + regime
         elif was == now:
             why = "the same verdict, now from confidence intervals over every prompt"

@@ -186,8 +186,9 @@ def _ratio_text(kind: str, ratios: CostRatios | None) -> str:
         return ""
     if kind == "draft" and ratios.draft is not None:
         return f"draft ÷ step {ratios.draft:.2f}"
-    if kind == "amortise" and ratios.verify5 is not None and ratios.dense_verify5 is not None:
-        return f"MoE v(5) {ratios.verify5:.1f}×, dense-s v(5) {ratios.dense_verify5:.1f}×"
+    if kind == "amortise" and ratios.verify5 is not None:
+        dense = f", dense-s v(5) {ratios.dense_verify5:.1f}×" if ratios.dense_verify5 is not None else ""
+        return f"MoE v(5) {ratios.verify5:.1f}×{dense}"
     if kind == "verify" and ratios.verify5 is not None:
         nine = f", v(9) {ratios.verify9:.1f}×" if ratios.verify9 is not None else ""
         return f"v(5) {ratios.verify5:.1f}×{nine}"
