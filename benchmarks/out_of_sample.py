@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from specmoe.bench.summary import compare  # noqa: E402
 from specmoe.engine.draft_spec import NgramDraft, OracleDraft, draft_of  # noqa: E402
+from specmoe.errors import SpecmoeError  # noqa: E402
 from specmoe.findings.model_check import ModelLibrary, read_rows  # noqa: E402
 from specmoe.perf.compose import expected_speedup  # noqa: E402
 from specmoe.perf.engines import engine_profile  # noqa: E402
@@ -93,13 +94,16 @@ def predict_cells(
             # The same composition from the profiled times: a diagnostic that splits the error into
             # the fit's and the composition's, not a prediction of its own.
             profiled = measured_times(cfg) if profiles else None
-            from_profiles = (
-                expected_speedup(
-                    *profiled, alpha, gamma, batch, host, engine.step_s, draft_host, new_tokens=new_tokens
+            try:
+                from_profiles = (
+                    expected_speedup(
+                        *profiled, alpha, gamma, batch, host, engine.step_s, draft_host, new_tokens=new_tokens
+                    )
+                    if profiled is not None
+                    else None
                 )
-                if profiled is not None
-                else None
-            )
+            except SpecmoeError:  # beyond the profiled batch sizes: profiles do not extrapolate
+                from_profiles = None
             out.append(
                 {
                     "runs": path.name,
