@@ -12,8 +12,9 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
     6  api                      one-call decoding for library users
     7  metrics                  scalars derived from recorded counts
     8  engine                   the SD loop, drafters, acceptance
-    9  backends, theory, extras model runtimes; closed-form algebra; which optional extras are installed
-    10 errors, stats, console, dtypes, canonical
+    9  audit                    audits of other tools' results: they need only theory and errors
+    10 backends, theory, extras model runtimes; closed-form algebra; which optional extras are installed
+    11 errors, stats, console, dtypes, canonical
                                 small shared modules that import no other specmoe module: the error
                                 type, interval statistics, terminal output, dtype names, canonical JSON
 
@@ -46,14 +47,15 @@ LAYERS: dict[str, int] = {
     "api": 6,
     "metrics": 7,
     "engine": 8,
-    "backends": 9,
-    "theory": 9,
-    "extras": 9,
-    "errors": 10,
-    "stats": 10,
-    "console": 10,
-    "dtypes": 10,
-    "canonical": 10,
+    "audit": 9,
+    "backends": 10,
+    "theory": 10,
+    "extras": 10,
+    "errors": 11,
+    "stats": 11,
+    "console": 11,
+    "dtypes": 11,
+    "canonical": 11,
 }
 
 
