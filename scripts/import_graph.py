@@ -2,8 +2,8 @@
 
 Layers, top to bottom; an import may point sideways (within one layer) or down, never up:
 
-    0  cli                      the command line (specmoe/cli.py, bench/cli.py, perf/cli.py count as
-                                their package: a sub-command's CLI module is part of that package)
+    0  cli                      the command line: specmoe/cli.py and every module named cli.py
+                                (bench/cli.py, perf/cli.py), whatever package holds it
     1  findings                 the studies' claims checked on measured runs
     2  report, serving          the HTML report; benchmarking models behind servers
     3  bench                    suites, runs, the results store
@@ -18,8 +18,9 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
                                 small shared modules that import no other specmoe module: the error
                                 type, interval statistics, terminal output, dtype names, canonical JSON
 
-A module named `cli` in any package sits on the top floor with specmoe/cli.py: a command line wires
-the layers together. specmoe/__init__.py, which holds only the version, sits on the bottom floor.
+A sub-command's cli.py sits on the top floor rather than in its package's because a command line
+wires the layers together. specmoe/__init__.py, which holds only the version, sits on the bottom
+floor.
 
 An import inside a function (or under `if TYPE_CHECKING:`) runs later than module import, so it
 cannot close an import-time circle; it still couples the layers, so it is checked for direction too
