@@ -44,7 +44,7 @@ import sys
 from pathlib import Path
 
 from specmoe.api import load_model, load_tokenizer
-from specmoe.bench.llamacpp_logs import SpeculativeLog, parse_log
+from specmoe.audit.llamacpp_logs import SpeculativeLog, parse_log
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.stats import ratio_of_means

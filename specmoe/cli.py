@@ -714,8 +714,8 @@ def _run_report(args) -> int:
 
 
 def _run_audit(args) -> int:
-    from specmoe.bench.audit_foreign import format_rows, rows_to_json
-    from specmoe.bench.audit_input import DEFAULT_MAX_MB, audit_input
+    from specmoe.audit.foreign import format_rows, rows_to_json
+    from specmoe.audit.inputs import DEFAULT_MAX_MB, audit_input
 
     max_mb = DEFAULT_MAX_MB if args.max_mb is None else args.max_mb
     if not max_mb > 0:

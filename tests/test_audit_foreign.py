@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specmoe.bench.audit_foreign import (
+from specmoe.audit.foreign import (
     TOLERANCE,
     AuditRow,
     audit_csv,
@@ -17,7 +17,7 @@ from specmoe.bench.audit_foreign import (
     rows_to_json,
     summarise,
 )
-from specmoe.bench.llamacpp_logs import (
+from specmoe.audit.llamacpp_logs import (
     BenchLog,
     ModelId,
     PlainDecodeLog,

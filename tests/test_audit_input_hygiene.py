@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specmoe.bench.audit_input import audit_input
+from specmoe.audit.inputs import audit_input
 from specmoe.cli import main
 
 DATA = Path(__file__).parent / "data"

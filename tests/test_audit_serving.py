@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from specmoe.bench.audit_foreign import audit_logs, summarise
-from specmoe.bench.audit_input import audit_input, file_kind
-from specmoe.bench.audit_sglang import load_sglang_points
+from specmoe.audit.foreign import audit_logs, summarise
+from specmoe.audit.inputs import audit_input, file_kind
+from specmoe.audit.sglang import load_sglang_points
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
 

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 # called impossible beyond that.
 TIMING_TOLERANCE = 0.05
 # Where no γ is known, no speedup above this is a measurement: 1 + αγ <= 1 + γ, and no SD setup
-# drafts hundreds of tokens a round. The same ceiling as the foreign-file audit's (audit_foreign).
+# drafts hundreds of tokens a round. The same ceiling as the audit of other tools' results
+# (`specmoe.audit.foreign`).
 SPEEDUP_CEILING = 1000.0
 
 

@@ -32,8 +32,9 @@ from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
 from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, run_times, totals
 
-# Runs against a server are measured by the serving layer, which builds on this one; it is found by
-# name, as backends are, and imported on the first served block only.
+# Runs against a server are measured by the serving layer, which builds on this one, so this arrow
+# points up a layer: an exception written down in scripts/import_graph.py (WRITTEN_EXCEPTIONS) until
+# the runner moves above serving. Imported on the first served block only.
 SERVED_RUNNER = "specmoe.serving.run:ServedRunner"
 
 log = logging.getLogger(__name__)

@@ -128,7 +128,7 @@ def change_values(out: Path, found: dict[str, str]) -> dict[str, str]:
 def study_audit_values(study_csv: Path) -> dict[str, str]:
     """The study's own published rows through `specmoe audit`, and the speedups it claims at low
     acceptance on its MoE target."""
-    from specmoe.bench.audit_foreign import audit_path
+    from specmoe.audit.foreign import audit_path
 
     audited = audit_path(study_csv)
     verdicts = Counter(row.verdict for row in audited)

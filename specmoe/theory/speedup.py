@@ -186,7 +186,7 @@ def speedup_bound_no_timing(alpha: ArrayLike, gamma: int) -> ArrayLike:
     the SD loop. A measured "speedup" above the bound therefore means the two arms were not
     measured the same way; it cannot come from SD.
 
-    Where the bounds are used: `specmoe.bench.audit_foreign` checks claims against this value.
+    Where the bounds are used: `specmoe.audit.foreign` checks claims against this value.
     `expected_tokens_per_round` (≤ 1 + α·γ) is the i.i.d. prediction, not a bound on measured data,
     because the tools' α (accepted ÷ drafted) is not the per-position probability it expects.
     When a log gives the exact counts, `mean_emitted_per_round` is the tighter bound.

@@ -1,8 +1,8 @@
 """Audit speedup claims in vLLM's serving-benchmark results: `vllm bench serve --save-result` JSON
 (also the older `benchmarks/benchmark_serving.py`), one object per run, or several concatenated by
-`--append-result`. SGLang's `bench_speculative.py` output is read by `specmoe.bench.audit_sglang`.
+`--append-result`. SGLang's `bench_speculative.py` output is read by `specmoe.audit.sglang`.
 
-The bound is the one of `specmoe.bench.audit_foreign`, in the form these tools report: a verify step
+The bound is the one of `specmoe.audit.foreign`, in the form these tools report: a verify step
 emits on average A tokens per sequence (the *acceptance length*, accepted drafts plus the one token
 of the target's own) and costs at least one plain decode step at the same batch, so an SD run's
 decode rate is at most A times the plain run's. A = 1 + accepted / drafts from vLLM's counters
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.audit_foreign import AuditRow, judge
+from specmoe.audit.foreign import AuditRow, judge
 from specmoe.errors import SpecmoeError
 
 VLLM_TOOL = "vllm-bench-serve"

@@ -5,7 +5,7 @@ its per-request decode rate, `acc_length / step_time`. `steps = 0` is the launch
 speculation, the baseline of the points of the same `batch_size`. An EAGLE tree is `steps` deep,
 so at most `steps` drafts and one token of the target's own are accepted per step: `acc_length`
 above steps + 1, or below 1, is invalid. The bound is `acc_length` (a claim above it needs a verify
-step faster than a plain step; see `specmoe.bench.audit_serving`).
+step faster than a plain step; see `specmoe.audit.vllm`).
 
 What pairs a point with its baseline, never guessed: a line names neither the model nor the
 server's settings, and the tool appends every run to its `--output` (`output.jsonl` by default),
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.audit_foreign import TOLERANCE, AuditRow, judge
-from specmoe.bench.audit_serving import finite_number
+from specmoe.audit.foreign import TOLERANCE, AuditRow, judge
+from specmoe.audit.vllm import finite_number
 from specmoe.errors import SpecmoeError
 
 SGLANG_TOOL = "sglang-bench-speculative"

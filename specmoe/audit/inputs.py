@@ -1,10 +1,10 @@
 """What `specmoe audit PATH [--baseline FILE]` reads: each input to the audit reader that fits it.
 
-- a `.csv` file: a results CSV in the study's schema (`audit_foreign.audit_csv`);
-- a file holding vLLM serving results (`audit_serving`; one, or several appended), a file of SGLang
-  `bench_speculative` records (`audit_sglang`), any other file: one llama.cpp log;
+- a `.csv` file: a results CSV in the study's schema (`foreign.audit_csv`);
+- a file holding vLLM serving results (`vllm`; one, or several appended), a file of SGLang
+  `bench_speculative` records (`sglang`), any other file: one llama.cpp log;
 - a folder: every file in it by what it holds: vLLM results and SGLang records to their readers, the
-  rest as llama.cpp logs (`audit_foreign.audit_log_files`).
+  rest as llama.cpp logs (`foreign.audit_log_files`).
 
 `--baseline FILE` names the run without speculative decoding when the files cannot say which one
 it is (llama.cpp logs whose model name is not printed, vLLM results without spec-decode counts, an
@@ -25,13 +25,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
-from specmoe.bench.audit_foreign import AuditRow, audit_csv, audit_log_files
-from specmoe.bench.audit_serving import (
+from specmoe.audit.foreign import AuditRow, audit_csv, audit_log_files
+from specmoe.audit.sglang import audit_sglang_points, is_sglang_line, load_sglang_points
+from specmoe.audit.vllm import (
     audit_vllm_results,
     is_vllm_result,
     load_vllm_results,
 )
-from specmoe.bench.audit_sglang import audit_sglang_points, is_sglang_line, load_sglang_points
 from specmoe.errors import SpecmoeError
 
 Kind = Literal["vllm", "sglang", "llamacpp"]

@@ -33,7 +33,7 @@ from pathlib import Path
 from statistics import fmean
 from typing import Literal
 
-from specmoe.bench.llamacpp_logs import (
+from specmoe.audit.llamacpp_logs import (
     BenchLog,
     BenchResult,
     ModelId,
