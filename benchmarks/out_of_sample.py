@@ -220,16 +220,34 @@ def _cells(paths: list[Path]) -> dict[tuple, object]:
     }
 
 
+def _span(paths: list[Path]) -> str:
+    """When the runs of these exports ran: first start to last finish, to the minute."""
+    starts = [r.measure.get("started_at") for p in paths for r in read_rows(p)]
+    ends = [r.measure.get("finished_at") for p in paths for r in read_rows(p)]
+    starts, ends = [t for t in starts if t], [t for t in ends if t]
+    if not starts or not ends:
+        return "at an unrecorded time"
+    return f"{min(starts)[:16].replace('T', ' ')} to {max(ends)[:16].replace('T', ' ')}"
+
+
 def again_table(rerun: list[Path], before: list[Path]) -> str:
     """Cells measured again on another day beside their first measurement: the measurement's own
     reproducibility, the floor under any prediction's error."""
     old, new = _cells(before), _cells(rerun)
     lines = [
-        "| target | draft | B | γ | top-k | first day | again | again ÷ first | intervals overlap |",
+        "| target | draft | B | γ | top-k | first | again | again ÷ first | intervals overlap |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     ratios, overlaps = [], 0
-    for key in sorted(set(old) & set(new), key=str):
+
+    def shown(c) -> str:
+        e = c.speedup
+        if e.level is None:
+            return f"{e.value:.2f} (range {e.low:.2f}–{e.high:.2f}, n={c.units})"
+        return f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}] n={c.units}"
+
+    order = lambda k: (k[0], k[4] or 0, k[3], k[5])  # noqa: E731  target, top-k, B, γ
+    for key in sorted(set(old) & set(new), key=order):
         a, b = old[key].speedup, new[key].speedup
         ratio = b.value / a.value
         overlap = a.low <= b.high and b.low <= a.high
@@ -237,13 +255,13 @@ def again_table(rerun: list[Path], before: list[Path]) -> str:
         overlaps += overlap
         target, draft, _, batch, top_k, gamma = key
         lines.append(
-            f"| {target} | {draft} | {batch} | {gamma} | {top_k or ''} | "
-            f"{a.value:.2f} [{a.low:.2f}, {a.high:.2f}] | {b.value:.2f} [{b.low:.2f}, {b.high:.2f}] | "
-            f"{ratio:.3f} | {'yes' if overlap else 'no'} |"
+            f"| {target} | {draft} | {batch} | {gamma} | {top_k or ''} | {shown(old[key])} | "
+            f"{shown(new[key])} | {ratio:.3f} | {'yes' if overlap else 'no'} |"
         )
     if not ratios:
         return "No cell was measured again."
     head = (
+        f"First measured {_span(before)}, again {_span(rerun)} (UTC). "
         f"{len(ratios)} cells measured again: the speedup moved by a median of "
         f"{statistics.median(ratios):.1%} (at most {max(ratios):.1%}); the two intervals overlap in "
         f"{overlaps} of {len(ratios)}."
@@ -285,7 +303,7 @@ def report(rows: list[dict], seen: list[dict], v1: list[dict], hashes: dict[str,
             "",
             table(v1),
             "",
-            "## The same cells on another day",
+            "## The same cells measured again (hours later, not another day)",
             "",
             again,
             "",
