@@ -351,3 +351,12 @@ def test_a_verdict_lists_the_cells_it_rested_on_and_those_that_decided_nothing()
     # only what varies among the cells names them: γ and the prompt kind here
     assert text.startswith("2 judged cells: γ=4 factual, γ=8 factual")
     assert "decided nothing (2): γ=16 factual (3 units), γ=16 code (unstable repeats)" in text
+
+
+def test_b_factors_each_speedup_into_its_costs_in_the_targets_own_steps():
+    from specmoe.findings.claims import _cost_table
+
+    # a round of 100 ms (40 drafting) over a 25 ms step: γc 1.6, v 2.4, ceiling 0.25, free drafting 1/2.4
+    moe = replace(cell(0.25, target="moe"), step_s=0.025, round_s=0.100, draft_round_s=0.040)
+    row = next(line for line in _cost_table([moe]).splitlines() if line.startswith("| moe"))
+    assert row == "| moe | 4 | 0.25× | 1.60 | 2.40 | 0.25× | 1.00 | 0.42× |"

@@ -33,6 +33,8 @@ class Cell:
     level: float | None = None  # None: fewer than 5 units, low/high are only their range
     unstable: bool = False  # repeats of one batch disagree (specmoe.bench.summary)
     round_s: float | None = None  # mean decode seconds per SD round over the cell's SD runs
+    draft_round_s: float | None = None  # of which drafting (the drafter's propose calls)
+    step_s: float | None = None  # the paired baseline's decode seconds per target forward
 
     @property
     def judged(self) -> bool:
@@ -77,9 +79,22 @@ def round_seconds(rows: Iterable[RunRow]) -> dict[str, float]:
     return {key: s / n for key, (s, n) in seconds.items()}
 
 
+def _per(rows: Iterable[RunRow], arm: str, seconds, count) -> dict[str, float]:
+    """Per cell of `arm`: summed seconds over summed counts, over the runs the noise guard passed."""
+    totals: dict[str, list[float]] = {}
+    for row in rows:
+        if row.arm == arm and not row.noisy and count(row):
+            total = totals.setdefault(cell_key(row), [0.0, 0.0])
+            total[0] += seconds(row)
+            total[1] += count(row)
+    return {key: s / n for key, (s, n) in totals.items()}
+
+
 def cells(rows: Iterable[RunRow]) -> list[Cell]:
     rows = list(rows)
     per_round = round_seconds(rows)
+    draft_per_round = _per(rows, "sd", lambda r: r.times.draft_s, lambda r: r.counts.rounds)
+    step = _per(rows, "baseline", lambda r: r.times.decode_s, lambda r: r.counts.target_forwards)
     out = []
     for c in compare(rows):
         config = c.config
@@ -102,6 +117,8 @@ def cells(rows: Iterable[RunRow]) -> list[Cell]:
                 level=c.speedup.level,
                 unstable=bool(c.unstable),
                 round_s=per_round.get(config.get("cell_key", config["config_key"])),
+                draft_round_s=draft_per_round.get(config.get("cell_key", config["config_key"])),
+                step_s=step.get(config.get("baseline_cell_key", config.get("baseline_key", ""))),
             )
         )
     return sorted(out, key=lambda x: (x.group, x.target, x.draft, x.gamma, x.prompt, x.batch, x.top_k or 0))

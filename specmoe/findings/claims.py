@@ -192,6 +192,7 @@ def claim_b(
             found = select(study, target=target, draft="draft-xs", gamma=gamma)
             row.append(_median_range(found))
         lines.append("| " + " | ".join(row) + " |")
+    costs = _cost_table(study)
     decided = ", ".join(
         f"γ={m.gamma} {m.prompt} ({m.efficiency:.2f} vs {d.efficiency:.2f})"
         for m, d in counted
@@ -219,8 +220,40 @@ def claim_b(
             if amortisation.ok
             else "no pair (the engine amortises no verify)",
             "table": "\n".join(lines),
+            "costs": costs,
         },
     )
+
+
+def _cost_table(study: Sequence[Cell]) -> str:
+    """(b)'s speedups with their costs factored out, per target and γ with draft-xs (median over
+    prompt kinds), each cost in the target's own plain steps T from the paired baseline: a round
+    costs γc (drafting) + v (verify and host), so at one token a round the speedup is at most
+    1 ÷ (γc + v), the cost-only ceiling. speedup ÷ ceiling is what acceptance added; T ÷ (v·T) is the
+    speedup had drafting been free, where only verify amortisation separates the targets."""
+    lines = [
+        "| target | γ | speedup | γc (draft) | v (verify + host) | ceiling 1 ÷ (γc + v) | speedup ÷ ceiling "
+        "| with free drafting 1 ÷ v |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for target in ("moe", "dense-l"):
+        for gamma in sorted({c.gamma for c in select(study, target=target, draft="draft-xs")}):
+            found = [
+                c
+                for c in select(study, target=target, draft="draft-xs", gamma=gamma)
+                if c.step_s and c.round_s and c.draft_round_s is not None
+            ]
+            if not found:
+                continue
+            draft = median(c.draft_round_s / c.step_s for c in found)
+            verify = median((c.round_s - c.draft_round_s) / c.step_s for c in found)
+            ceiling = median(c.step_s / c.round_s for c in found)
+            added = median(c.speedup * c.round_s / c.step_s for c in found)
+            lines.append(
+                f"| {target} | {gamma} | {median(c.speedup for c in found):.2f}× | {draft:.2f} | "
+                f"{verify:.2f} | {ceiling:.2f}× | {added:.2f} | {1 / verify:.2f}× |"
+            )
+    return "\n".join(lines)
 
 
 def _efficiency_text(study: Sequence[Cell]) -> str:
