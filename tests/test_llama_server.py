@@ -56,11 +56,14 @@ def test_both_arms_share_every_flag_but_the_draft():
     sd = server_command("llama-server", spec(draft=Path("d.gguf"), gamma=4))
     assert sd[: len(plain)] == plain
     extra = sd[len(plain) :]
-    assert extra[:6] == ["--model-draft", "d.gguf", "--draft-max", "4", "--draft-p-min", "0"]
+    assert extra[:8] == [
+        "--spec-type", "draft-simple", "--spec-draft-model", "d.gguf",
+        "--spec-draft-n-max", "4", "--spec-draft-p-min", "0",
+    ]  # fmt: skip
     for flag in ("--no-cache-prompt", "--metrics", "--parallel"):
         assert flag in plain
     assert plain[plain.index("--cache-ram") + 1] == "0"
-    assert "--model-draft" not in plain
+    assert not [flag for flag in plain if flag.startswith("--spec-")]
 
 
 def test_a_cpu_list_pins_the_server_with_taskset():
@@ -149,25 +152,26 @@ def test_a_draft_model_server_counts_per_request_as_its_log_does(tiny_zoo, tmp_p
     from specmoe.zoo.gguf import zoo_gguf
 
     target, draft = zoo_gguf(tiny_zoo, "moe"), zoo_gguf(tiny_zoo, "draft-xs")
-    plain = LlamaServerSpec("tiny-moe", free_port(), target, parallel=2, ctx=1024)
-    sd = LlamaServerSpec("tiny-moe", free_port(), target, draft, gamma=3, parallel=2, ctx=1024)
+    servers = {
+        "plain": LlamaServerSpec("tiny-moe", free_port(), target, parallel=2, ctx=1024),
+        "sd": LlamaServerSpec("tiny-moe", free_port(), target, draft, gamma=3, parallel=2, ctx=1024),
+        # The target as its own draft: greedy drafts the target mostly accepts.
+        "self": LlamaServerSpec("tiny-moe", free_port(), target, target, gamma=3, parallel=2, ctx=1024),
+    }
+    models = "".join(
+        f'[models.{name}]\nurl = "{s.url}"\nmodel = "tiny-moe"\nengine = "llamacpp-server"\n'
+        for name, s in servers.items()
+    )
     path = tmp_path / "s.toml"
     path.write_text(
         f"""
 schema = 1
 name = "llama-server"
-[models.plain]
-url = "{plain.url}"
-model = "tiny-moe"
-engine = "llamacpp-server"
-[models.sd]
-url = "{sd.url}"
-model = "tiny-moe"
-engine = "llamacpp-server"
+{models}
 [[groups]]
 name = "serve"
 target = "plain"
-draft = ["sd"]
+draft = ["sd", "self"]
 gamma = [3]
 concurrency = [1, 2]
 requests = 3
@@ -177,9 +181,9 @@ prompt_set = "code"
 """
     )
     suite = load_suite(path)
-    with serving(BINARY, [plain, sd], tmp_path / "logs") as running:
+    with serving(BINARY, list(servers.values()), tmp_path / "logs") as running:
         rows = run_suite(suite, tmp_path / "r.db", None, progress=False)
-    assert len(rows) == 4
+    assert len(rows) == 6
     for row in rows:
         assert counts_pass(row), row.audit_reason
         requests = [r for r in row.rounds_trace if r["kind"] == "request"]
@@ -193,9 +197,11 @@ prompt_set = "code"
             assert 0 <= row.counts.accepted <= row.counts.drafted
             # Each decode step after the first token drafts at most γ tokens.
             assert all(0 < r["response_drafted"] <= 3 * 23 for r in requests)
-    plain_log, sd_log = (r.log.read_text() for r in running)
-    assert logged_requests(plain_log) == []
-    sd_rows = [r for r in rows if r.arm == "sd"]
-    # Warm-ups: one run of 3 requests per configuration (concurrency 1 and 2) of the SD arm.
-    check = check_counts(logged_requests(sd_log), stored_counts(sd_rows), warmup_requests=6)
-    assert check.agrees and check.stored == 6, check
+    assert all(r.counts.accepted > 0 for r in rows if r.config["draft"] == "self")
+    logs = {r.spec.port: r.log.read_text() for r in running}
+    assert logged_requests(logs[servers["plain"].port]) == []
+    for name in ("sd", "self"):
+        stored = stored_counts(r for r in rows if r.config["draft"] == name)
+        # Warm-ups: one run of 3 requests per configuration (concurrency 1 and 2) of the arm.
+        check = check_counts(logged_requests(logs[servers[name].port]), stored, warmup_requests=6)
+        assert check.agrees and check.stored == 6, check

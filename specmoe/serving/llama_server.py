@@ -12,9 +12,11 @@ differ only in the draft. What both arms share, and why:
   largest concurrency needs as many slots.
 - one thread count for prompt and generation, target and draft (`-t`, `-tb`, `-td`, `-tbd`), and an
   optional CPU list (`taskset -c`), so a server and the client measuring it need not share a core.
-- with a draft: `--draft-max` γ and `--draft-p-min 0` (draft γ tokens every round whatever the
-  draft's confidence, as specmoe's own loop does); the spellings kept as aliases by llama.cpp builds
-  that renamed them to `--spec-draft-*`.
+- with a draft: `--spec-type draft-simple` (without it this llama.cpp loads the draft and never
+  drafts), `--spec-draft-n-max` γ and `--spec-draft-p-min 0` (draft γ tokens every round whatever
+  the draft's confidence, as specmoe's own loop does). These are the spellings of the
+  llama.cpp in the pinned llama-cpp-python: it refuses the old `--draft-max` and `--draft-min`, and
+  keeps `--model-draft` as another name of `--spec-draft-model`.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ class LlamaServerSpec:
     port: int
     model: Path  # target GGUF
     draft: Path | None = None  # draft GGUF: speculative decoding with a draft model
-    gamma: int = 0  # draft tokens per round (--draft-max); 0 without a draft
+    gamma: int = 0  # draft tokens per round (--spec-draft-n-max); 0 without a draft
     parallel: int = 4  # slots (-np): requests decoded together
     ctx: int = 4096  # KV cells over all slots (-c); each slot gets ctx / parallel positions
     threads: int = 1
@@ -75,8 +77,10 @@ def server_command(binary: str | Path, spec: LlamaServerSpec) -> list[str]:
     ]  # fmt: skip
     if spec.draft is not None:
         command += [
-            "--model-draft", str(spec.draft), "--draft-max", str(spec.gamma), "--draft-p-min", "0",
-            "--threads-draft", threads, "--threads-batch-draft", threads,
+            "--spec-type", "draft-simple", "--spec-draft-model", str(spec.draft),
+            "--spec-draft-n-max", str(spec.gamma),
+            "--spec-draft-p-min", "0",
+            "--spec-draft-threads", threads, "--spec-draft-threads-batch", threads,
         ]  # fmt: skip
     return command if spec.cpus is None else ["taskset", "-c", spec.cpus, *command]
 
