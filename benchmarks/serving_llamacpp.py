@@ -16,9 +16,10 @@ they can share their CPUs.
 
 Written under --out: `serving-llamacpp.csv` (`bench export` of the store), `summary.json` (`bench
 summary --json`), `audit.csv` (the rows in the study's schema, for `specmoe audit`),
-`log_check.json` (per server: the stored per-request (accepted, drafted) against the server's log
-lines and its /metrics totals, `specmoe.serving.server_log`) and `logs/<alias>-<port>.txt` (each
-server's version line and its draft-acceptance lines; the full logs name local paths).
+`log_check.json` (per server: its `--version`, the stored per-request (accepted, drafted) against
+the server's log lines and its /metrics totals, `specmoe.serving.server_log`) and
+`logs/<alias>-<port>.txt` (each server's model, draft and slot lines and its draft-acceptance
+lines, paths under the home folder written from `~`; the full logs stay beside the store).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import csv
 import json
 import os
 import re
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,8 +147,8 @@ def metrics_agree(totals: dict[str, float], accepted: int, drafted: int) -> bool
 
 
 def log_excerpt(running: RunningServer) -> str:
-    """The server's version and build lines and its draft-acceptance lines (no local paths)."""
-    keep = re.compile(r"^(build: |system info: )|draft acceptance = ")
+    """The server's model, draft and slot lines and its draft-acceptance lines."""
+    keep = re.compile(r"load_model: |loading draft model|draft acceptance = ")
     lines = running.log.read_text(errors="replace").splitlines()
     return "\n".join(line for line in lines if keep.search(line)) + "\n"
 
@@ -167,10 +169,18 @@ def study_schema(rows: list[RunRow]) -> list[dict]:
                 "draft_len": r.config["gamma"] if sd else "",
                 "tokens_per_sec": r.tokens_per_s,
                 "draft_acceptance_rate": "" if r.acceptance_rate is None else r.acceptance_rate,
-                "speedup_vs_baseline": r.tokens_per_s / paired.tokens_per_s if sd and paired else "",
+                # A baseline's speedup over itself is 1 by definition; the audit checks it is not above.
+                "speedup_vs_baseline": (r.tokens_per_s / paired.tokens_per_s if paired else "")
+                if sd
+                else 1.0,
             }
         )
     return out
+
+
+def server_version(binary: str) -> str:
+    done = subprocess.run([binary, "--version"], capture_output=True, text=True, check=True)
+    return " ".join((done.stdout + done.stderr).split())
 
 
 def write_outputs(out: Path, rows: list[RunRow], checks: list[dict], excerpts: dict[str, str]) -> None:
@@ -212,7 +222,10 @@ def main() -> int:
         totals = [spec_decode_totals(r.spec) for r in running]
     with Store(args.db) as store:
         rows = store.rows(suite.name)
-    checks = [log_check(suite, rows, r, t) for r, t in zip(running, totals, strict=True)]
+    version = server_version(binary)
+    checks = [
+        {"server": version, **log_check(suite, rows, r, t)} for r, t in zip(running, totals, strict=True)
+    ]
     excerpts = {f"{r.spec.alias}-{r.spec.port}.txt": log_excerpt(r) for r in running}
     write_outputs(args.out, rows, checks, excerpts)
     for check in checks:
