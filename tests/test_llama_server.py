@@ -85,6 +85,16 @@ def test_two_servers_on_one_port_are_refused_before_any_starts(tmp_path):
         pass
 
 
+def test_a_port_another_process_listens_on_is_refused(tmp_path):
+    # Otherwise that process would answer the readiness check in place of the new server.
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        taken = spec(port=other.getsockname()[1])
+        with pytest.raises(SpecmoeError, match="is in use"), serving("no-such-binary", [taken], tmp_path):
+            pass
+
+
 def test_draft_lines_are_read_with_their_task_and_counts():
     assert [(r.task, r.accepted, r.drafted) for r in logged_requests(LOG)] == [
         (0, 16, 64),

@@ -21,6 +21,7 @@ differ only in the draft. What both arms share, and why:
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -92,8 +93,18 @@ class RunningServer:
     log: Path  # the server's stdout and stderr
 
 
+def port_in_use(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex((HOST, port)) == 0
+
+
 def start(binary: str | Path, spec: LlamaServerSpec, log: Path) -> RunningServer:
     """Start one server, its output to `log`, and return once it serves its alias."""
+    if port_in_use(spec.port):
+        # Another server there would answer the readiness check in place of ours.
+        raise SpecmoeError(
+            f"port {spec.port} on {HOST} is in use; stop what listens there or pick another port"
+        )
     with log.open("w") as handle:  # the child keeps its own descriptor
         process = subprocess.Popen(server_command(binary, spec), stdout=handle, stderr=subprocess.STDOUT)
     running = RunningServer(spec, process, log)
@@ -101,16 +112,18 @@ def start(binary: str | Path, spec: LlamaServerSpec, log: Path) -> RunningServer
     while True:
         try:
             check_model(spec.server)
-            return running
+            if process.poll() is None:
+                return running
         except SpecmoeError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                stop(running)
-                tail = log.read_text(errors="replace")[-1500:]
-                raise SpecmoeError(
-                    f"llama-server '{spec.alias}' on port {spec.port} did not start within "
-                    f"{START_TIMEOUT_S:.0f} s (exit status {process.poll()}); its log ends: {tail!r}"
-                ) from None
-            time.sleep(_POLL_S)
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            stop(running)
+            tail = log.read_text(errors="replace")[-1500:]
+            raise SpecmoeError(
+                f"llama-server '{spec.alias}' on port {spec.port} did not start within "
+                f"{START_TIMEOUT_S:.0f} s (exit status {process.poll()}); its log ends: {tail!r}"
+            )
+        time.sleep(_POLL_S)
 
 
 def stop(running: RunningServer) -> None:
