@@ -15,11 +15,12 @@ share a core). Only one server works at a time (server runs are measured one aft
 they can share their CPUs.
 
 Written under --out: `serving-llamacpp.csv` (`bench export` of the store), `summary.json` (`bench
-summary --json`), `audit.csv` (the rows in the study's schema, for `specmoe audit`),
-`log_check.json` (per server: its `--version`, the stored per-request (accepted, drafted) against
-the server's log lines and its /metrics totals, `specmoe.serving.server_log`) and
-`logs/<alias>-<port>.txt` (each server's model, draft and slot lines and its draft-acceptance
-lines, paths under the home folder written from `~`; the full logs stay beside the store).
+summary --json`) and `summary.txt`, `audit.csv` (the rows in the study's schema, for `specmoe
+audit`), `tables.md` (the report's speedup, latency and log-check tables), `log_check.json` (per
+server: its `--version`, the stored per-request (accepted, drafted) against the server's log lines
+and its /metrics totals, `specmoe.serving.server_log`) and `logs/<alias>-<port>.txt` (each
+server's model, draft and slot lines and its draft-acceptance lines, paths under the home folder
+written from `~`; the full logs stay beside the store).
 """
 
 from __future__ import annotations
@@ -183,6 +184,64 @@ def server_version(binary: str) -> str:
     return " ".join((done.stdout + done.stderr).split())
 
 
+def load_label(row: dict) -> str:
+    """c=N for a closed loop, R req/s (at most N in flight) for an open one."""
+    rate = row["request_rate"]
+    return f"c={row['concurrency']}" if rate is None else f"{rate:g} req/s, ≤{row['concurrency']} in flight"
+
+
+def _ms(values: dict[str, float]) -> str:
+    return " / ".join(f"{values[p] * 1e3:.2f}" for p in ("p50", "p90", "p99"))
+
+
+def tables_markdown(summary: dict, checks: list[dict]) -> str:
+    """The report's three tables from `bench summary --json` and the log checks."""
+    lines = [
+        "<!-- Written by benchmarks/serving_llamacpp.py; do not edit. -->",
+        "| target | draft | γ | load | requests/run | baseline tok/s | SD tok/s | speedup | acceptance |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in summary["rows"]:
+        accept = "–" if r["acceptance_rate"] is None else f"{r['acceptance_rate']:.1%}"
+        lines.append(
+            f"| {r['target']} | {r['draft']} | {r['gamma']} | {load_label(r)} | {r['requests']} "
+            f"| {r['baseline_tokens_per_s']:.1f} | {r['sd_tokens_per_s']:.1f} "
+            f"| {r['speedup']['text']} | {accept} |"
+        )
+    lines += [
+        "",
+        "| target | arm | load | runs | requests | TTFT p50 / p90 / p99 ms | TPOT p50 / p90 / p99 ms |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in summary["latency"]:
+        arm = r["draft"] or "plain"
+        lines.append(
+            f"| {r['target']} | {arm} | {load_label(r)} | {r['runs']} | {r['tpot_requests']} "
+            f"| {_ms(r['ttft_s'])} | {_ms(r['tpot_s'])} |"
+        )
+    lines += [
+        "",
+        "| server | draft | stored requests that drafted | in the log | matched | log lines beyond "
+        "(warm-up requests sent) | accepted / drafted, stored | log | /metrics | verify steps (/metrics) "
+        "| agrees |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for c in checks:
+        m = c["metrics"]
+        metrics = (
+            f"{m.get('spec_decode_num_accepted_tokens_total', 0):.0f} / "
+            f"{m.get('spec_decode_num_draft_tokens_total', 0):.0f}"
+        )
+        agrees = "yes" if c["agrees"] and c["metrics_agree_with_log"] else "NO"
+        lines.append(
+            f"| {c['url']} | {c['draft'] or '–'} | {c['stored']} | {c['logged']} | {c['matched']} "
+            f"| {c['extra']} ({c['warmup_requests']}) | {c['stored_accepted']} / {c['stored_drafted']} "
+            f"| {c['logged_accepted']} / {c['logged_drafted']} | {metrics} "
+            f"| {m.get('spec_decode_num_drafts_total', 0):.0f} | {agrees} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def write_outputs(out: Path, rows: list[RunRow], checks: list[dict], excerpts: dict[str, str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     columns, records = export_records(rows)
@@ -196,6 +255,7 @@ def write_outputs(out: Path, rows: list[RunRow], checks: list[dict], excerpts: d
         writer.writeheader()
         writer.writerows(audit_rows)
     (out / "log_check.json").write_text(json.dumps(checks, indent=1) + "\n")
+    (out / "tables.md").write_text(tables_markdown(to_json(table), checks))
     (out / "logs").mkdir(exist_ok=True)
     for name, text in excerpts.items():
         (out / "logs" / name).write_text(text.replace(str(HOME), "~"))
