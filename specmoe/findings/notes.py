@@ -119,6 +119,9 @@ def notes_values(
         "notes.gap_max": gap_max,
         "notes.prediction_errors": prediction_errors(out.parent / "predictions" / "predictions.json"),
         "notes.out_of_sample": out_of_sample_errors(out.parent / "predictions" / "out-of-sample.json"),
+        "notes.out_of_sample_refit": out_of_sample_errors(
+            out.parent / "predictions" / "out-of-sample.json", "v2_refit"
+        ),
         "notes.out_of_sample_v1": out_of_sample_errors(
             out.parent / "predictions" / "out-of-sample.json", "v1_on_seen"
         ),
