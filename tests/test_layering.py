@@ -39,14 +39,18 @@ def test_no_circle_even_through_deferred_imports():
     assert GRAPH.cycles(_graph(), with_deferred=True) == []
 
 
+def _tiny_package(tmp_path):
+    """An empty `specmoe` with an engine and a bench package, for the checker's negative controls."""
+    package = tmp_path / "specmoe"
+    for folder in (package, package / "engine", package / "bench"):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "__init__.py").write_text("")
+    return package
+
+
 def test_the_checker_sees_an_upward_deferred_import_and_a_circle(tmp_path):
     # A negative control: a tiny package with both faults must be reported.
-    package = tmp_path / "specmoe"
-    (package / "engine").mkdir(parents=True)
-    (package / "bench").mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "engine" / "__init__.py").write_text("")
-    (package / "bench" / "__init__.py").write_text("")
+    package = _tiny_package(tmp_path)
     (package / "engine" / "a.py").write_text("def f():\n    from specmoe.bench import b\n")
     (package / "bench" / "b.py").write_text("from specmoe.engine import a\n")
     graph = GRAPH.build_graph(package)
@@ -60,12 +64,7 @@ def test_the_checker_sees_an_upward_deferred_import_and_a_circle(tmp_path):
 def test_the_checker_sees_a_module_named_by_a_string(tmp_path):
     # A negative control for imports hidden in strings: "specmoe.bench.b:Runner" handed to importlib
     # points up as surely as an import statement; prose and non-module names are not imports.
-    package = tmp_path / "specmoe"
-    (package / "engine").mkdir(parents=True)
-    (package / "bench").mkdir()
-    (package / "__init__.py").write_text("")
-    (package / "engine" / "__init__.py").write_text("")
-    (package / "bench" / "__init__.py").write_text("")
+    package = _tiny_package(tmp_path)
     (package / "bench" / "b.py").write_text("")
     (package / "engine" / "a.py").write_text(
         'RUNNER = "specmoe.bench.b:Runner"\n'
