@@ -418,3 +418,18 @@ def test_calibration_rows_are_complete_and_possible():
             gamma = int(row["gamma"])
             tau = acceptance(float(row["acceptance"]), AcceptanceKind(row["acceptance_kind"]), gamma).tau
             assert float(row["speedup"]) <= tau, row["id"]
+
+
+def test_advise_prices_a_short_decode_at_the_batch_size_it_shrinks_from(capsys):
+    # A benchmark's 32 tokens per sequence: the slowest of 16 rows sets the loop's length, so SD
+    # pays less than in a long decode's steady state; a single row loses only its cut-short round.
+    common = ["--config", EXAMPLES / "qwen3-30b-a3b.json", "--draft-config", EXAMPLES / "qwen3-0.6b.json"]
+    common += ["--hardware", EXAMPLES / "h100-sxm.json", "--engine", "vllm", "--batch", "16", "--gamma", "4"]
+    common += ["--acceptance", "0.7", "--acceptance-kind", "alpha", "--json"]
+    _, steady, _ = _advise(capsys, *common)
+    _, short, _ = _advise(capsys, *common, "--output-tokens", "32")
+    steady, short = json.loads(steady), json.loads(short)
+    assert steady["output_tokens"] is None and short["output_tokens"] == 32
+    assert short["rows"][0]["best"]["speedup"] < steady["rows"][0]["best"]["speedup"]
+    code, _, err = _advise(capsys, *common, "--output-tokens", "0")
+    assert code != 0 and "--output-tokens must be at least 1" in err

@@ -65,6 +65,7 @@ def advise_from_configs(args) -> dict:
         tree_tokens=args.tree_tokens,
         tree_width=args.tree_width,
         draft_vocab=args.draft_vocab,
+        new_tokens=args.output_tokens,
     )
     alpha = stated_alpha(args.acceptance, AcceptanceKind(args.acceptance_kind), args.acceptance_gamma, gammas)
     return advise_setup(setup, args.batch or list(DEFAULT_BATCHES), gammas, alpha)

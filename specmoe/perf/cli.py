@@ -111,6 +111,13 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     configs.add_argument("--gamma", default=None, help="draft lengths to score (default 1..--gamma-max)")
     configs.add_argument("--context", type=int, default=512, help="cached tokens per sequence (512)")
     configs.add_argument(
+        "--output-tokens",
+        type=int,
+        default=None,
+        help="tokens each sequence decodes (a benchmark's max_new_tokens): prices each row's cut-short "
+        "last round and the batch shrinking as rows finish; default: a long decode's steady state",
+    )
+    configs.add_argument(
         "--acceptance", type=float, default=None, help="your measured or expected acceptance"
     )
     configs.add_argument(

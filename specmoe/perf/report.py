@@ -92,7 +92,12 @@ def format_setup_advice(advice: dict) -> str:
             else ""
         ),
         f"UNFITTED: first principles + the '{advice['engine']}' engine profile "
-        f"(band ×/÷ {advice['uncertainty']:g}); context {advice['context']:g} tokens",
+        f"(band ×/÷ {advice['uncertainty']:g}); context {advice['context']:g} tokens"
+        + (
+            f"; {advice['output_tokens']} output tokens per sequence"
+            if advice.get("output_tokens")
+            else "; a long decode (steady state)"
+        ),
         "break-even: the acceptance at which SD matches plain decoding (α per position; "
         "rate = accepted/drafted; τ = mean accepted length incl. the bonus token)",
     ]

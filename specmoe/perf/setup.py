@@ -38,6 +38,7 @@ class SDSetup:
     engine: EngineProfile
     context: float
     shape: RoundShape = CHAIN
+    new_tokens: int | None = None  # tokens each sequence decodes; None: a long decode's steady state
 
     def draft(self, gamma: int):
         """The drafter's forward times for rounds of γ proposals (a Medusa round runs its heads once)."""
@@ -61,6 +62,7 @@ class SDSetup:
             self.plain_host_s,
             self.draft_host_s,
             self.shape,
+            self.new_tokens,
         )
 
     @property
@@ -91,6 +93,7 @@ def configured_setup(
     tree_width: int = 1,
     draft_vocab: int | None = None,
     label: str | None = None,
+    new_tokens: int | None = None,
 ) -> SDSetup:
     """The setup for one target, drafter and engine. `draft` is the draft model's Architecture
     (method MODEL only); heads are built from the target (Medusa's from γ = `gamma_for_heads`)."""
@@ -98,6 +101,8 @@ def configured_setup(
         raise SpecmoeError("a draft model needs its config: pass --draft-config draft.json")
     if method is not DraftMethod.MODEL and draft is not None:
         raise SpecmoeError(f"--draft {method.value} builds its own drafter; drop --draft-config")
+    if new_tokens is not None and new_tokens < 1:
+        raise SpecmoeError(f"--output-tokens must be at least 1, got {new_tokens}")
     if tree_width < 1 or (tree_tokens is not None and tree_tokens < 2):
         raise SpecmoeError("--tree-width must be >= 1 and --tree-tokens >= 2 (tokens verified per sequence)")
     if method.is_head:
@@ -106,7 +111,7 @@ def configured_setup(
     times = _times(target.name, target, hardware, engine, context)
     draft_times = None if draft is None else _times(draft.name, draft, hardware, engine, context)
     name = label or f"{target.name} ({target.dtype}) on {hardware.name} under {engine.name}"
-    return SDSetup(name, times, method, draft, draft_times, hardware, engine, context, shape)
+    return SDSetup(name, times, method, draft, draft_times, hardware, engine, context, shape, new_tokens)
 
 
 def describe(setup: SDSetup) -> dict:
@@ -123,6 +128,7 @@ def describe(setup: SDSetup) -> dict:
         "hardware": setup.hardware.name,
         "devices": setup.hardware.device_count,
         "context": setup.context,
+        "output_tokens": setup.new_tokens,
         "verify_tokens": setup.shape.verify_tokens,
         "tree_width": setup.shape.draft_width,
         "host_round_s": setup.engine.round_s,
