@@ -23,6 +23,7 @@ import hashlib
 import json
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -230,47 +231,96 @@ def _span(paths: list[Path]) -> str:
     return f"{min(starts)[:16].replace('T', ' ')} to {max(ends)[:16].replace('T', ' ')}"
 
 
-def again_table(rerun: list[Path], before: list[Path]) -> str:
-    """Cells measured again on another day beside their first measurement: the measurement's own
-    reproducibility, the floor under any prediction's error."""
-    old, new = _cells(before), _cells(rerun)
-    lines = [
-        "| target | draft | B | γ | top-k | first | again | again ÷ first | intervals overlap |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    ratios, overlaps = [], 0
+def _shown(c) -> str:
+    e = c.speedup
+    if e.level is None:
+        return f"{e.value:.2f} (range {e.low:.2f}–{e.high:.2f}, n={c.units})"
+    return f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}] n={c.units}"
 
-    def shown(c) -> str:
-        e = c.speedup
-        if e.level is None:
-            return f"{e.value:.2f} (range {e.low:.2f}–{e.high:.2f}, n={c.units})"
-        return f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}] n={c.units}"
 
+def again_table(passes: list[Path], before: list[Path]) -> str:
+    """Cells measured again, each `passes` file one later pass, beside their first measurement: the
+    measurement's own reproducibility, the floor under any prediction's error."""
+    old = _cells(before)
+    news = [_cells([path]) for path in passes]
     order = lambda k: (k[0], k[4] or 0, k[3], k[5])  # noqa: E731  target, top-k, B, γ
-    for key in sorted(set(old) & set(new), key=order):
-        a, b = old[key].speedup, new[key].speedup
-        ratio = b.value / a.value
-        overlap = a.low <= b.high and b.low <= a.high
-        ratios.append(abs(ratio - 1))
-        overlaps += overlap
+    keys = sorted(set(old).intersection(*news), key=order)
+    if not passes or not keys:
+        return "No cell was measured again."
+    heads = [f"again ({_span([path])[:10]})" for path in passes]
+    lines = [
+        "| target | draft | B | γ | top-k | first | "
+        + " | ".join(f"{h} | ÷ first | overlap" for h in heads)
+        + " |",
+        "|---|---|---|---|---|---|" + "---|---|---|" * len(passes),
+    ]
+    moved = [[] for _ in passes]
+    overlaps = [0 for _ in passes]
+    for key in keys:
+        a = old[key].speedup
+        cols = []
+        for i, new in enumerate(news):
+            b = new[key].speedup
+            overlap = a.low <= b.high and b.low <= a.high
+            moved[i].append(abs(b.value / a.value - 1))
+            overlaps[i] += overlap
+            cols.append(f"{_shown(new[key])} | {b.value / a.value:.3f} | {'yes' if overlap else 'no'}")
         target, draft, _, batch, top_k, gamma = key
         lines.append(
-            f"| {target} | {draft} | {batch} | {gamma} | {top_k or ''} | {shown(old[key])} | "
-            f"{shown(new[key])} | {ratio:.3f} | {'yes' if overlap else 'no'} |"
+            f"| {target} | {draft} | {batch} | {gamma} | {top_k or ''} | {_shown(old[key])} | "
+            + " | ".join(cols)
+            + " |"
         )
-    if not ratios:
-        return "No cell was measured again."
-    head = (
-        f"First measured {_span(before)}, again {_span(rerun)} (UTC). "
-        f"{len(ratios)} cells measured again: the speedup moved by a median of "
-        f"{statistics.median(ratios):.1%} (at most {max(ratios):.1%}); the two intervals overlap in "
-        f"{overlaps} of {len(ratios)}."
-    )
-    return head + "\n\n" + "\n".join(lines)
+    head = [f"First measured {_span(before)} (UTC); {len(keys)} cells measured again:"]
+    for path, m, overlap in zip(passes, moved, overlaps, strict=True):
+        head.append(
+            f"- {_span([path])}: the speedup moved by a median of {statistics.median(m):.1%} "
+            f"(at most {max(m):.1%}); the two intervals overlap in {overlap} of {len(m)}."
+        )
+    return "\n".join(head) + "\n\n" + "\n".join(lines)
 
 
 V1 = "8abd7e7"  # the commit whose model (one steady-state round) the `--seen` cells were measured after
 V2 = "dbbc2f0"  # the commit that froze v2 (a finite decode), before the `--runs` cells were measured
+
+
+@dataclass(frozen=True)
+class Refit:
+    """Fits profiled again on `label` (a date) and the cells they predict: `declared` when the fits
+    were committed before those cells were measured and named as their predictor; otherwise a
+    comparison (e.g. older fits on newer cells, to show what a stale profile costs)."""
+
+    label: str
+    fits: Path
+    runs: Path
+    declared: bool
+    rows: tuple[dict, ...] = ()
+
+
+def refit_section(refit: Refit, hashes: dict[str, str]) -> list[str]:
+    kind = (
+        "declared before these cells were measured: the prediction"
+        if refit.declared
+        else "not declared for these cells: a comparison"
+    )
+    return [
+        f"### Fits profiled {refit.label} on `{refit.runs.name}` ({kind})",
+        "",
+        *(f"- `{name}` {digest}" for name, digest in hashes.items()),
+        "",
+        summary(list(refit.rows)),
+        "",
+        table(list(refit.rows)),
+        "",
+    ]
+
+
+def declared_rows(rows: list[dict], refits: list[Refit]) -> list[dict]:
+    """Every cell once, predicted by the fits declared for it before it was measured: a refit's
+    where one was declared for the cell's runs, else the frozen fits of `--fits`."""
+    redeclared = {r.runs.name for r in refits if r.declared}
+    chosen = [row for row in rows if row["runs"] not in redeclared]
+    return chosen + [row for r in refits if r.declared for row in r.rows]
 
 
 def report(
@@ -279,26 +329,27 @@ def report(
     v1: list[dict],
     hashes: dict[str, str],
     again: str,
-    refit: tuple[list[dict], dict[str, str]] = ([], {}),
+    refits: list[tuple[Refit, dict[str, str]]] = (),
 ) -> str:
-    refit_rows, refit_hashes = refit
     refit_part = (
         [
-            "## Model v2 with fits profiled again, declared before the cells that test them",
+            "## Model v2 with fits profiled again",
             "",
-            "The llama.cpp profiles above date from 2026-11-23, and the runs since step faster than they say",
-            "(the last column). The llama.cpp models were profiled and fitted again on 2026-11-25, the fits",
-            "committed, and then new cells measured (γ = 3, never run on llama.cpp). The re-profiled fits",
-            "are the declared prediction; the same cells from the older fits stand in the table above.",
+            "The fits above were profiled on 2026-11-23, and the runs since step faster than they say (the",
+            "last column). The llama.cpp models were profiled and fitted again on later days, each set",
+            "committed before the cells it was declared to predict; the same cells from the older fits",
+            "stand in the table above.",
             "",
-            *(f"- `{name}` {digest}" for name, digest in refit_hashes.items()),
+            *(line for refit, digests in refits for line in refit_section(refit, digests)),
+            "## Every cell by the fits declared for it",
             "",
-            summary(refit_rows),
+            "Each cell above once, predicted by the fits named as its predictor before it was measured",
+            "(the table above for cells no later profile was declared for).",
             "",
-            table(refit_rows),
+            summary(declared_rows(rows, [r for r, _ in refits])),
             "",
         ]
-        if refit_rows
+        if refits
         else []
     )
     return "\n".join(
@@ -331,7 +382,7 @@ def report(
             "",
             table(v1),
             "",
-            "## The same cells measured again (hours later, not another day)",
+            "## The same cells measured again",
             "",
             again,
             "",
@@ -363,12 +414,24 @@ def main(argv: list[str] | None = None) -> int:
         "--profiles", type=Path, action="append", default=[], help="profiles for the diagnostic column"
     )
     parser.add_argument("--out", type=Path, default=None, help="folder for out-of-sample.md and .json")
-    parser.add_argument("--again", type=Path, action="append", default=[], help="cells measured again")
     parser.add_argument(
-        "--refit-runs", type=Path, action="append", default=[], help="cells measured after --refit-fits froze"
+        "--again", type=Path, action="append", default=[], help="one later pass over cells measured again"
     )
     parser.add_argument(
-        "--refit-fits", type=Path, action="append", default=[], help="fits profiled again, frozen first"
+        "--refit",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("DATE", "FITS", "RUNS"),
+        help="fits profiled on DATE, committed before the cells of RUNS and declared their predictor",
+    )
+    parser.add_argument(
+        "--compare-refit",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("DATE", "FITS", "RUNS"),
+        help="fits profiled on DATE on cells they were not declared for (e.g. older fits, newer cells)",
     )
     parser.add_argument(
         "--first", type=Path, action="append", default=[], help="the same cells' first measurement"
@@ -378,9 +441,14 @@ def main(argv: list[str] | None = None) -> int:
     seen = predict_cells(args.seen, args.fits, args.acceptance_from, profiles=args.profiles)
     v1 = predict_cells(args.seen, args.fits, args.acceptance_from, ragged=False, profiles=args.profiles)
     hashes = fit_hashes(args.fits)
-    refit = predict_cells(args.refit_runs, args.refit_fits, args.acceptance_from) if args.refit_runs else []
-    refit_hashes = {k: v for k, v in fit_hashes(args.refit_fits).items() if k not in hashes}
-    text = report(rows, seen, v1, hashes, again_table(args.again, args.first), (refit, refit_hashes))
+    refits = []
+    for declared, given in ((True, args.refit), (False, args.compare_refit)):
+        for label, fits, runs in given:
+            fits, runs = Path(fits), Path(runs)
+            predicted = predict_cells([runs], [fits], args.acceptance_from)
+            refit = Refit(label, fits, runs, declared, tuple(predicted))
+            refits.append((refit, {k: v for k, v in fit_hashes([fits]).items() if k not in hashes}))
+    text = report(rows, seen, v1, hashes, again_table(args.again, args.first), refits)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -391,12 +459,22 @@ def main(argv: list[str] | None = None) -> int:
                 "v2": engine_errors(rows),
                 "v1_on_seen": engine_errors(v1),
                 "v2_on_seen": engine_errors(seen),
-                "v2_refit": engine_errors(refit),
+                "v2_declared": engine_errors(declared_rows(rows, [r for r, _ in refits])),
+                **{f"v2_refit {r.label} on {r.runs.name}": engine_errors(list(r.rows)) for r, _ in refits},
             },
             "v2": rows,
             "v1_on_seen": v1,
             "v2_on_seen": seen,
-            "v2_refit": refit,
+            "v2_refit": [
+                {
+                    "label": r.label,
+                    "fits": str(r.fits),
+                    "runs": r.runs.name,
+                    "declared": r.declared,
+                    "rows": list(r.rows),
+                }
+                for r, _ in refits
+            ],
         }
         (args.out / "out-of-sample.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     return 0

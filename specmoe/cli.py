@@ -563,6 +563,34 @@ def _add_model(commands) -> None:
     fit.add_argument("--out", type=Path, required=True, help="fit JSON to write")
     fit.add_argument("--max-points", type=int, default=21, help="points used in the fit (<= 21)")
     fit.set_defaults(run=_run_model_fit)
+    check = model.add_parser(
+        "check", help="does a fit still describe this machine? a few of its points timed again"
+    )
+    check.add_argument("fit", type=Path, help="a `specmoe model fit` output")
+    check.add_argument(
+        "--model", required=True, help="the model the fit was made from (or zoo name with --zoo)"
+    )
+    check.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
+    check.add_argument(
+        "--batch", default=None, help="batch sizes (default: the fit's smallest and the one nearest 4)"
+    )
+    check.add_argument(
+        "--tokens", default=None, help="tokens per sequence (default: 1 and the fit's largest up to 5)"
+    )
+    check.add_argument("--repeats", type=_count, default=5, help="timed passes per point (median is kept)")
+    check.add_argument(
+        "--threads", type=_count, default=None, help="torch and llama.cpp threads (as profiled)"
+    )
+    check.add_argument(
+        "--dtype",
+        choices=DTYPE_NAMES,
+        default=None,
+        help="compute dtype (default: the fit's, for transformers)",
+    )
+    check.add_argument("--device", default="cpu", help="cpu, cuda or mps")
+    check.add_argument("--fail-on-drift", action="store_true", help="exit 1 when the fit has drifted")
+    check.add_argument("--json", action="store_true", help="print one JSON object")
+    check.set_defaults(run=_run_model_check)
     predict = model.add_parser(
         "predict", help="predicted target efficiency and SD speedup, from a fit or from first principles"
     )
@@ -633,6 +661,12 @@ def _run_model_fit(args) -> int:
     from specmoe.perf.cli import run_fit
 
     return run_fit(args)
+
+
+def _run_model_check(args) -> int:
+    from specmoe.perf.cli import run_check
+
+    return run_check(args)
 
 
 def _run_model_predict(args) -> int:

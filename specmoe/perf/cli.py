@@ -1,4 +1,5 @@
-"""The performance-model subcommands: `hw`, `profile`, `model fit`, `model predict`, `advise`.
+"""The performance-model subcommands: `hw`, `profile`, `model fit`, `model check`, `model predict`,
+`advise`.
 
 Each function takes the parsed arguments from `specmoe.cli`, calls into the package and prints.
 """
@@ -74,6 +75,39 @@ def run_fit(args) -> int:
     print(format_fit(fit))
     print(f"wrote {args.out}")
     return 0
+
+
+def run_check(args) -> int:
+    from dataclasses import asdict
+
+    from specmoe.api import backend_for
+    from specmoe.perf.drift import check_points, compare, format_check
+    from specmoe.perf.fit import load_fit
+    from specmoe.perf.profile import profile_model
+    from specmoe.zoo.manifest import resolve_model_file
+
+    fit = load_fit(args.fit)
+    batches, tokens = check_points(fit["grid"])
+    model = resolve_model_file(args.model, args.zoo)
+    gguf = backend_for(model) == "llamacpp"
+    profile = profile_model(
+        model,
+        args.batch or batches,
+        args.tokens or tokens,
+        context=int(fit.get("context", 64)),
+        dtype=None if gguf else (args.dtype or fit["model"].get("dtype")),
+        device=args.device,
+        repeats=args.repeats,
+        threads=args.threads,
+        trace_samples=1,
+    )
+    check = compare(fit, profile)
+    if args.json:
+        payload = asdict(check) | {"current": check.current, "median_ratio": check.median_ratio}
+        print(json.dumps(payload, indent=1))
+    else:
+        print(format_check(check, str(args.fit)))
+    return 1 if args.fail_on_drift and not check.current else 0
 
 
 def run_predict(args) -> int:

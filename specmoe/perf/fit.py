@@ -216,6 +216,7 @@ def fit_profile(profile: dict, max_points: int = MAX_POINTS, where: str = "profi
         "points": rows,
         "quality": quality(rows),
         "source": where,
+        "profiled": profile.get("created"),  # when the times were measured: a fit ages with them
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
