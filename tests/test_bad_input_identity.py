@@ -131,3 +131,66 @@ def test_a_draft_with_another_tokenizer_of_the_same_size_is_refused(tiny_zoo, tm
         == tokenizer_digest(tiny_zoo / "draft-xs")
     )
     assert tokenizer_digest(tmp_path) is None  # no tokenizer.json: compared by size alone
+
+
+# --- 5. the weights behind a stored key ------------------------------------------------------------
+
+
+def _path_suite(folder: Path, zoo: Path) -> Path:
+    """The tiny MoE and draft-xs named by path (not by zoo name), from a copy the test may change."""
+    import shutil
+
+    for name in ("moe", "draft-xs"):
+        shutil.copytree(zoo / name, folder / name)
+    path = folder / "bypath.toml"
+    path.write_text(
+        'schema = 1\nname = "bypath"\n[defaults]\ndtype = "float32"\nprompt_set = "factual"\nprompts = 1\n'
+        "max_new_tokens = 2\nrepeats = 1\nwarmup = 0\n"
+        f'[models.moe]\npath = "{folder / "moe"}"\n[models.draft-xs]\npath = "{folder / "draft-xs"}"\n'
+        '[[groups]]\nname = "g"\ntarget = ["moe"]\ndraft = ["draft-xs"]\ngamma = [2]\n',
+        encoding="utf-8",
+    )
+    return path
+
+
+def _retrain_in_place(model_dir: Path) -> None:
+    """New weights at the same path, same shapes: every tensor nudged."""
+    from safetensors.torch import load_file, save_file
+
+    file = model_dir / "model.safetensors"
+    save_file({k: v * 1.01 for k, v in load_file(file).items()}, file, metadata={"format": "pt"})
+
+
+def test_every_row_records_the_weights_it_measured(tiny_zoo, tmp_path):
+    rows = run_suite(load_suite(_path_suite(tmp_path, tiny_zoo)), tmp_path / "r.db", None, progress=False)
+    sd = next(r for r in rows if r.arm == "sd")
+    assert set(sd.env["weights"]) == {"moe", "draft-xs"}
+    assert all(len(v) == 12 for v in sd.env["weights"].values())
+    baseline = next(r for r in rows if r.arm == "baseline")
+    assert baseline.env["weights"] == {"moe": sd.env["weights"]["moe"]}
+
+
+def test_weights_changed_under_a_stored_run_are_said_once_per_model(tiny_zoo, tmp_path, caplog):
+    suite, db = _path_suite(tmp_path, tiny_zoo), tmp_path / "r.db"
+    run_suite(load_suite(suite), db, None, progress=False)
+    caplog.clear()
+    run_suite(load_suite(suite), db, None, progress=False)  # unchanged: nothing said
+    assert not [r for r in caplog.records if "weights are not those" in r.getMessage()]
+    _retrain_in_place(tmp_path / "draft-xs")
+    run_suite(load_suite(suite), db, None, progress=False)
+    said = [r.getMessage() for r in caplog.records if "weights are not those" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith(
+        "model 'draft-xs': its weights are not those 1 stored run(s)"
+    )
+    assert "measure into a new --db" in said[0]
+
+
+def test_a_fingerprint_follows_the_weights_not_the_place(tiny_zoo, tmp_path):
+    import shutil
+
+    from specmoe.backends.weights import weights_fingerprint
+
+    shutil.copytree(tiny_zoo / "draft-xs", tmp_path / "copy")
+    assert weights_fingerprint(tmp_path / "copy") == weights_fingerprint(tiny_zoo / "draft-xs")
+    _retrain_in_place(tmp_path / "copy")
+    assert weights_fingerprint(tmp_path / "copy") != weights_fingerprint(tiny_zoo / "draft-xs")

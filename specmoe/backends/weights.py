@@ -9,6 +9,7 @@ reads it (and fails with a traceback, or worse, loads part of it). Cost: one sma
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from pathlib import Path
@@ -101,3 +102,35 @@ def read_config(path: Path) -> dict:
         kind = {list: "an array", str: "a string"}.get(type(config), "a scalar")
         raise SpecmoeError(f"'{config_file}' is not a JSON object ({kind}); restore the model's config.json")
     return config
+
+
+FINGERPRINT_HEAD_BYTES = 1 << 20  # a safetensors or GGUF header and the first tensors
+FINGERPRINT_BLOCKS = 16
+FINGERPRINT_BLOCK_BYTES = 64 * 1024
+WEIGHT_SUFFIXES = (".safetensors", ".gguf", ".bin", ".pt", ".pth")
+
+
+def weights_fingerprint(path: Path) -> str:
+    """12 hex digits naming a model's weights, to tell whether the files at a path are still the ones
+    a stored run measured.
+
+    Over each weight file (a directory's, sorted by name; or the file itself): its name, its size,
+    its first MiB (the header) and 16 blocks of 64 KiB spread evenly through it; and a directory's
+    config.json. It reads about 2 MiB a file whatever the file's size, so it costs milliseconds;
+    weights that were trained, converted or quantized again differ in every block. It is no
+    checksum: one byte changed between two blocks goes unseen.
+    """
+    path = Path(path)
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    digest = hashlib.sha256()
+    if path.is_dir() and (path / "config.json").is_file():
+        digest.update((path / "config.json").read_bytes())
+    for file in files:
+        size = file.stat().st_size
+        digest.update(f"{file.name}\0{size}\0".encode())
+        with file.open("rb") as handle:
+            digest.update(handle.read(FINGERPRINT_HEAD_BYTES))
+            for i in range(FINGERPRINT_BLOCKS):
+                handle.seek(size * i // FINGERPRINT_BLOCKS)
+                digest.update(handle.read(FINGERPRINT_BLOCK_BYTES))
+    return digest.hexdigest()[:12]

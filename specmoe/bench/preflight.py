@@ -78,23 +78,13 @@ def check_extras(suite: Suite, local: bool = True, executor_extra: str | None = 
         require(executor_extra, f"--executor {executor_extra}")
     if not local:
         return
-    used = {name for spec in expand(suite) for name in _model_names(spec)}
+    used = {name for spec in expand(suite) for name in spec.model_names}
     for name in sorted(used):
         model = suite.models[name]
         if model.backend == LLAMACPP_BACKEND or model.gguf is not None:
             require("llamacpp", f"suite {suite.name}: model {name} (backend llamacpp)")
         elif model.backend == SERVING_BACKEND:
             require("serve", f"suite {suite.name}: model {name} (backend openai)")
-
-
-def _model_names(spec: RunSpec) -> list[str]:
-    """Suite-local names of the models a run uses: target, draft, an oracle's cost model."""
-    names = [spec.target]
-    if spec.draft_model is not None:
-        names.append(spec.draft_model.name)
-    if spec.oracle_cost is not None:
-        names.append(spec.oracle_cost)
-    return names
 
 
 def _local_models(specs: list[RunSpec]) -> dict[str, str]:

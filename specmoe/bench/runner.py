@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,6 +18,7 @@ import torch
 
 from specmoe.backends import load_backend
 from specmoe.backends.base import Backend
+from specmoe.backends.weights import weights_fingerprint
 from specmoe.bench.audit import audit_run
 from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
@@ -48,6 +49,7 @@ class ModelPool:
         self.zoo_dir = zoo_dir
         self._models: dict[tuple, Backend] = {}
         self._tokenizers: dict[str, object] = {}
+        self._weights: dict[str, str] = {}
 
     def path(self, name: str) -> Path:
         spec = self.suite.models[name]
@@ -60,6 +62,14 @@ class ModelPool:
         from specmoe.zoo import resolve_model
 
         return resolve_model(spec.zoo, self.zoo_dir)
+
+    def weights(self, names: list[str]) -> dict[str, str]:
+        """Each named model's weights fingerprint (`backends.weights.weights_fingerprint`), taken
+        once per suite run: stored with every row, so a store can tell when a path's files changed."""
+        for name in names:
+            if name not in self._weights:
+                self._weights[name] = weights_fingerprint(self.path(name))
+        return {name: self._weights[name] for name in names}
 
     def model(
         self, name: str, dtype: str, device: str, moe_top_k: int | None = None, compile: bool = False
@@ -138,6 +148,7 @@ class Runner:
             if spec.arm == "baseline" and spec.temperature == 0.0:
                 self._remember_plain(spec, m.result)
             row = make_row(spec, m, baseline, created_at, self.lossless_note(spec, m.result))
+            row = replace(row, env={**row.env, "weights": self.pool.weights(spec.model_names)})
             baseline = row if spec.arm == "baseline" else baseline
             rows.append(row)
         return rows

@@ -161,6 +161,16 @@ class RunSpec:
         return draft_of(self.draft)
 
     @property
+    def model_names(self) -> list[str]:
+        """Suite-local names of the models the run loads: target, draft, an oracle's cost model."""
+        names = [self.target]
+        if self.draft_model is not None:
+            names.append(self.draft_model.name)
+        if self.oracle_cost is not None and self.oracle_cost not in names:
+            names.append(self.oracle_cost)
+        return names
+
+    @property
     def key_fields(self) -> dict[str, Any]:
         """Everything that decides the measured work: all fields but repeat, suite and group, with
         models given by identity rather than by suite-local name."""

@@ -17,6 +17,7 @@ from specmoe.bench.preflight import check_extras, preflight
 from specmoe.bench.store import FailedAttempt, RunRow, Store
 from specmoe.bench.suite import RunSpec, Suite
 from specmoe.bench.suite_size import check_size
+from specmoe.bench.weights_check import warn_changed_weights
 from specmoe.errors import SpecmoeError
 
 log = logging.getLogger(__name__)
@@ -47,6 +48,8 @@ def run_suite(
     specs = plan_specs(suite)
     with Store(db) as store:
         done = store.finished_ids()
+        if done:
+            warn_changed_weights(suite, zoo_dir, store.rows(suite.name))
         specs = keep_stored_keys(specs, done)
         todo = [s for s in specs if s.run_id not in done]
         baselines = {(r.config_key, r.repeat): r for r in store.rows() if r.arm == "baseline"}
