@@ -184,13 +184,12 @@ def throughput_and_speedup(items: Sequence[SdResult], x: str, baseline_series: S
 
 
 def two_panel_note(items: Sequence[SdResult]) -> str:
-    """The error bars of `throughput_and_speedup`: tokens/s means over each arm's runs (left),
-    speedups over paired units (right)."""
+    """The error bars of `throughput_and_speedup`, read from them: tokens/s means over each arm's
+    runs (left), speedups over paired units (right)."""
     rates = [i for r in items for i in (r.baseline_tokens_per_s, r.sd_tokens_per_s)]
-    return (
-        f"Left: {interval_note(rates, RUNS).removeprefix('Error bars: ')} "
-        f"Right: {interval_note([r.speedup for r in items]).removeprefix('Error bars: ')}"
-    )
+    left = interval_note(rates, RUNS).removeprefix("Error bars: ").removesuffix(".")
+    right = interval_note([r.speedup for r in items]).removeprefix("Error bars: ")
+    return f"Error bars on the left: {left}; on the right: {right}"
 
 
 def place_legend(ax: Axes, inside: int = 4) -> None:

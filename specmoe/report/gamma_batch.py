@@ -171,7 +171,8 @@ def gamma_batch_heatmap(results: Results, varying: Sequence[str]) -> Outcome:
     for ax in axes[len(grids) :]:
         ax.set_visible(False)
     fig.colorbar(image, ax=axes[: len(grids)].tolist(), label="speedup (×)", shrink=0.9)
-    fig.legend(handles=_legend(grids), loc="outside lower center", ncols=3, frameon=False)
+    if handles := _legend(grids):
+        fig.legend(handles=handles, loc="outside lower center", ncols=3, frameon=False)
     return Drawn("gamma_batch_speedup", TITLE, _caption(grids, fixed, varying), fig)
 
 

@@ -59,7 +59,7 @@ def speedup_vs_concurrency(results: Results, varying: Sequence[str]) -> Outcome:
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         "Left: decode tokens/s over all requests of a run, plain server (dashed) and SD server (solid); "
-        f"right: speedup{at}. Error bars, {two_panel_note(chosen.items)}"
+        f"right: speedup{at}. {two_panel_note(chosen.items)}"
     )
     return Drawn("speedup_vs_concurrency", title, caption, fig)
 

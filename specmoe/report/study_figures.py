@@ -240,7 +240,7 @@ def prompt_length_sweep(results: Results, varying: Sequence[str]) -> Outcome:
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         f"Left: baseline (dashed) and SD (solid) decode tokens/s; right: speedup{at}. "
-        f"Error bars, {two_panel_note(chosen.items)}"
+        + two_panel_note(chosen.items)
     )
     return Drawn("prompt_length", title, caption, fig)
 

@@ -87,7 +87,7 @@ def _split_caption(timings: Sequence[ArmTiming], totals) -> str:
     caption = (
         "Decode milliseconds per output token of every configuration (light: baselines; solid: SD arms), "
         "stacked by part: drafting, verifying (the target's forwards) and host overhead; the printed "
-        "number is their sum. "
+        "number and its error bar are the decode time per token (decode_s, which the parts make up). "
     )
     if sd:
         parts = [f"{part} in {n}" for part, n in counts.items() if n]
@@ -112,7 +112,7 @@ def prompt_phase(results: Results, varying: Sequence[str]) -> Outcome:
     _points(prefill_ax, timings, ys, lambda t: t.prefill_ms, "prefill (ms per run)")
     _points(ttft_ax, timings, ys, lambda t: t.ttft_ms, "time to first token (ms per run)")
     prefill_ax.set_yticks(ys, [arm_label(t, varying) for t in timings])
-    prefill_ax.invert_yaxis()
+    prefill_ax.set_ylim(len(timings) - 0.5, -0.5)  # every row, top down, those without a point too
     return Drawn("prefill_ttft", title, _prompt_caption(timings), fig)
 
 
@@ -135,8 +135,8 @@ def _points(ax: Axes, timings: Sequence[ArmTiming], ys, value, xlabel: str) -> N
     values = [i for _, _, i in shown]
     if values and max(i.high for i in values) >= 20 * max(min(i.low for i in values), 1e-9):
         ax.set_xscale("log")
-    else:
-        ax.set_xlim(left=0)
+    elif values:
+        ax.set_xlim(0, 1.08 * max(i.high for i in values))  # the rightmost point off the frame
     for y, t in zip(ys, timings, strict=True):
         if value(t) is None:
             text = t.no_number or "not traced"

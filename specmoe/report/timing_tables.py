@@ -34,7 +34,7 @@ INTERVAL_NOTE = (
 
 
 def decode_split_table(results: Results) -> Table | Omitted:
-    title = "Decode time per output token: draft, verify, overhead"
+    title = "Decode time per output token, by configuration"
     timings = [t for t in arm_timings(results.rows) if t.per_token_ms is not None or t.no_number]
     if not timings:
         return Omitted(title, NO_LOCAL_RUNS)
@@ -59,7 +59,7 @@ def _split_values(t: ArmTiming) -> tuple[tuple[str, ...], dict[str, Any]]:
 
 
 def prompt_phase_table(results: Results) -> Table | Omitted:
-    title = "Prefill and time to first token (local runs)"
+    title = "Prefill and time to first token, by configuration"
     timings = [t for t in arm_timings(results.rows) if t.prefill_ms is not None or t.no_number]
     if not timings:
         return Omitted(title, NO_LOCAL_RUNS)
