@@ -207,6 +207,50 @@ def time_shares_of(draft_s: float, verify_s: float, overhead_s: float) -> dict[s
     return {"draft": draft_s / total, "verify": verify_s / total, "overhead": overhead_s / total}
 
 
+DECODE_PARTS = ("draft", "verify", "overhead")  # the parts of decode_s, in stacking order
+
+
+def ms_per_output_token(seconds: Sequence[float], emitted: Sequence[int]) -> Estimate:
+    """Milliseconds per output token over runs: 1000 × Σ seconds ÷ Σ emitted tokens.
+
+    Run i's seconds and tokens belong together; each run is one prompt batch in one repeat, the
+    sampling unit, so the interval is the ratio estimator's over runs (`stats.ratio_of_means`: a
+    t-interval from MIN_UNITS runs on, the per-run range below). Emitted tokens count as in decode
+    tokens/s, so the decode total is the reciprocal of the arm's pooled decode tokens/s.
+    """
+    return ratio_of_means(seconds, emitted).scaled(1000.0)
+
+
+def decode_split_per_token(times: Sequence[RunTimes], emitted: Sequence[int]) -> dict[str, Estimate] | None:
+    """The decode milliseconds per output token of one configuration's runs, split into its parts.
+
+    Keys: "draft", "verify", "overhead" (`DECODE_PARTS`, from each run's draft_s, verify_s and
+    overhead_s) and "decode" (decode_s, their sum). A baseline's draft part is zero: it has no
+    drafter. None when a part is unknown (server runs) or no run emitted a token.
+    """
+    if not times or sum(emitted) <= 0:
+        return None
+    split = {}
+    for part in DECODE_PARTS:
+        seconds = [getattr(t, f"{part}_s") for t in times]
+        if any(s is None for s in seconds):
+            return None
+        split[part] = ms_per_output_token(seconds, emitted)
+    split["decode"] = ms_per_output_token([t.decode_s for t in times], emitted)
+    return split
+
+
+def local_time_to_first_token(prefill_s: float, first_round_s: float) -> float:
+    """Seconds from a local batch's start to its first output token: prefill_s + the first round.
+
+    The prompt phase caches every prompt token but the last (`engine.decode`); the first round feeds
+    that token (and, for SD, γ proposals) and commits every sequence's first output token. The first
+    round's seconds are its draft_s + verify_s + overhead_s. This is `time_to_first_token` of a server
+    request without the network and queue: a batch's sequences all get their first token then.
+    """
+    return prefill_s + first_round_s
+
+
 def invariant_violations(result: DecodeResult) -> list[str]:
     """Per sequence: emitted + truncated = accepted + rounds, and accepted <= drafted per round."""
     problems = []

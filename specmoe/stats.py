@@ -53,6 +53,10 @@ class Estimate:
             return f"{self.level:.0%} CI, n={self.n}"
         return f"range, n={self.n}" if self.n > 1 else f"n={self.n}"
 
+    def scaled(self, factor: float) -> Estimate:
+        """The same estimate in other units (seconds to milliseconds: 1000); level and n unchanged."""
+        return Estimate(self.value * factor, self.low * factor, self.high * factor, self.n, self.level)
+
     def format(self, digits: int = 2, suffix: str = "") -> str:
         """ "1.23x [1.10, 1.35] (95% CI, n=12)"; a point alone with its n when the interval is empty."""
         point = f"{self.value:.{digits}f}{suffix}"

@@ -70,7 +70,8 @@ def test_a_report_of_flagged_runs_lists_them_and_says_so_in_its_header(tmp_path)
     assert 'class="pass"' not in header and "all 12 runs pass" not in header
     assert "12 of 12 runs flagged noisy" in header
     tables = _page_text(html.split('<section id="tables">')[1].split("</section>")[0])
-    assert tables.count("all 3 runs flagged noisy: no number") == 2  # both baselines
+    # Both baselines; and each of the four arms (3 runs each) in the two per-arm time tables.
+    assert tables.count("all 3 runs flagged noisy: no number") == 2 + 2 * 4
     assert tables.count("all 6 runs flagged noisy: no number") == 2  # both SD configurations
     assert REASON in tables
     environment = _page_text(html.split('<section id="environment">')[1].split("</section>")[0])

@@ -32,9 +32,18 @@ DRAWN = (
     "accepted_length",
     "time_split",
     "acceptance_by_position",
+    "decode_ms_per_token",
+    "prefill_ttft",
     "gamma_batch_speedup",
 )
-TABLES = ("baseline_throughput", "sd_results", "draft_comparison")
+TABLES = (
+    "baseline_throughput",
+    "sd_results",
+    "draft_comparison",
+    "decode_ms_per_token",
+    "prefill_ttft",
+    "gamma_batch_speedup",
+)
 MAX_NEW = 24
 
 
@@ -128,7 +137,7 @@ def simulate(s: RunSpec, acceptance: float) -> RunRow:
         counts=RunCounts.from_dict(counts),
         times=RunTimes.from_dict(times),
         tokens_per_s=counts["emitted"] / decode_s,
-        rounds_trace=trace if s.draft else [],
+        rounds_trace=trace,  # both arms keep their rounds, as the runner stores them
         audit_verdict="pass",
         audit_reason="counts consistent",
         created_at="2026-01-01T00:00:00+00:00",
@@ -246,7 +255,11 @@ def test_baseline_only_store_omits_sd_views(tmp_path):
     specs = [spec(t, batch=b) for t in ("moe", "hf-local") for b in (1, 2)]
     rows = build_store(tmp_path / "r.sqlite", specs)
     html = write_report(tmp_path / "r.sqlite", tmp_path / "out").read_text(encoding="utf-8")
-    assert {p.name for p in (tmp_path / "out" / "figures").iterdir()} == {"throughput.png", "throughput.svg"}
+    # A baseline's time per token and prompt phase are its own: those views show baselines alone too.
+    drawn = {p.name for p in (tmp_path / "out" / "figures").iterdir()}
+    assert drawn == {
+        f"{v}.{ext}" for v in ("throughput", "decode_ms_per_token", "prefill_ttft") for ext in ("png", "svg")
+    }
     assert f"All {len(rows)} runs pass every audit check" in html
     missing = html.split('<section id="not-available">')[1]
     for title in (

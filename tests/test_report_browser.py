@@ -2,9 +2,10 @@
 
 A copy of report.html gets a probe script as the first element of <head>, so it runs before
 anything else on the page: it records console.error calls, uncaught errors and failed resource
-loads, and on the load event writes them, with every image's naturalWidth and whether the audit
-section exists, as JSON into a <pre id="probe">. `chromium --dump-dom` prints the DOM after the
-page has loaded, and the test reads the probe back. No Python dependency beyond the standard library.
+loads, and on the load event writes them, with every image's naturalWidth, whether the audit section
+exists, the headings and the table cells, as JSON into a <pre id="probe">. `chromium --dump-dom`
+prints the DOM after the page has loaded, and the test reads the probe back. No Python dependency
+beyond the standard library.
 
 Chromium comes from the Debian package `chromium`. Without it the test skips, unless the
 environment variable CI is set: there a missing browser is a failure, not a skip.
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 from test_report import build_store, study_specs  # tests/ is on sys.path under pytest's default import mode
 from test_report_explain import served_rows
+from test_report_timing import write_small_report
 
 from specmoe.bench.store import Store
 from specmoe.report import write_report
@@ -44,6 +46,8 @@ PROBE = """<script>
       problems,
       images: Array.from(document.images, (img) => ({src: img.getAttribute("src"), width: img.naturalWidth})),
       audit: document.getElementById("audit") !== null,
+      headings: Array.from(document.querySelectorAll("h2, h3"), (h) => h.textContent),
+      cells: Array.from(document.querySelectorAll("td"), (td) => td.textContent),
     });
     document.body.appendChild(probe);
   });
@@ -117,6 +121,28 @@ def test_serving_report_loads_cleanly_in_chromium(tmp_path):
     sources = [i["src"] for i in seen["images"]]
     assert {"figures/speedup_vs_concurrency.png", "figures/latency_cdf.png"} <= set(sources)
     assert [i["src"] for i in seen["images"] if i["width"] <= 0] == []
+
+
+def test_time_views_heatmap_intervals_and_noisy_notice_render_in_chromium(tmp_path):
+    chromium()
+    report = write_small_report(tmp_path)  # a γ × B grid, an UNSTABLE configuration, an all-noisy one
+    seen = probe_page(report, tmp_path)
+    assert seen["problems"] == []
+    sources = {i["src"]: i["width"] for i in seen["images"]}
+    for view in ("decode_ms_per_token", "prefill_ttft", "gamma_batch_speedup"):
+        assert sources.get(f"figures/{view}.png", 0) > 0, view
+    for heading in (
+        "Decode time per output token: draft, verify, overhead",
+        "Prefill and time to first token (local runs)",
+        "Decode time per output token, by configuration",
+        "Prefill and time to first token, by configuration",
+        "Speedup over γ × batch size",
+        "Speedup over γ × batch size, cell by cell",
+    ):
+        assert seen["headings"].count(heading) == 1, heading
+    notices = [c for c in seen["cells"] if "all 2 runs flagged noisy: no number" in c]
+    assert len(notices) >= 5  # baseline and SD rows, time per token and prompt phase, the SD table
+    assert any(c.startswith("UNSTABLE: ") for c in seen["cells"])
 
 
 def test_probe_catches_a_broken_image_and_console_errors(report, tmp_path):

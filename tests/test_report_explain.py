@@ -132,14 +132,15 @@ GRID_SPECS = [spec("moe", "draft-xs", gamma=g, batch=b) for g in (2, 4) for b in
 ]
 
 
-def test_speedup_grid_has_every_gamma_up_to_the_largest_and_blanks_where_not_run():
+def test_speedup_grid_has_only_the_gammas_run_and_blanks_where_not_run():
     results = results_of(GRID_SPECS)
     (grid,), _ = speedup_grids(results)
-    assert grid.gammas == (1, 2, 3, 4) and grid.batches == (1, 4)
+    assert grid.gammas == (2, 3, 4) and grid.batches == (1, 4)  # no row for γ = 1, never run
     by_cell = {(r.config["gamma"], r.config["batch_size"]): r.speedup.value for r in results.sd}
-    assert grid.speedup[0] == (None, None)  # γ = 1 was not run
-    assert grid.speedup[2] == (None, by_cell[(3, 4)])
-    assert grid.speedup[3] == (by_cell[(4, 1)], by_cell[(4, 4)])
+    assert grid.speedup[1] == (None, by_cell[(3, 4)])  # γ = 3 was run at B = 4 only
+    assert grid.speedup[2] == (by_cell[(4, 1)], by_cell[(4, 4)])
+    intervals = {(r.config["gamma"], r.config["batch_size"]): r.speedup for r in results.sd}
+    assert grid.cells[2][1].speedup == intervals[(4, 4)]  # each cell keeps its interval, level and n
     assert grid.picks == {}  # no fit given
     best = grid.best_measured(1)
     assert grid.speedup[best][1] == max(v[1] for v in grid.speedup if v[1] is not None)
@@ -151,7 +152,7 @@ def test_the_model_pick_is_what_specmoe_advise_picks():
     (grid,), _ = speedup_grids(results, fits)
     pair = modelled_pair(results.sd[0].config, fits)
     alpha = pair_alpha([r for r in results.sd])
-    advice = advise(pair.target, [pair.draft], [alpha], [1, 4], 4)
+    advice = advise(pair.target, [pair.draft], [alpha], [1, 4], 4, gammas=[2, 3, 4])  # the γ run
     assert grid.picks == {row["batch"]: row["best"]["gamma"] for row in advice["rows"]}
     assert grid.no_pay == {row["batch"] for row in advice["rows"] if not row["pays"]}
 

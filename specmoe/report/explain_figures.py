@@ -16,7 +16,7 @@ import numpy as np
 
 from specmoe.report.figures import PAIR, Drawn, Omitted, Outcome, fixed_phrase, new_figure, series_color
 from specmoe.report.results import Results, SdResult
-from specmoe.report.slices import axis_value, best_slice, group_by, label
+from specmoe.report.slices import SORT_AXES, best_slice, group_by, label, sorted_by_config
 
 TIME_PARTS = ("draft", "verify", "overhead")  # the keys of metrics.time_shares_of, in stacking order
 TIME_COLORS = {"draft": "#fdb863", "verify": "#5e3c99", "overhead": "#b2abd2"}
@@ -35,19 +35,9 @@ def time_split_bars(results: Results, varying: Sequence[str]) -> list[TimeSplitB
     Labels name the pair, γ and every other axis that varies in the result set; bars are sorted by
     those axes in that order (numbers by value), so a pair's configurations sit together.
     """
-    axes = [*PAIR, "gamma", *(a for a in varying if a not in (*PAIR, "gamma"))]
-    timed = [r for r in results.sd if r.time_shares is not None]
-    timed.sort(key=lambda r: [_sort_key(axis_value(r.config, a)) for a in axes])
+    axes = [*PAIR, "gamma", *(a for a in SORT_AXES if a in varying and a not in (*PAIR, "gamma"))]
+    timed = sorted_by_config((r for r in results.sd if r.time_shares is not None), axes)
     return [TimeSplitBar(label(r.config, axes), dict(r.time_shares), r.speedup.value) for r in timed]
-
-
-def _sort_key(value: object) -> tuple:
-    """Numbers before text and by value; tuples (a target and its top-k) item by item."""
-    if isinstance(value, tuple):
-        return tuple(_sort_key(v) for v in value)
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return (0, value, "")
-    return (1, 0, "" if value is None else str(value))
 
 
 def time_split(results: Results, varying: Sequence[str]) -> Outcome:
@@ -134,7 +124,7 @@ def acceptance_by_position(results: Results, varying: Sequence[str]) -> Outcome:
     at = fixed_phrase(fixed, varying)
     caption = (
         f"Share of sequence-rounds whose j-th draft token the target accepted, one panel per γ{at}. "
-        "A round stops at its first rejection, so the share falls with j; how fast it falls says how "
+        "A round stops at its first rejection, so the share never rises with j; how fast it falls says how "
         "far ahead the draft stays in step with the target. Its sum over j is the mean accepted "
         "draft tokens per round. Oracle drafts come with p^j, what their dialed p gives."
     )

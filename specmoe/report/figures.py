@@ -38,10 +38,8 @@ DENSE_COLOR = "#1b7837"
 SERIES_COLORS = tuple(mcolors.TABLEAU_COLORS.values())
 SPEEDUP_LABEL = "speedup (× baseline decode tokens/s)"
 NO_SPEEDUP_STYLE = {"color": "0.4", "linestyle": "--", "linewidth": 1}
-CI_NOTE = (
-    "Error bars: 95% t-interval over paired units (prompt batch × repeat) from 5 units on; "
-    "below that the units' range, marked as a range in the tables."
-)
+PAIRED_UNITS = "paired units (prompt batch × repeat)"  # the units of a speedup's interval
+RUNS = "runs (prompt batch × repeat)"  # the units of one arm's mean (tokens/s, prefill seconds)
 PAIR = ("target", "draft")  # the series of most views: one line per target/draft pair
 
 
@@ -84,6 +82,32 @@ def family_color(moe: bool) -> str:
 
 def series_color(index: int) -> str:
     return SERIES_COLORS[index % len(SERIES_COLORS)]
+
+
+def interval_note(intervals: Sequence[Interval], units: str = PAIRED_UNITS) -> str:
+    """What the error bars of these plotted intervals are, read from the intervals themselves: how
+    many are t-intervals at which level and n, how many only the units' range (n below 5), and how
+    many a single unit with no bar."""
+    parts = []
+    for level in sorted({i.level for i in intervals if i.level is not None}):
+        at = [i.n for i in intervals if i.level == level]
+        parts.append(f"{level:.0%} t-interval over {units} for {_points(len(at))} ({_n_span(at)})")
+    ranges = [i.n for i in intervals if i.level is None and i.n > 1]
+    if ranges:
+        parts.append(f"the units' range, no confidence level, for {_points(len(ranges))} ({_n_span(ranges)})")
+    single = sum(1 for i in intervals if i.n <= 1)
+    if single:
+        parts.append(f"no bar for {_points(single)} measured once (n=1)")
+    return "Error bars: " + "; ".join(parts) + "." if parts else ""
+
+
+def _points(count: int) -> str:
+    return f"{count} point{'s' if count != 1 else ''}"
+
+
+def _n_span(ns: Sequence[int]) -> str:
+    low, high = min(ns), max(ns)
+    return f"n={low}" if low == high else f"n={low}–{high}"
 
 
 def error_bars(intervals: Sequence[Interval]) -> list[list[float]]:
@@ -157,6 +181,15 @@ def throughput_and_speedup(items: Sequence[SdResult], x: str, baseline_series: S
     right.set_ylabel(SPEEDUP_LABEL)
     right.axhline(1.0, **NO_SPEEDUP_STYLE)
     return fig, left, right
+
+
+def two_panel_note(items: Sequence[SdResult]) -> str:
+    """The error bars of `throughput_and_speedup`, read from them: tokens/s means over each arm's
+    runs (left), speedups over paired units (right)."""
+    rates = [i for r in items for i in (r.baseline_tokens_per_s, r.sd_tokens_per_s)]
+    left = interval_note(rates, RUNS).removeprefix("Error bars: ").removesuffix(".")
+    right = interval_note([r.speedup for r in items]).removeprefix("Error bars: ")
+    return f"Error bars on the left: {left}; on the right: {right}"
 
 
 def place_legend(ax: Axes, inside: int = 4) -> None:

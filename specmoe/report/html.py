@@ -45,6 +45,7 @@ class Page:
     environments: tuple[Environment, ...]
     omitted: tuple[Omitted, ...]
     noise: NoiseState
+    unstable: int = 0  # SD configurations whose repeats disagree (UNSTABLE in `bench summary`)
 
 
 _STYLE = """
@@ -102,6 +103,11 @@ def _header(page: Page) -> str:
                 else ", left out of every number"
             )
             + f"; {failed or 'none'} failed {'its' if failed == 1 else 'their'} audit"
+        )
+    if page.unstable:  # a green "all pass" beside rows marked UNSTABLE would read as all is well
+        audit = audit.replace('<span class="pass">', "<span>") + (
+            f'; <a class="fail" href="#tables">{page.unstable} SD configuration'
+            f"{'s' if page.unstable != 1 else ''} UNSTABLE</a> (repeats disagree)"
         )
     shared = f"<p>Every run: {escape(page.shared_settings)}.</p>" if page.shared_settings else ""
     return (

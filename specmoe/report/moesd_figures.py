@@ -11,7 +11,6 @@ import numpy as np
 from matplotlib.ticker import FuncFormatter
 
 from specmoe.report.figures import (
-    CI_NOTE,
     NO_SPEEDUP_STYLE,
     PAIR,
     SPEEDUP_LABEL,
@@ -20,12 +19,14 @@ from specmoe.report.figures import (
     Outcome,
     fixed_phrase,
     integer_ticks,
+    interval_note,
     new_figure,
     place_legend,
     plot_intervals,
     plot_speedup_per_pair,
     series_color,
 )
+from specmoe.report.intervals import Interval
 from specmoe.report.modelled import modelled_pair, pair_alpha
 from specmoe.report.results import Results, SdResult, StepTimes
 from specmoe.report.slices import Slice, best_slice, group_by, label
@@ -54,7 +55,8 @@ def speedup_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         f"Measured SD speedup per target across batch sizes{at}; MoESD predicts a "
-        f"rise then fall for MoE targets. Dashed line: no speedup. {CI_NOTE}"
+        "rise then fall for MoE targets. Dashed line: no speedup. "
+        + interval_note([r.speedup for r in chosen.items])
     )
     if modelled:
         caption += (
@@ -154,6 +156,7 @@ def oracle_speedup(results: Results, varying: Sequence[str]) -> Outcome:
     fig = new_figure()
     ax = fig.add_subplot()
     alphas = np.linspace(0.0, 1.0, 101)
+    compared: list[tuple[Interval, float]] = []  # (measured speedup, the curve at its p)
     for index, group in enumerate(group_by(chosen.items, ("target", "gamma"))):
         group = sorted(group, key=lambda r: r.oracle_p)
         color, name = series_color(index), label(group[0].config, ("target", "gamma"))
@@ -171,6 +174,10 @@ def oracle_speedup(results: Results, varying: Sequence[str]) -> Outcome:
                 alphas, int(group[0].config["gamma"]), times.target_step_s, times.verify_s, times.draft_step_s
             )
             ax.plot(alphas, curve, color=color, linestyle="--", linewidth=1, label=f"{name}, analytic")
+            gamma = int(group[0].config["gamma"])
+            for r in group:
+                at_p = sd_speedup(r.oracle_p, gamma, times.target_step_s, times.verify_s, times.draft_step_s)
+                compared.append((r.speedup, float(at_p)))
     ax.axhline(1.0, **NO_SPEEDUP_STYLE)
     ax.set_xlim(0, 1)
     ax.set_xlabel("per-position acceptance probability α (the oracle's p)")
@@ -181,9 +188,32 @@ def oracle_speedup(results: Results, varying: Sequence[str]) -> Outcome:
         f"Measured speedup of oracle drafts{at}, beside "
         "sd_speedup(α, γ, T_T(B,1), T_T(B,γ+1), T_D(B,1)) evaluated with the runs' mean measured times "
         "(baseline decode seconds per step; SD verify seconds per pass; draft seconds per step). "
-        f"The curve leaves out per-round host overhead, so it sits above the measurements. {CI_NOTE}"
+        "The curve leaves out per-round host overhead, which alone would put it above the measurements. "
+        f"{curve_relation(compared)} {interval_note([r.speedup for r in chosen.items])}"
     )
     return Drawn("oracle_speedup", title, caption, fig)
+
+
+def curve_relation(compared: Sequence[tuple[Interval, float]]) -> str:
+    """Where the analytic curve passes each measured point, in words: above its interval, inside it,
+    or below it, counted over the points (a point measured once has a zero-width interval)."""
+    if not compared:
+        return "No series has the pass times the curve needs, so no curve is drawn."
+    above = sum(1 for measured, curve in compared if curve > measured.high)
+    below = sum(1 for measured, curve in compared if curve < measured.low)
+    inside = len(compared) - above - below
+    total = len(compared)
+    if above == total:
+        return f"Here the curve sits above all {total} measured points."
+    if below == total:
+        return f"Here the curve sits below all {total} measured points: the runs beat the model."
+    parts = [
+        f"{where} {count}"
+        for count, where in ((above, "above"), (inside, "through the interval of"), (below, "below"))
+        if count
+    ]
+    listed = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    return f"Here the curve passes {listed} of the {total} measured points."
 
 
 def accepted_length_histogram(results: Results, varying: Sequence[str]) -> Outcome:

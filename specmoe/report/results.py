@@ -83,6 +83,9 @@ class SdResult:
     # report shows such a speedup as impossible and plots it nowhere.
     impossible: str = ""
     noisy: int = 0  # runs of the cell's pairs (either arm) the noise guard flagged, left out
+    # Why the cell's repeats of one prompt batch disagree (`Comparison.unstable`, what `bench
+    # summary` marks UNSTABLE); "" when they agree. Such a row never reads as a plain pass.
+    unstable: str = ""
 
     @property
     def oracle_p(self) -> float | None:
@@ -174,6 +177,7 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
         position_acceptance=tuple(position_acceptance(*position_counts(sd_rows))),
         impossible=comparison.impossible,
         noisy=comparison.noisy,
+        unstable=comparison.unstable,
     )
 
 

@@ -22,7 +22,7 @@ from specmoe.bench.summary import cell_key
 from specmoe.metrics import LATENCY_PERCENTILES, latency_percentiles
 from specmoe.report.figures import Omitted
 from specmoe.report.results import Results
-from specmoe.report.slices import AXES, axis_value, format_axis, varying_axes
+from specmoe.report.slices import AXES, axis_value, format_axis, sort_key, varying_axes
 from specmoe.report.tables import Table
 
 PERCENTILES = LATENCY_PERCENTILES
@@ -95,7 +95,7 @@ _SETTINGS = tuple(a for a in AXES if a not in ("target", "draft", "gamma", "conc
 
 def serving_table(results: Results) -> Table | Omitted:
     title = "Serving latency per arm"
-    pairs = arm_pairs(results)
+    pairs = sorted(arm_pairs(results), key=lambda pair: sort_key(pair[1].config))  # the report's row order
     if not pairs:
         return Omitted(title, NO_SERVER_RUNS)
     # Setting columns on the page for the axes that vary among the served runs, as in the other tables.

@@ -15,7 +15,6 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import FuncFormatter
 
 from specmoe.report.figures import (
-    CI_NOTE,
     PAIR,
     Drawn,
     Omitted,
@@ -25,6 +24,7 @@ from specmoe.report.figures import (
     new_figure,
     series_color,
     throughput_and_speedup,
+    two_panel_note,
 )
 from specmoe.report.results import Results, SdResult
 from specmoe.report.served import NO_SERVER_RUNS, ServedArm, arm_pairs, ecdf, sd_cell_key
@@ -59,7 +59,7 @@ def speedup_vs_concurrency(results: Results, varying: Sequence[str]) -> Outcome:
     at = fixed_phrase(chosen.fixed, varying)
     caption = (
         "Left: decode tokens/s over all requests of a run, plain server (dashed) and SD server (solid); "
-        f"right: speedup{at}. {CI_NOTE}"
+        f"right: speedup{at}. {two_panel_note(chosen.items)}"
     )
     return Drawn("speedup_vs_concurrency", title, caption, fig)
 

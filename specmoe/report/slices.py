@@ -78,6 +78,41 @@ def _key(config: dict[str, Any], axes: Iterable[str]) -> str:
     return json.dumps([axis_value(config, a) for a in axes], sort_keys=True, default=str)
 
 
+# Every table of the report lists its rows in this order, as `specmoe bench summary` does: target,
+# draft, γ, batch size, then the other axes; figures that list configurations follow it too.
+SORT_FIRST = ("target", "draft", "gamma", "batch_size")
+SORT_AXES = (*SORT_FIRST, *(a for a in AXES if a not in SORT_FIRST))
+
+
+def sort_key(config: dict[str, Any], axes: Sequence[str] = SORT_AXES) -> tuple:
+    """A configuration's place in the report's tables: by `axes` in order, numbers by value before
+    text, an unset value last, except that no draft (a baseline) comes before its target's drafts."""
+    key: list[tuple] = []
+    for axis in axes:
+        value = axis_value(config, axis)
+        if axis == "draft":
+            key.append((value is not None, _value_order(value)))
+        else:
+            key.append(_value_order(value))
+    return tuple(key)
+
+
+def sorted_by_config(items: Iterable[T], axes: Sequence[str] = SORT_AXES) -> list[T]:
+    """Items in the report's row order (`sort_key`); ties keep their order."""
+    return sorted(items, key=lambda item: sort_key(item.config, axes))
+
+
+def _value_order(value: Any) -> tuple:
+    """Numbers before text and by value; tuples (a target and its top-k) item by item; None last."""
+    if isinstance(value, tuple):
+        return tuple(_value_order(v) for v in value)
+    if value is None:
+        return (2, 0, "")
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return (0, value, "")
+    return (1, 0, str(value))
+
+
 def group_by(items: Iterable[T], axes: Sequence[str]) -> list[list[T]]:
     """Items grouped by their values on `axes`, groups and members in first-seen order."""
     groups: dict[str, list[T]] = defaultdict(list)

@@ -1,8 +1,10 @@
 """The empirical study's views (its figures 1-5), drawn from any result set.
 
 Each builder takes the collected results and the axes that vary across them (to name the fixed
-settings in captions) and returns `Drawn` or `Omitted`. Oracle drafts are left out of these views:
-they exist to dial acceptance for the MoESD comparison, not as drafts one would deploy.
+settings in captions) and returns `Drawn` or `Omitted`. Oracle drafts are left out of the views of
+speedup and acceptance (`figures.model_drafts`): they exist to dial acceptance for the MoESD
+comparison, not as drafts one would deploy. The throughput view lists every configuration, oracle
+drafts included, as the tables do.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from specmoe.report.figures import (
-    CI_NOTE,
     NO_SPEEDUP_STYLE,
     PAIR,
+    RUNS,
     SPEEDUP_LABEL,
     Drawn,
     Omitted,
@@ -26,15 +28,17 @@ from specmoe.report.figures import (
     family_color,
     fixed_phrase,
     integer_ticks,
+    interval_note,
     model_drafts,
     new_figure,
     place_legend,
     plot_speedup_per_pair,
     series_color,
     throughput_and_speedup,
+    two_panel_note,
 )
 from specmoe.report.results import Results, SdResult
-from specmoe.report.slices import best_slice, group_by, label
+from specmoe.report.slices import best_slice, group_by, label, sorted_by_config
 
 
 def _count_unit(largest: int) -> tuple[float, str]:
@@ -70,7 +74,7 @@ def speedup_vs_active_params(results: Results, varying: Sequence[str]) -> Outcom
     caption = (
         f"SD speedup against the target's active parameter count{at}. "
         f"Stars mark MoE targets; labels give total and active parameters (K, M, B: thousands, millions, "
-        f"billions). Dashed line: no speedup. {CI_NOTE}"
+        f"billions). Dashed line: no speedup. {interval_note([r.speedup for r in chosen.items])}"
     )
     if unsized:
         caption += f" Left out for lack of parameter counts: {', '.join(unsized)}."
@@ -155,11 +159,11 @@ def throughput_bars(results: Results, varying: Sequence[str]) -> Outcome:
         return Omitted(title, "no baseline runs")
     context = ["target", *(a for a in varying if a not in ("target", "draft", "gamma"))]
     labels, values, colors = [], [], []
-    for base in results.baselines:
+    for base in sorted_by_config(results.baselines):  # the tables' order
         labels.append(label(base.config, context))
         values.append(base.tokens_per_s)
         colors.append((family_color(base.moe), 0.35))
-        for sd in (s for s in results.sd if s.baseline_key == base.config_key):
+        for sd in sorted_by_config(s for s in results.sd if s.baseline_key == base.config_key):
             labels.append(f"+ {label(sd.config, ['draft', 'gamma'])}")
             values.append(sd.sd_tokens_per_s)
             colors.append((family_color(sd.moe), 1.0))
@@ -185,7 +189,8 @@ def throughput_bars(results: Results, varying: Sequence[str]) -> Outcome:
     )
     caption = (
         "Mean decode tokens/s of each baseline configuration (light bars) followed by its SD "
-        f"configurations (solid bars, '+ draft · γ'). Purple: MoE targets; green: dense. {CI_NOTE}"
+        "configurations (solid bars, '+ draft · γ'). Purple: MoE targets; green: dense. "
+        + interval_note(values, RUNS)
     )
     return Drawn("throughput", title, caption, fig)
 
@@ -233,7 +238,10 @@ def prompt_length_sweep(results: Results, varying: Sequence[str]) -> Outcome:
         ax.legend(loc="best")
     left.set_ylabel("decode throughput (tokens/s)")
     at = fixed_phrase(chosen.fixed, varying)
-    caption = f"Left: baseline (dashed) and SD (solid) decode tokens/s; right: speedup{at}. {CI_NOTE}"
+    caption = (
+        f"Left: baseline (dashed) and SD (solid) decode tokens/s; right: speedup{at}. "
+        + two_panel_note(chosen.items)
+    )
     return Drawn("prompt_length", title, caption, fig)
 
 
@@ -251,7 +259,9 @@ def speedup_vs_gamma(results: Results, varying: Sequence[str]) -> Outcome:
     ax.set_ylabel(SPEEDUP_LABEL)
     place_legend(ax)
     at = fixed_phrase(chosen.fixed, varying)
-    caption = f"SD speedup per target/draft pair{at}. Dashed line: no speedup. {CI_NOTE}"
+    caption = f"SD speedup per target/draft pair{at}. Dashed line: no speedup. " + interval_note(
+        [r.speedup for r in chosen.items]
+    )
     return Drawn("speedup_vs_gamma", title, caption, fig)
 
 

@@ -24,7 +24,7 @@ from specmoe.bench.store import Store
 from specmoe.errors import SpecmoeError
 from specmoe.report.explain_figures import EXPLAIN_FIGURES
 from specmoe.report.figures import RC_PARAMS, Drawn, Omitted, Outcome, save_figure
-from specmoe.report.gamma_batch import gamma_batch_heatmap
+from specmoe.report.gamma_batch import gamma_batch_heatmap, gamma_batch_table
 from specmoe.report.html import FigureEntry, Page, TableEntry, render
 from specmoe.report.modelled import unmatched_fit
 from specmoe.report.moesd_figures import MOESD_FIGURES
@@ -42,6 +42,8 @@ from specmoe.report.serving_figures import SERVING_FIGURES
 from specmoe.report.slices import varying_axes
 from specmoe.report.study_figures import STUDY_FIGURES
 from specmoe.report.tables import TABLES, write_csv
+from specmoe.report.timing_figures import TIMING_FIGURES
+from specmoe.report.timing_tables import decode_split_table, prompt_phase_table
 
 log = logging.getLogger(__name__)
 REPORT_NAME = "report.html"
@@ -83,11 +85,11 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
     plotted = replace(results, sd=tuple(r for r in results.sd if not r.impossible))
     with matplotlib.rc_context(RC_PARAMS):
         study = _draw(STUDY_FIGURES, plotted, out, omitted)
-        explain = _draw((*EXPLAIN_FIGURES, gamma_batch_heatmap), plotted, out, omitted)
+        explain = _draw((*EXPLAIN_FIGURES, *TIMING_FIGURES, gamma_batch_heatmap), plotted, out, omitted)
         moesd = _draw(MOESD_FIGURES, plotted, out, omitted)
         serving = _draw(SERVING_FIGURES, plotted, out, omitted)
     tables = []
-    for build in (*TABLES, serving_table):
+    for build in (*TABLES, decode_split_table, prompt_phase_table, gamma_batch_table, serving_table):
         table = build(results)
         if isinstance(table, Omitted):
             omitted.append(table)
@@ -109,6 +111,7 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
         environments=tuple(environments(rows)),
         omitted=tuple(omitted),
         noise=noise,
+        unstable=sum(1 for r in results.sd if r.unstable),
     )
     report = out / REPORT_NAME
     report.write_text(render(page), encoding="utf-8")
