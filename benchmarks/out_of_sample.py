@@ -460,12 +460,14 @@ def main(argv: list[str] | None = None) -> int:
                 "v1_on_seen": engine_errors(v1),
                 "v2_on_seen": engine_errors(seen),
                 "v2_declared": engine_errors(declared_rows(rows, [r for r, _ in refits])),
+                # the cells of every declared refit together: fits profiled on the cells' own day
+                "v2_refit": engine_errors([row for r, _ in refits if r.declared for row in r.rows]),
                 **{f"v2_refit {r.label} on {r.runs.name}": engine_errors(list(r.rows)) for r, _ in refits},
             },
             "v2": rows,
             "v1_on_seen": v1,
             "v2_on_seen": seen,
-            "v2_refit": [
+            "refits": [
                 {
                     "label": r.label,
                     "fits": str(r.fits),

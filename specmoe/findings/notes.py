@@ -125,4 +125,7 @@ def notes_values(
         "notes.out_of_sample_v1": out_of_sample_errors(
             out.parent / "predictions" / "out-of-sample.json", "v1_on_seen"
         ),
+        "notes.out_of_sample_declared": out_of_sample_errors(
+            out.parent / "predictions" / "out-of-sample.json", "v2_declared"
+        ),
     }
