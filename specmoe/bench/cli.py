@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 CONFIG, CATEGORY = "config", "category"  # as specmoe.bench.summary_table names them
 BY_HELP = (
-    "one row per value of these columns, every other column pooled; repeatable. config (the default): "
+    "one row per value of these columns, every other column pooled but target and draft (rows split by "
+    "them too); repeatable. config (the default): "
     "one row per configuration; category: the prompts' category; or a configuration column: target, "
     "draft, gamma, prompt, batch, concurrency, request_rate, requests, top_k, temperature, dtype, device, "
     "max_new_tokens, compile, chat, group, suite"
@@ -60,7 +61,8 @@ def run_bench(
 def print_summary(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,), as_json: bool = False) -> None:
     """The result table on stdout: JSON when asked, rich tables on a terminal, plain text otherwise
     (`bench summary`, and the end of `bench run` and `demo`)."""
-    from specmoe.bench.summary_table import build, format_text, print_rich, to_json
+    from specmoe.bench.summary_rich import print_rich
+    from specmoe.bench.summary_table import build, format_text, to_json
 
     table = build(rows, by)
     if as_json:
