@@ -472,7 +472,9 @@ def _add_audit(commands) -> None:
 
 def _add_demo(commands) -> None:
     p = commands.add_parser(
-        "demo", help="train the zoo (first run), run the quick suite, print summary and audit"
+        "demo",
+        help="train the zoo (first run), run the quick suite, print the summary, why SD pays or loses "
+        "in each configuration, and the study audit",
     )
     p.add_argument("--out", type=Path, default=Path("specmoe-demo"), help="folder for results and report")
     p.set_defaults(run=_run_demo)

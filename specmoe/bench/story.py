@@ -61,13 +61,18 @@ class CellAccount:
 
 
 def accounts(rows: Iterable[RunRow]) -> list[CellAccount]:
-    """One CellAccount per SD configuration with a clean paired unit, in order of first appearance."""
+    """One CellAccount per SD configuration with a paired unit, in order of first appearance; one
+    whose every pair has a noisy run has no number (`comparison.no_number`) and no costs."""
     found = []
     for _, pairs in paired_units(rows, cell_key):
         clean = clean_pairs(pairs)
+        runs = [run for pair in pairs for run in pair]
         if not clean:
+            if pairs:  # every pair has a noisy run: listed, with why there is no number
+                (unmeasured,) = compare_by(runs, cell_key, keep_unmeasured=True)
+                found.append(CellAccount(unmeasured, None, None, None))
             continue
-        (comparison,) = compare_by([run for pair in pairs for run in pair], cell_key)
+        (comparison,) = compare_by(runs, cell_key)
         cost = cell_cost(clean)
         emitted, rounds = (known_sum(getattr(s.counts, n) for s, _ in clean) for n in ("emitted", "rounds"))
         per_round = emitted / rounds if emitted is not None and rounds else None
@@ -123,6 +128,8 @@ def sentence(account: CellAccount) -> str:
     """Whether SD pays in this configuration, and why, in one sentence of the run's own numbers."""
     c = account.comparison
     head = label(c.config)
+    if c.no_number:
+        return f"{head}: {c.no_number}, so nothing is said about it"
     if c.impossible:
         return f"{head}: no speedup shown, it breaks the physical bound ({c.impossible})"
     verdict = outcome(c.speedup)
@@ -148,7 +155,7 @@ def sentence(account: CellAccount) -> str:
 def batch_sweeps(found: Sequence[CellAccount]) -> list[list[CellAccount]]:
     """Series of configurations that differ in batch size alone (two sizes or more), each by batch."""
     series: dict[tuple, list[CellAccount]] = defaultdict(list)
-    for account in found:
+    for account in (a for a in found if not a.comparison.no_number):
         series[tuple(repr(account.config.get(k)) for k in _SERIES)].append(account)
     return [
         sorted(s, key=lambda a: a.config["batch_size"])
@@ -208,7 +215,21 @@ def sweep_sentence(sweep: Sequence[CellAccount], experts: Mapping[str, tuple[int
     shape = experts.get(str(first.get("target")))
     if shape is not None and isinstance(gamma, int):
         lines.append(_experts_text(shape, first.get("moe_top_k"), gamma, sizes))
+        if len(costed) == len(sweep):
+            lines.append(_verify_trend(costed))
     return " ".join(lines)
+
+
+def _verify_trend(sweep: Sequence[CellAccount]) -> str:
+    """Whether the measured verify cost moved the way the expert count does (down with batch)."""
+    first, last = sweep[0], sweep[-1]
+    costs = f"{first.cost.verify:.2f} → {last.cost.verify:.2f} steps"  # type: ignore[union-attr]
+    if last.cost.verify < first.cost.verify:  # type: ignore[union-attr]
+        return f"The measured verify cost fell with batch as that count does ({costs})."
+    return (
+        f"The measured verify cost did not fall with batch ({costs}): the experts a pass wakes do not "
+        "set this model's step cost here."
+    )
 
 
 def _experts_text(shape: tuple[int, int], top_k: int | None, gamma: int, sizes: Sequence[int]) -> str:
@@ -223,6 +244,40 @@ def _experts_text(shape: tuple[int, int], top_k: int | None, gamma: int, sizes: 
         f"wakes {trail} the experts a step wakes, in the same order (a step of B={sizes[-1]} already wakes "
         f"{woken(sizes[-1]):.1f} of {num_experts})."
     )
+
+
+# --- the whole account ----------------------------------------------------------------------------
+
+STORY_NOTE = (
+    "Why, configuration by configuration, from this run's numbers: a round's cost in plain decode steps "
+    "of its target at its batch size (the baseline's seconds per token) against the tokens it emitted "
+    "per sequence, and the acceptance at which those costs break even (the speedup model)."
+)
+
+
+def _reading_order(account: CellAccount) -> tuple:
+    config = account.config
+    return (
+        *(repr(config.get(k)) for k in ("target", "draft", "gamma", "prompt_set")),
+        config.get("batch_size") or 0,
+    )
+
+
+def story_lines(
+    rows: Iterable[RunRow], groups: Mapping[str, str], experts: Mapping[str, tuple[int, int]]
+) -> list[str]:
+    """The account of a run under its summary: a sentence per configuration under its group's
+    description (`groups`: name -> description, in the suite's order), then one per batch sweep."""
+    found = accounts(rows)
+    lines = [STORY_NOTE]
+    for name, description in groups.items():
+        mine = sorted((a for a in found if a.config.get("group") == name), key=_reading_order)
+        if mine:
+            lines += ["", f"{name}: {description}", *(f"  - {sentence(a)}" for a in mine)]
+    sweeps = sorted(batch_sweeps(found), key=lambda s: tuple(repr(s[0].config.get(k)) for k in _SERIES))
+    if sweeps:
+        lines += ["", "Speedup against batch size:", *(f"  - {sweep_sentence(s, experts)}" for s in sweeps)]
+    return lines
 
 
 # --- the audit of a study's rows ------------------------------------------------------------------
