@@ -105,6 +105,16 @@ def test_few_units_are_never_called_95_percent_in_a_sentence():
     assert "range, n=3" in text and "95%" not in text
 
 
+def test_the_tally_counts_each_verdict_and_the_configurations_without_a_number():
+    from test_busy_machine import flagged
+
+    from specmoe.bench.story import tally
+
+    found = [_account(LOSS, None, 1.0), _account(GAIN, None, 1.0), *accounts(flagged(cell("n", 3, 1.0)))]
+    expected = "In this run SD paid in 1 of 3 configurations, lost in 1 and broke about even in 0"
+    assert tally(found) == expected + "; 1 have no number."
+
+
 def test_accounts_are_derived_from_stored_runs():
     (found,) = accounts(cell("a", 6, 0.5))
     # every time 0.5 s and every count 8: a step costs 1/16 s; a round 3 × 0.5 / 8 s = 3 steps

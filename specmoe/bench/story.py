@@ -274,10 +274,24 @@ def story_lines(
         mine = sorted((a for a in found if a.config.get("group") == name), key=_reading_order)
         if mine:
             lines += ["", f"{name}: {description}", *(f"  - {sentence(a)}" for a in mine)]
+    lines += ["", tally(found)]
     sweeps = sorted(batch_sweeps(found), key=lambda s: tuple(repr(s[0].config.get(k)) for k in _SERIES))
     if sweeps:
         lines += ["", "Speedup against batch size:", *(f"  - {sweep_sentence(s, experts)}" for s in sweeps)]
     return lines
+
+
+def tally(found: Sequence[CellAccount]) -> str:
+    """ "In this run SD paid in 1 of 9 configurations, lost in 7 and broke about even in 1." """
+    measured = [a for a in found if not a.comparison.no_number and not a.comparison.impossible]
+    counts = Counter(outcome(a.comparison.speedup) for a in measured)
+    unsaid = len(found) - len(measured)
+    return (
+        f"In this run SD paid in {counts[Outcome.PAYS]} of {len(found)} configurations, lost in "
+        f"{counts[Outcome.LOSES]} and broke about even in {counts[Outcome.EVEN]}"
+        + (f"; {unsaid} have no number" if unsaid else "")
+        + "."
+    )
 
 
 # --- the audit of a study's rows ------------------------------------------------------------------
