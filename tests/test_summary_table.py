@@ -147,7 +147,10 @@ def test_by_a_column_never_pools_different_targets_or_drafts():
     got = {(c.config["target"], c.config["draft"]): c.speedup.value for c in table.comparisons}
     expected = {("moe", "draft-xs"): 0.8, ("moe", "oracle:0.5"): 1.4, ("dense-s", "draft-xs"): 1.1}
     assert got == pytest.approx(expected)
-    assert "rows also split by target and draft: a speedup is never pooled" in format_text(table)
+    assert (
+        "rows also split by target and draft: a speedup is never pooled over different targets or drafts"
+        in (format_text(table))
+    )
     assert to_json(table)["split"] == ["target", "draft"]
     assert build(rows, ["target", "draft"]).split == ()  # named: nothing to add
     assert build(cell("one", 6, 0.8), ["gamma"]).split == ()  # one target and one draft: nothing to split

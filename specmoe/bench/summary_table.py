@@ -316,8 +316,8 @@ def context_lines(table: SummaryTable) -> list[str]:
             "pooled in each row: " + "; ".join(f"{n} {', '.join(v)}" for n, v in table.pooled.items())
         )
     if table.split:
-        names = " and ".join(table.split)
-        lines.append(f"rows also split by {names}: a speedup is never pooled over different {names}s")
+        names, plural = " and ".join(table.split), " or ".join(f"{n}s" for n in table.split)
+        lines.append(f"rows also split by {names}: a speedup is never pooled over different {plural}")
     return lines
 
 
