@@ -472,7 +472,9 @@ def _add_audit(commands) -> None:
 
 def _add_demo(commands) -> None:
     p = commands.add_parser(
-        "demo", help="train the zoo (first run), run the quick suite, print summary and audit"
+        "demo",
+        help="train the zoo (first run), run the quick suite, print the summary, why SD pays or loses "
+        "in each configuration, and the study audit",
     )
     p.add_argument("--out", type=Path, default=Path("specmoe-demo"), help="folder for results and report")
     p.set_defaults(run=_run_demo)
@@ -849,12 +851,14 @@ def _format_report(report: dict) -> str:
 
 
 def _run_zoo_build(args) -> int:
-    from specmoe.zoo import build_zoo
+    from specmoe.zoo import build_zoo, get_preset
+    from specmoe.zoo.cache import default_zoo_dir
 
     if args.preset == "smollm2-draft":
         return _run_draft_build(args)
     if args.wheel is not None:
         raise SpecmoeError("--wheel applies to --preset smollm2-draft only; remove it")
+    trained = get_preset(args.preset).training is not None
     out = build_zoo(
         args.preset,
         args.out or Path("zoo"),
@@ -863,6 +867,9 @@ def _run_zoo_build(args) -> int:
         top_k=args.top_k,
         train_steps=args.train_steps,
         progress=log.info,
+        # A trained family takes minutes: the one `specmoe demo` or a suite cached is copied instead
+        # when it was built with the same arguments.
+        reuse=default_zoo_dir(args.preset, args.seed) if trained else None,
     )
     print(f"zoo ready in {out}")
     return 0

@@ -346,6 +346,44 @@ def target_efficiency_measured(
     return (baseline_verify_s / baseline_forwards) / (sd_verify_s / sd_forwards)
 
 
+@dataclass(frozen=True)
+class RoundCost:
+    """What one SD round of a configuration costs, in plain decode steps of its baseline: the
+    baseline's decode seconds per target forward (one token per sequence, its sampling included)
+    at the same batch size. Every part is a mean over the rounds (target forwards) of the SD runs.
+
+    A round emits 1 + accepted tokens per sequence and plain decoding one per step, so SD pays
+    about when the mean accepted length exceeds `total` (`perf.breakeven.round_breakeven`)."""
+
+    gamma: int
+    draft: float  # the drafter's γ proposals (draft_s), in steps: γ × a draft step's cost
+    verify: float  # the target's pass over γ + 1 tokens per sequence (verify_s): 1 ÷ target efficiency
+    overhead: float  # acceptance, bookkeeping and cache rollback (overhead_s)
+
+    @property
+    def total(self) -> float:
+        return self.draft + self.verify + self.overhead
+
+    @property
+    def draft_step(self) -> float:
+        """One draft step (a proposal per sequence), in plain target steps."""
+        return self.draft / self.gamma
+
+
+def round_cost(
+    gamma: int,
+    baseline_decode_s: float,
+    baseline_forwards: int,
+    sd_times: tuple[float, float, float],
+    sd_forwards: int,
+) -> RoundCost:
+    """The RoundCost of summed measurements: the baseline's decode seconds and target forwards, the
+    SD arm's (draft_s, verify_s, overhead_s) and target forwards (its rounds of the batch)."""
+    step = baseline_decode_s / baseline_forwards
+    draft, verify, overhead = (seconds / sd_forwards / step for seconds in sd_times)
+    return RoundCost(gamma, draft, verify, overhead)
+
+
 # --- runs against a server (specmoe.serving) -------------------------------------------------------
 # A server run sends N requests at concurrency c and times each streamed response on the client's
 # `time.perf_counter`. The first token of a request comes out of its prefill, so it marks the end of

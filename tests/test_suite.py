@@ -63,7 +63,7 @@ def load_text(tmp_path: Path, text: str):
 # --- shipped suites ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "size"), [("study", 1818), ("moesd", 2760), ("quick", 240)])
+@pytest.mark.parametrize(("name", "size"), [("study", 1818), ("moesd", 2760), ("quick", 264)])
 def test_shipped_suite_sizes(name, size):
     specs = expand(load_suite(builtin_suite_path(name)))
     assert len(specs) == size

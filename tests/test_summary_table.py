@@ -135,6 +135,27 @@ def test_by_a_column_pools_the_others_and_says_so():
     assert "pooled in each row: top_k 1, 8" in format_text(table)
 
 
+def test_by_a_column_never_pools_different_targets_or_drafts():
+    rows = (
+        cell("real", 6, 0.8)
+        + cell("oracle", 6, 1.4, draft="oracle:0.5")
+        + cell("dense", 6, 1.1, target="dense-s")
+    )
+    table = build(rows, ["gamma"])
+    assert table.split == ("target", "draft")
+    assert [c.name for c in table.columns] == ["gamma", "target", "draft"]
+    got = {(c.config["target"], c.config["draft"]): c.speedup.value for c in table.comparisons}
+    expected = {("moe", "draft-xs"): 0.8, ("moe", "oracle:0.5"): 1.4, ("dense-s", "draft-xs"): 1.1}
+    assert got == pytest.approx(expected)
+    assert (
+        "rows also split by target and draft: a speedup is never pooled over different targets or drafts"
+        in (format_text(table))
+    )
+    assert to_json(table)["split"] == ["target", "draft"]
+    assert build(rows, ["target", "draft"]).split == ()  # named: nothing to add
+    assert build(cell("one", 6, 0.8), ["gamma"]).split == ()  # one target and one draft: nothing to split
+
+
 def test_by_config_and_category_splits_each_configuration_by_its_prompts():
     table = build(cell("a", 6, 1.0), [CONFIG, CATEGORY])
     assert sorted((c.category, c.units) for c in table.comparisons) == [("code", 3), ("factual", 3)]
@@ -176,7 +197,7 @@ def test_no_level_is_claimed_below_five_units():
 
 def test_json_shape():
     data = to_json(build(sparsity_rows()))
-    assert set(data) == {"by", "columns", "fixed", "pooled", "rows", "latency", "runs", "noise_fix"}
+    assert set(data) == {"by", "columns", "fixed", "pooled", "split", "rows", "latency", "runs", "noise_fix"}
     assert data["noise_fix"] is None  # no run flagged
     assert data["by"] == ["config"] and data["columns"] == ["target", "draft", "gamma", "top_k"]
     assert data["runs"] == {"total": 24, "noisy": 0, "audit_failed": 0}
@@ -221,6 +242,27 @@ def test_server_rows_get_ttft_and_tpot_percentiles_per_arm_and_concurrency():
         ("baseline", 4, 8),
         ("sd", 4, 8),
     ]
+
+
+def test_the_latency_table_counts_the_noisy_runs_it_leaves_out_and_says_why():
+    rows = []
+    for b in range(3):
+        rows += pair("srv", b, 0, 1.5, trace=served_trace([10.0, 20.0]), concurrency=2, requests=2)
+    reason = "other processes used 1.00 cores while it ran"
+    first_baseline = rows[0].run_id
+    rows = [
+        replace(r, noisy=True, measure={"noise": reason}) if r.run_id == first_baseline else r for r in rows
+    ]
+    baseline = next(s for s in served_latency(rows) if s.config["draft"] is None)
+    assert (baseline.runs, baseline.noisy, baseline.noise_reason, baseline.requests) == (2, 1, reason, 4)
+    text = format_text(build(rows))
+    assert "2 (+1 noisy)" in text
+    where = "server latency arm=baseline target=moe draft=– gamma=0 concurrency=2"
+    assert f"{where}: 1 noisy runs left out ({reason})" in text
+    latency = to_json(build(rows))["latency"]
+    assert [(s["noisy"], s["noise_reason"]) for s in latency] == [(1, reason), (0, None)]
+    all_noisy = [replace(r, noisy=True, measure={"noise": reason}) for r in rows]
+    assert [(s.runs, s.noisy, s.ttft_s) for s in served_latency(all_noisy)] == [(0, 3, {}), (0, 3, {})]
 
 
 def test_percentiles_of_nothing_are_empty():

@@ -235,6 +235,34 @@ def test_building_different_arguments_into_a_used_directory_is_refused(tiny_zoo,
         build_zoo("tiny", unrelated)
 
 
+def test_a_finished_build_of_the_same_arguments_is_copied_not_built_again(tiny_zoo, tmp_path, monkeypatch):
+    def no_build(*args, **kwargs):
+        raise AssertionError("built again although a finished build could be copied")
+
+    monkeypatch.setattr(build_module, "_build", no_build)
+    lines: list[str] = []
+    out = build_zoo("tiny", tmp_path / "copy", reuse=tiny_zoo, progress=lines.append)
+    assert any("copying" in line and "no training" in line for line in lines)
+    for name in TINY.model_names:
+        assert _sha256(out / name / "model.safetensors") == _sha256(tiny_zoo / name / "model.safetensors")
+    assert load_manifest(out) == load_manifest(tiny_zoo) and not (out / IN_PROGRESS_NAME).exists()
+    with pytest.raises(AssertionError, match="built again"):  # other arguments: nothing to copy
+        build_zoo("tiny", tmp_path / "other", seed=1, reuse=tiny_zoo)
+
+
+def test_zoo_build_of_a_trained_preset_offers_the_user_cache(tmp_path, monkeypatch):
+    import specmoe.zoo as zoo
+    from specmoe.cli import main
+
+    calls = []
+    monkeypatch.setattr(zoo, "build_zoo", lambda *args, **kwargs: calls.append(kwargs) or args[1])
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert main(["zoo", "build", "--preset", "trained", "--out", str(tmp_path / "t"), "--seed", "3"]) == 0
+    assert main(["zoo", "build", "--preset", "tiny", "--out", str(tmp_path / "z")]) == 0
+    assert calls[0]["reuse"] == tmp_path / "specmoe" / "zoo" / "trained-seed3"
+    assert calls[1]["reuse"] is None  # a random preset builds in seconds
+
+
 def test_model_files_are_readable_by_others_when_the_umask_allows(tiny_zoo):
     umask = os.umask(0)
     os.umask(umask)

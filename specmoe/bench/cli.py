@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 CONFIG, CATEGORY = "config", "category"  # as specmoe.bench.summary_table names them
 BY_HELP = (
-    "one row per value of these columns, every other column pooled; repeatable. config (the default): "
+    "one row per value of these columns, every other column pooled but target and draft (rows split by "
+    "them too); repeatable. config (the default): "
     "one row per configuration; category: the prompts' category; or a configuration column: target, "
     "draft, gamma, prompt, batch, concurrency, request_rate, requests, top_k, temperature, dtype, device, "
     "max_new_tokens, compile, chat, group, suite"
@@ -60,7 +61,8 @@ def run_bench(
 def print_summary(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,), as_json: bool = False) -> None:
     """The result table on stdout: JSON when asked, rich tables on a terminal, plain text otherwise
     (`bench summary`, and the end of `bench run` and `demo`)."""
-    from specmoe.bench.summary_table import build, format_text, print_rich, to_json
+    from specmoe.bench.summary_rich import print_rich
+    from specmoe.bench.summary_table import build, format_text, to_json
 
     table = build(rows, by)
     if as_json:
@@ -115,7 +117,8 @@ def run_quick(args: QuickArgs, progress: bool = True, threads: int | None = None
 
 
 def run_demo(out: Path) -> int:
-    """The quick suite on the trained zoo: summary and audit printed, results and report under out.
+    """The quick suite on the trained zoo: summary, the run's account (a sentence per configuration,
+    the batch sweep) and the study audit printed; results and report under out.
 
     The trained family is built on first use into the per-user cache (`default_zoo_dir`), about
     four minutes of training on one CPU core, and reused by every later demo.
@@ -136,9 +139,56 @@ def run_demo(out: Path) -> int:
     # measures the same on an idle machine and beside one busy core (the noise guard flags the rest).
     rows = run_suite(suite, db, zoo, threads=1)
     print_summary(rows)
+    print()
+    print("\n".join(demo_story(rows, suite, zoo)))
     export(db, out / "results.csv", "csv")
     from specmoe.report import write_report
 
     report = write_report(db, out / "report")
     print(f"\nresults: {db}, {out / 'results.csv'}, {report} ({time.perf_counter() - started:.0f} s)")
     return 0
+
+
+def demo_story(rows: Sequence[RunRow], suite, zoo: Path) -> list[str]:
+    """The demo's account under its summary (`specmoe.bench.story`), MoESD's batch series from the
+    shipped bench-zoo results, and the audit of the study's published rows in one line; the last
+    two when the source tree holds their files."""
+    from specmoe.audit.foreign import audit_csv
+    from specmoe.bench.shipped import MOESD_ROWS, STUDY_ROWS
+    from specmoe.bench.story import audit_line, story_lines
+    from specmoe.zoo.manifest import load_manifest
+
+    shapes = load_manifest(zoo)["models"]
+    experts = {
+        name: (shapes[m.zoo]["experts"], shapes[m.zoo]["top_k"])
+        for name, m in suite.models.items()
+        if m.zoo in shapes and shapes[m.zoo].get("experts")
+    }
+    lines = story_lines(rows, {g.name: g.description for g in suite.groups}, experts)
+    lines += shipped_moesd_lines(MOESD_ROWS)
+    where = "The study's published rows (`specmoe audit docs/results/study-runs.csv`)"
+    if STUDY_ROWS.is_file():
+        lines += ["", audit_line(audit_csv(STUDY_ROWS), where)]
+    else:
+        lines += ["", f"{where}: not found; they ship with the source tree"]
+    return lines
+
+
+def shipped_moesd_lines(path: Path) -> list[str]:
+    """MoESD's batch series at γ = 4 from the shipped bench-zoo results, told as this run's are."""
+    if not path.is_file():
+        return []
+    from specmoe.bench.story import accounts, batch_sweeps, sweep_sentence
+    from specmoe.findings.results import read_export
+    from specmoe.zoo.presets import get_preset
+
+    rows = [r for r in read_export(path) if r.group == "batch" and r.config.get("gamma") in (0, 4)]
+    bench = get_preset("bench").model("moe")
+    sweeps = batch_sweeps(accounts(rows))
+    return [
+        "",
+        "Shipped measurements, not this run (docs/results/cpu/findings/moesd.csv): MoESD's batch sweep on "
+        f"the bench zoo ({bench.num_experts} experts, top-{bench.top_k}, about a GB), transformers on the "
+        "reference CPU, 5 repeats:",
+        *(f"  - {sweep_sentence(s, {'moe': (bench.num_experts, bench.top_k)})}" for s in sweeps),
+    ]

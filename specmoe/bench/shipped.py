@@ -1,11 +1,17 @@
-"""The suites that ship with the source tree (`suites/*.toml`), found without loading any of them:
-`specmoe bench run --help` lists them, so this module imports nothing heavy."""
+"""What ships with the source tree rather than the package: the suites (`suites/*.toml`), found
+without loading any of them (`specmoe bench run --help` lists them, so this module imports nothing
+heavy), and the study's published rows the demo audits."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
+# The MoE SD study's published rows (its CSV as released), audited by `specmoe demo`.
+STUDY_ROWS = SUITES_DIR.parent / "docs" / "results" / "study-runs.csv"
+# MoESD's sweep measured on the bench zoo on the reference CPU (`specmoe findings`): the demo
+# retells its batch series, labelled as shipped, since the bench MoE takes too long for a demo.
+MOESD_ROWS = SUITES_DIR.parent / "docs" / "results" / "cpu" / "findings" / "moesd.csv"
 
 
 def shipped_suites() -> list[str]:

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
-
-def default_zoo_dir(preset: str, seed: int) -> Path:
-    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
-    return cache / "specmoe" / "zoo" / f"{preset}-seed{seed}"
+from specmoe.zoo.cache import default_zoo_dir
 
 
 def prepare_zoo(suite, zoo: Path | None, progress: Callable[[str], None] | None = None) -> Path | None:

@@ -85,25 +85,45 @@ def compare_by(
     of the group. `with_category`: the groups share a prompt category (the key holds it).
     `keep_unmeasured`: a group whose every pair has a noisy run is kept as a Comparison without
     numbers (`no_number` says why) instead of being left out, so a table can show it."""
-    baselines = {(r.config_key, r.repeat): r for r in rows if r.arm == "baseline"}
-    groups: dict[Hashable, list[RunRow]] = defaultdict(list)
-    for row in rows:
-        if row.arm == "sd":
-            groups[key(row)].append(row)
     comparisons = []
-    for sd_rows in groups.values():
-        pairs = [
-            (r, baselines[(r.baseline_key, r.repeat)])
-            for r in sd_rows
-            if (r.baseline_key, r.repeat) in baselines
-        ]
-        clean = [(s, b) for s, b in pairs if not (s.noisy or b.noisy)]
+    for sd_rows, pairs in paired_units(rows, key):
+        clean = clean_pairs(pairs)
         category = batch_category(sd_rows[0]) if with_category else None
         if clean:
             comparisons.append(_comparison(pairs, clean, category))
         elif pairs and keep_unmeasured:
             comparisons.append(_unmeasured(pairs, category))
     return comparisons
+
+
+def paired_units(
+    rows: Iterable[RunRow], key: Callable[[RunRow], Hashable]
+) -> list[tuple[list[RunRow], list[tuple[RunRow, RunRow]]]]:
+    """Per value of `key` over the SD rows, in order of first appearance: the group's SD rows and
+    each of them paired with the baseline run of its prompt batch and repeat (noisy ones included;
+    an SD run whose baseline is missing has no pair)."""
+    rows = list(rows)
+    baselines = {(r.config_key, r.repeat): r for r in rows if r.arm == "baseline"}
+    groups: dict[Hashable, list[RunRow]] = defaultdict(list)
+    for row in rows:
+        if row.arm == "sd":
+            groups[key(row)].append(row)
+    return [
+        (
+            sd_rows,
+            [
+                (r, baselines[(r.baseline_key, r.repeat)])
+                for r in sd_rows
+                if (r.baseline_key, r.repeat) in baselines
+            ],
+        )
+        for sd_rows in groups.values()
+    ]
+
+
+def clean_pairs(pairs: list[tuple[RunRow, RunRow]]) -> list[tuple[RunRow, RunRow]]:
+    """The pairs neither of whose runs the noise guard flagged: the units behind every number."""
+    return [(s, b) for s, b in pairs if not (s.noisy or b.noisy)]
 
 
 def _unmeasured(pairs: list[tuple[RunRow, RunRow]], category: str | None) -> Comparison:

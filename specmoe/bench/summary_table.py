@@ -2,14 +2,16 @@
 
 Rows are groups of SD runs (`--by`): by default one per configuration (cell), or one per value of
 the columns named, every other column pooled (the speedup is then the ratio of mean rates over all
-the group's paired units, `specmoe.bench.summary.compare_by`). The table shows the configuration
-columns that vary among its rows and no others: the ones the selection holds fixed are listed once
-above it, and the ones a coarser `--by` pools over are named with their values, so two rows never
-look alike while measuring different things. Server runs add a latency table: TTFT and TPOT
-percentiles per arm and concurrency (`specmoe.bench.latency`).
+the group's paired units, `specmoe.bench.summary.compare_by`) except the target and the draft, which
+a speedup is of: rows are split by them too, and the table says so (`identity_split`). The table
+shows the configuration columns that vary among its rows and no others: the ones the selection
+holds fixed are listed once above it, and the ones a coarser `--by` pools over are named with
+their values, so two rows never look alike while measuring different things. Server runs add a
+latency table: TTFT and TPOT percentiles per arm and concurrency (`specmoe.bench.latency`), noisy
+runs left out and counted as in the result table.
 
-The same table renders three ways: plain text (a file or a pipe), a rich table (a terminal) and
-JSON (`--json`), all from one `SummaryTable`.
+The same table renders three ways: plain text (a file or a pipe), a rich table (a terminal,
+`specmoe.bench.summary_rich`) and JSON (`--json`), all from one `SummaryTable`.
 """
 
 from __future__ import annotations
@@ -128,6 +130,7 @@ class SummaryTable:
     latency: tuple[Latency, ...]
     latency_columns: tuple[Column, ...]
     rows: tuple[RunRow, ...]
+    split: tuple[str, ...] = ()  # identity columns --by did not name but rows are split by (identity_split)
 
     @property
     def noisy(self) -> list[RunRow]:
@@ -158,8 +161,9 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
     """The summary of these runs grouped by `by` (see check_by)."""
     by = check_by(by)
     with_category = CATEGORY in by
-    named = [BY_NAME[n] for n in by if n in BY_NAME]
     per_config = CONFIG in by
+    split = () if per_config else identity_split(rows, by)
+    named = [BY_NAME[n] for n in (*by, *split) if n in BY_NAME]
 
     def key(row: RunRow) -> tuple:
         parts: list[Any] = [cell_key(row)] if per_config else []
@@ -197,8 +201,23 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
         served = tuple(served_latency(rows, lambda r: tuple(show(c.value(r.config)) for c in pooled_by)))
         latency_columns = pooled_by
     return SummaryTable(
-        by, columns, with_category, comparisons, fixed, pooled, served, latency_columns, tuple(rows)
+        by, columns, with_category, comparisons, fixed, pooled, served, latency_columns, tuple(rows), split
     )
+
+
+IDENTITY = ("target", "draft")  # what a speedup is of: never pooled across (see identity_split)
+
+
+def identity_split(rows: Sequence[RunRow], by: Sequence[str]) -> tuple[str, ...]:
+    """The identity columns a coarser `--by` must split by too: target and draft where the SD runs
+    hold more than one of them and `by` does not name them.
+
+    A pooled speedup is the ratio of mean rates over every unit of the group; over two targets (an
+    MoE and a dense model) or two drafts (a real draft and an oracle) it is the speedup of no
+    configuration anyone runs, so it is never made. `--by gamma` over two drafts therefore gives one
+    row per (gamma, target, draft), and the table says so above itself."""
+    sd = [r.config for r in rows if r.arm == "sd"]
+    return tuple(n for n in IDENTITY if n not in by and len(distinct(sd, BY_NAME[n])) > 1)
 
 
 SORT_FIRST = ("target", "draft", "gamma", "batch")  # then the other shown columns, in COLUMNS order
@@ -280,7 +299,7 @@ def latency_headers(table: SummaryTable) -> list[str]:
 def latency_cells(table: SummaryTable, lat: Latency) -> list[str]:
     return [
         *(show(col.value(lat.config)) for col in table.latency_columns),
-        str(lat.runs),
+        str(lat.runs) + (f" (+{lat.noisy} noisy)" if lat.noisy else ""),
         str(lat.requests),
         _ms(lat.ttft_s),
         _ms(lat.tpot_s),
@@ -296,6 +315,9 @@ def context_lines(table: SummaryTable) -> list[str]:
         lines.append(
             "pooled in each row: " + "; ".join(f"{n} {', '.join(v)}" for n, v in table.pooled.items())
         )
+    if table.split:
+        names, plural = " and ".join(table.split), " or ".join(f"{n}s" for n in table.split)
+        lines.append(f"rows also split by {names}: a speedup is never pooled over different {plural}")
     return lines
 
 
@@ -307,6 +329,12 @@ def note_lines(table: SummaryTable) -> list[str]:
         for c in table.comparisons
         for what in ([f"{c.noisy} noisy runs left out ({c.noise_reason})"] if c.noisy else [])
         + ([f"unstable: {c.unstable}"] if c.unstable else [])
+    ]
+    flagged += [
+        f"  server latency {_describe_latency(table, lat)}: "
+        f"{lat.noisy} noisy runs left out ({lat.noise_reason})"
+        for lat in table.latency
+        if lat.noisy
     ]
     noisy, rows = table.noisy, table.rows
     if noisy or flagged:
@@ -334,6 +362,11 @@ def _first(lines: list[str], limit: int = 20) -> list[str]:
     return lines[:limit] + ([f"  ... and {more} more"] if more > 0 else [])
 
 
+def _describe_latency(table: SummaryTable, lat: Latency) -> str:
+    columns = table.latency_columns if ARM in table.latency_columns else (ARM, *table.latency_columns)
+    return " ".join(f"{col.name}={show(col.value(lat.config))}" for col in columns)
+
+
 def _describe(table: SummaryTable, c: Comparison) -> str:
     parts = [f"{col.name}={show(col.value(c.config))}" for col in table.columns]
     return " ".join(parts + ([f"category={c.category}"] if table.with_category else []))
@@ -342,7 +375,7 @@ def _describe(table: SummaryTable, c: Comparison) -> str:
 def plain_table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> list[str]:
     """Aligned text columns: numbers right, names left."""
     widths = [max([len(h), *(len(r[i]) for r in body)]) for i, h in enumerate(headers)]
-    right = [_is_number_column(i, body) for i in range(len(headers))]
+    right = [is_number_column(i, body) for i in range(len(headers))]
 
     def line(cells: Sequence[str]) -> str:
         padded = (c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right, strict=True))
@@ -352,7 +385,7 @@ def plain_table(headers: Sequence[str], body: Sequence[Sequence[str]]) -> list[s
     return [head, "-" * len(head), *(line(r) for r in body)]
 
 
-def _is_number_column(index: int, body: Sequence[Sequence[str]]) -> bool:
+def is_number_column(index: int, body: Sequence[Sequence[str]]) -> bool:
     """A column of plain numbers (or "–"), which reads best right-aligned."""
     return all(_is_number(r[index]) for r in body if r[index] != "–")
 
@@ -379,34 +412,6 @@ def format_text(table: SummaryTable) -> str:
 def format_summary(rows: list[RunRow], by_category: bool = False) -> str:
     """The plain-text summary of rows, one line per configuration (and prompt category)."""
     return format_text(build(rows, (CONFIG, CATEGORY) if by_category else (CONFIG,)))
-
-
-def print_rich(table: SummaryTable, console) -> None:
-    """The summary as rich tables on a terminal (`console`: a rich Console on stdout). Cells are
-    Text, never markup: "[1.05, 1.19]" is an interval, not a style."""
-    from rich.table import Table
-    from rich.text import Text
-
-    for line in context_lines(table):
-        console.print(Text(line, style="dim"))
-    body = [row_cells(table, c) for c in table.comparisons]
-    results = Table(show_edge=False, pad_edge=False)
-    for index, header in enumerate(header_cells(table)):
-        results.add_column(Text(header), justify="right" if _is_number_column(index, body) else "left")
-    for c, cells in zip(table.comparisons, body, strict=True):
-        style = "red" if c.impossible else "yellow" if c.unstable or c.audit_failures or c.no_number else None
-        results.add_row(*(Text(cell) for cell in cells), style=style)
-    console.print(results)
-    if table.latency:
-        served = Table(title="server latency per request (ms)", show_edge=False, pad_edge=False)
-        cells = [latency_cells(table, lat) for lat in table.latency]
-        for index, header in enumerate(latency_headers(table)):
-            served.add_column(Text(header), justify="right" if _is_number_column(index, cells) else "left")
-        for row in cells:
-            served.add_row(*(Text(cell) for cell in row))
-        console.print(served)
-    for line in note_lines(table):
-        console.print(Text(line))
 
 
 # --- JSON ----------------------------------------------------------------------------------------
@@ -459,6 +464,8 @@ def to_json(table: SummaryTable) -> dict[str, Any]:
             "ttft_s": s.ttft_s,
             "tpot_s": s.tpot_s,
             "tpot_requests": s.tpot_requests,
+            "noisy": s.noisy,  # runs left out of the percentiles
+            "noise_reason": s.noise_reason or None,
         }
         for s in table.latency
     ]
@@ -467,6 +474,7 @@ def to_json(table: SummaryTable) -> dict[str, Any]:
         "columns": [c.name for c in table.columns] + ([CATEGORY] if table.with_category else []),
         "fixed": table.fixed,
         "pooled": table.pooled,
+        "split": list(table.split),  # identity columns rows are split by although --by did not name them
         "rows": rows,
         "latency": latency,
         "runs": {"total": len(table.rows), "noisy": len(table.noisy), "audit_failed": len(table.failed)},

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from specmoe.errors import SpecmoeError
-from specmoe.theory import expected_tokens_per_round, per_token_alpha
+from specmoe.theory import expected_tokens_per_round, per_token_alpha, sd_speedup
 
 
 class AcceptanceKind(StrEnum):
@@ -83,6 +83,19 @@ def breakeven_alpha(speedup: Callable[[float], float], tolerance: float = 1e-6) 
         else:
             low = mid
     return high
+
+
+def round_breakeven(gamma: int, round_steps: float, draft_steps: float) -> Acceptance | None:
+    """The acceptance at which rounds costing `round_steps` plain steps break even, or None when
+    even full acceptance does not (a round dearer than the γ + 1 tokens it can emit).
+
+    The measured form of the speedup model (`theory.sd_speedup` with T_T(B, 1) = 1): a round of γ
+    draft steps of `draft_steps ÷ γ` each and a verify pass (with the round's bookkeeping) of
+    `round_steps − draft_steps` emits (1 − α^{γ+1}) / (1 − α) tokens per sequence on average, where
+    plain decoding emits one per step. Times are in plain steps, so the answer needs no clock."""
+    verify = round_steps - draft_steps
+    alpha = breakeven_alpha(lambda a: float(sd_speedup(a, gamma, 1.0, verify, draft_steps / gamma)))
+    return None if alpha is None else from_alpha(alpha, gamma)
 
 
 class Verdict(StrEnum):

@@ -58,13 +58,16 @@ def build_zoo(
     *,
     train_steps: int | None = None,
     progress: Callable[[str], None] | None = None,
+    reuse: Path | None = None,
 ) -> Path:
     """Write every model of `preset` under out_dir and return out_dir.
 
     The same (preset, seed, overrides) give byte-identical model.safetensors files on the same
     torch version (for a trained preset: and the same Python, whose standard library it reads, on
     the same machine). `train_steps` shortens a trained preset's training (for tests). `progress`,
-    if given, receives one line per model as it is trained or written.
+    if given, receives one line per model as it is trained or written. `reuse`: another folder
+    that may hold a finished build with the same arguments (the per-user cache); when it does, its
+    files are copied instead of training minutes again.
     """
     out_dir = Path(out_dir)
     zoo = get_preset(preset, num_experts, top_k, train_steps)
@@ -78,7 +81,39 @@ def build_zoo(
         # Another process may have built it while this one waited for the lock: reuse it.
         if _already_built(out_dir, build_args, zoo):
             return out_dir
+        if reuse is not None and _holds_build(Path(reuse), out_dir, build_args, zoo):
+            return _copy_build(Path(reuse), out_dir, zoo, build_args, progress)
         return _build(out_dir, zoo, build_args, seed, progress)
+
+
+def _holds_build(source: Path, out_dir: Path, build_args: dict, zoo: ZooPreset) -> bool:
+    """Whether source is another folder holding a finished build with exactly these arguments."""
+    if not (source / MANIFEST_NAME).is_file() or source.resolve() == out_dir.resolve():
+        return False
+    manifest = _read_json(source / MANIFEST_NAME) or {}
+    return {key: manifest.get(key) for key in build_args} == build_args and all(
+        (source / s.name / WEIGHTS_NAME).is_file() for s in zoo.models
+    )
+
+
+def _copy_build(
+    source: Path, out_dir: Path, zoo: ZooPreset, build_args: dict, progress: Callable[[str], None] | None
+) -> Path:
+    """Copy a finished build into out_dir as `_build` would write it: each model through
+    `<model>.partial/`, zoo.json last, so an interrupted copy is resumed like an interrupted build."""
+    _claim(out_dir, build_args)
+    if progress is not None:
+        progress(f"copying the {_describe(build_args)} zoo already built in {source} (no training)")
+    for shape in zoo.models:
+        final, staging = out_dir / shape.name, out_dir / f"{shape.name}.partial"
+        for stale in (staging, final):
+            if stale.exists():
+                shutil.rmtree(stale)
+        shutil.copytree(source / shape.name, staging)
+        staging.rename(final)
+    write_json_atomic(out_dir / MANIFEST_NAME, load_manifest(source))
+    (out_dir / IN_PROGRESS_NAME).unlink()
+    return out_dir
 
 
 @contextmanager

@@ -41,6 +41,7 @@ from pathlib import Path
 
 from specmoe.errors import SpecmoeError
 from specmoe.extras import require
+from specmoe.zoo.cache import cache_root
 from specmoe.zoo.files import sha256_file, write_json_atomic
 
 NAME = "smollm2"
@@ -74,11 +75,6 @@ class RealModel:
 
     def record(self) -> dict:
         return json.loads((self.root / RECORD_NAME).read_text(encoding="utf-8"))
-
-
-def cache_root() -> Path:
-    """The per-user zoo cache, as `specmoe bench` uses it ($XDG_CACHE_HOME or ~/.cache)."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "specmoe" / "zoo"
 
 
 def default_dir() -> Path:
