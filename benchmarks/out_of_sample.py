@@ -238,15 +238,16 @@ def _shown(c) -> str:
     return f"{e.value:.2f} [{e.low:.2f}, {e.high:.2f}] n={c.units}"
 
 
-def again_table(passes: list[Path], before: list[Path]) -> str:
+def again_table(passes: list[Path], before: list[Path]) -> tuple[str, list[dict]]:
     """Cells measured again, each `passes` file one later pass, beside their first measurement: the
-    measurement's own reproducibility, the floor under any prediction's error."""
+    measurement's own reproducibility, the floor under any prediction's error. Returns the table and,
+    per pass, how far the speedups moved."""
     old = _cells(before)
     news = [_cells([path]) for path in passes]
     order = lambda k: (k[0], k[4] or 0, k[3], k[5])  # noqa: E731  target, top-k, B, γ
     keys = sorted(set(old).intersection(*news), key=order)
     if not passes or not keys:
-        return "No cell was measured again."
+        return "No cell was measured again.", []
     heads = [f"again ({_span([path])[:10]})" for path in passes]
     lines = [
         "| target | draft | B | γ | top-k | first | "
@@ -271,13 +272,24 @@ def again_table(passes: list[Path], before: list[Path]) -> str:
             + " | ".join(cols)
             + " |"
         )
+    stats = [
+        {
+            "runs": path.name,
+            "measured": _span([path]),
+            "cells": len(m),
+            "median_moved": statistics.median(m),
+            "most_moved": max(m),
+            "overlap": overlap,
+        }
+        for path, m, overlap in zip(passes, moved, overlaps, strict=True)
+    ]
     head = [f"First measured {_span(before)} (UTC); {len(keys)} cells measured again:"]
-    for path, m, overlap in zip(passes, moved, overlaps, strict=True):
-        head.append(
-            f"- {_span([path])}: the speedup moved by a median of {statistics.median(m):.1%} "
-            f"(at most {max(m):.1%}); the two intervals overlap in {overlap} of {len(m)}."
-        )
-    return "\n".join(head) + "\n\n" + "\n".join(lines)
+    head += [
+        f"- {s['measured']}: the speedup moved by a median of {s['median_moved']:.1%} "
+        f"(at most {s['most_moved']:.1%}); the two intervals overlap in {s['overlap']} of {s['cells']}."
+        for s in stats
+    ]
+    return "\n".join(head) + "\n\n" + "\n".join(lines), stats
 
 
 V1 = "8abd7e7"  # the commit whose model (one steady-state round) the `--seen` cells were measured after
@@ -448,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
             predicted = predict_cells([runs], [fits], args.acceptance_from)
             refit = Refit(label, fits, runs, declared, tuple(predicted))
             refits.append((refit, {k: v for k, v in fit_hashes([fits]).items() if k not in hashes}))
-    text = report(rows, seen, v1, hashes, again_table(args.again, args.first), refits)
+    again, moved = again_table(args.again, args.first)
+    text = report(rows, seen, v1, hashes, again, refits)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -464,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
                 "v2_refit": engine_errors([row for r, _ in refits if r.declared for row in r.rows]),
                 **{f"v2_refit {r.label} on {r.runs.name}": engine_errors(list(r.rows)) for r, _ in refits},
             },
+            "again": moved,
             "v2": rows,
             "v1_on_seen": v1,
             "v2_on_seen": seen,

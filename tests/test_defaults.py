@@ -48,3 +48,19 @@ def test_a_fit_that_matches_no_run_is_a_warning(tmp_path, caplog):
     with caplog.at_level(logging.WARNING):
         write_report(tmp_path / "r.db", tmp_path / "out", fits=[FITS / "moe-float32.json"])
     assert "draws no model curve" not in caplog.text
+
+
+def test_a_fit_that_misses_its_own_held_out_points_is_a_warning(tmp_path, caplog):
+    import json
+
+    build_store(tmp_path / "r.db", [spec("moe"), spec("moe", "draft-xs")])
+    poor = json.loads((FITS / "moe-float32.json").read_text(encoding="utf-8"))
+    poor["quality"]["heldout_median_abs_rel"] = 0.41
+    (tmp_path / "poor.json").write_text(json.dumps(poor), encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        write_report(tmp_path / "r.db", tmp_path / "out", fits=[tmp_path / "poor.json"])
+    assert "poor.json misses its own held-out points by a median 41%" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        write_report(tmp_path / "r.db", tmp_path / "out", fits=[FITS / "moe-float32.json"])
+    assert "misses its own held-out points" not in caplog.text

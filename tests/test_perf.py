@@ -415,3 +415,32 @@ def test_wrong_file_kind_is_one_clear_error(capsys, tmp_path):
     _one_line_error(code, err, "specmoe-profile", "expected specmoe-fit")
     code, _, err = _cli(capsys, "model", "predict", Path(tmp_path / "missing.json"))
     _one_line_error(code, err, "not found")
+
+
+def test_advice_from_a_fit_carries_the_fits_error_and_will_not_call_a_close_row():
+    from specmoe.perf.advise import fit_error, with_fit_error
+    from specmoe.perf.report import format_advice
+
+    rows = [
+        {
+            "batch": b,
+            "target_1_s": 1e-3,
+            "pays": s >= 1,
+            "best": {
+                "draft": "d",
+                "alpha": 0.8,
+                "gamma": 2,
+                "speedup": s,
+                "efficiency": 0.5,
+                "extrapolated": False,
+            },
+        }
+        for b, s in ((1, 1.5), (4, 1.05), (16, 0.6))
+    ]
+    assert fit_error({"quality": {"heldout_median_abs_rel": 0.2, "fit_median_abs_rel": 0.01}}) == 0.2
+    advice = with_fit_error({"target": "t", "fitted": True, "rows": rows}, 0.2)
+    assert [r["within_error"] for r in advice["rows"]] == [False, True, False]
+    assert advice["rows"][0]["band"] == pytest.approx([1.5 / 1.4, 1.5 * 1.4])
+    text = format_advice(advice)
+    assert "median 20.0%" in text and "a poor fit" in text
+    assert "B=4    too close to call" in text and "B=1    use d" in text and "B=16   SD will not pay" in text

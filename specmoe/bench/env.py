@@ -19,6 +19,10 @@ def environment(device: str = "cpu") -> dict:
 
     env = {
         "cpu": _cpu_model(),
+        # A model name like "AMD EPYC" names a family, not a part: two machines under one name
+        # differed here by 2x in read bandwidth and 500x in bfloat16 matmuls. The part and the ISA
+        # features that decide kernels tell them apart in the stored runs.
+        **_cpu_id(),
         "cores": os.cpu_count(),
         "memory_gib": _memory_gib(),
         "torch_threads": torch.get_num_threads(),
@@ -42,6 +46,26 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+# The x86 features that choose torch's and llama.cpp's kernels (bfloat16 and int8 paths above all).
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
+
+
+def _cpu_id() -> dict:
+    """{"cpu_id": "family F model M stepping S", "cpu_flags": [...]} from /proc/cpuinfo where it
+    says (x86 Linux); nothing elsewhere."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().split("\n\n", 1)[0].splitlines()
+    except OSError:
+        return {}
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in lines)}
+    if "cpu family" not in fields:
+        return {}
+    model, stepping = fields.get("model", "?"), fields.get("stepping", "?")
+    part = f"family {fields['cpu family']} model {model} stepping {stepping}"
+    flags = set(fields.get("flags", "").split())
+    return {"cpu_id": part, "cpu_flags": [f for f in CPU_FLAGS if f in flags]}
 
 
 def _memory_gib() -> float | None:

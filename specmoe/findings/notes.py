@@ -94,6 +94,19 @@ def out_of_sample_errors(path: Path, model: str = "v2") -> str:
     )
 
 
+def measured_again(path: Path) -> str:
+    """How far the out-of-sample check's cells measured again moved from their first measurement,
+    one clause per later pass (`benchmarks/out_of_sample.py`)."""
+    passes = json.loads(path.read_text(encoding="utf-8")).get("again", []) if path.is_file() else []
+    if not passes:
+        return "–"
+    return "; ".join(
+        f"{p['measured'][:10]}: a median {100 * p['median_moved']:.1f}% (at most "
+        f"{100 * p['most_moved']:.1f}%), intervals overlapping in {p['overlap']} of {p['cells']}"
+        for p in passes
+    )
+
+
 def notes_values(
     out: Path,
     study: Sequence[RunRow],
@@ -125,6 +138,7 @@ def notes_values(
         "notes.out_of_sample_v1": out_of_sample_errors(
             out.parent / "predictions" / "out-of-sample.json", "v1_on_seen"
         ),
+        "notes.out_of_sample_again": measured_again(out.parent / "predictions" / "out-of-sample.json"),
         "notes.out_of_sample_declared": out_of_sample_errors(
             out.parent / "predictions" / "out-of-sample.json", "v2_declared"
         ),

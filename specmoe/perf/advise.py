@@ -88,7 +88,31 @@ def advise_from_args(args) -> dict:
     alphas = [a for text in args.alpha for a in parse_fractions(text, "--alpha")]
     if len(alphas) == 1:
         alphas *= len(drafts)
-    return advise(target, drafts, alphas, args.batch or fit["grid"]["batch"], args.gamma_max)
+    advice = advise(target, drafts, alphas, args.batch or fit["grid"]["batch"], args.gamma_max)
+    return with_fit_error(advice, fit_error(fit))
+
+
+FIT_WARNING = 0.10  # a fit missing its own held-out points by more than this is said to
+
+
+def fit_error(fit: dict) -> float:
+    """The fit's median |relative error| on its held-out points (its fitted ones where none was
+    held out): how far its times, and so a speedup composed from them, can be trusted."""
+    quality = fit.get("quality") or {}
+    return float(quality.get("heldout_median_abs_rel") or quality.get("fit_median_abs_rel") or 0.0)
+
+
+def with_fit_error(advice: dict, error: float) -> dict:
+    """Each best choice's speedup with the band the fit's error allows, S ×/÷ (1 + 2·error): a
+    speedup is a ratio of two composed times, each off by about the fit's error (twice it is the
+    tolerance `specmoe model check` uses too). A row whose band holds 1× is `within_error`."""
+    factor = 1.0 + 2.0 * error
+    rows = []
+    for row in advice["rows"]:
+        best = row["best"]
+        low, high = best["speedup"] / factor, best["speedup"] * factor
+        rows.append(row | {"band": [low, high], "within_error": low < 1.0 <= high})
+    return advice | {"fit_error": error, "rows": rows}
 
 
 def stated_alpha(

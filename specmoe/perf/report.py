@@ -56,11 +56,26 @@ def format_prediction(prediction: dict) -> str:
 
 def format_advice(advice: dict) -> str:
     lines = [f"target {advice['target']}" + ("" if advice["fitted"] else " (UNFITTED)")]
+    error = advice.get("fit_error")
+    if error is not None:
+        lines.append(
+            f"the fit misses its held-out points by a median {error:.1%}: each speedup carries a band "
+            f"of ×/÷ {1 + 2 * error:.2f}"
+            + (" (a poor fit: profile more points, or a quieter machine)" if error > 0.10 else "")
+        )
     for row in advice["rows"]:
         best = row["best"]
         choice = f"{best['draft']} (α={best['alpha']:g}), γ={best['gamma']}"
         note = " [extrapolated]" if best["extrapolated"] else ""
-        if row["pays"]:
+        if "band" in row:
+            low, high = row["band"]
+            note += f" [{low:.3g}–{high:.3g}x within the fit's error]"
+        if row.get("within_error"):
+            lines.append(
+                f"B={row['batch']:<4} too close to call: {choice} is predicted at {best['speedup']:.3g}x, "
+                f"and the fit's error reaches both sides of 1x; measure it{note}"
+            )
+        elif row["pays"]:
             lines.append(
                 f"B={row['batch']:<4} use {choice}: predicted speedup {best['speedup']:.3g}x, "
                 f"target efficiency {best['efficiency']:.2f}{note}"

@@ -22,6 +22,8 @@ import matplotlib
 
 from specmoe.bench.store import Store
 from specmoe.errors import SpecmoeError
+from specmoe.perf.advise import FIT_WARNING, fit_error
+from specmoe.perf.fit import load_fit
 from specmoe.report.explain_figures import EXPLAIN_FIGURES
 from specmoe.report.figures import RC_PARAMS, Drawn, Omitted, Outcome, save_figure
 from specmoe.report.gamma_batch import gamma_batch_heatmap, gamma_batch_table
@@ -79,6 +81,13 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
     for path, (name, dtype, _) in zip(fits, results.fits, strict=True):
         if why := unmatched_fit(name, dtype, [r.config for r in rows]):
             log.warning("--fit %s draws no model curve: %s", path, why)
+        if (error := fit_error(load_fit(Path(path)))) > FIT_WARNING:
+            log.warning(
+                "--fit %s misses its own held-out points by a median %.0f%%: its model curves carry that "
+                "error (profile more points, or on a quieter machine)",
+                path,
+                100 * error,
+            )
     omitted: list[Omitted] = []
     # A speedup beyond the physical bound is no measurement: the tables say "impossible", and no
     # figure plots it (one such point would also squash every other onto the axis).
