@@ -295,3 +295,24 @@ def test_a_nan_throughput_in_a_vllm_result_is_an_invalid_row(tmp_path):
     assert row.verdict == "invalid" and row.reason.startswith(
         "invalid input: output_throughput is not a finite number"
     )
+
+
+def test_a_cuda_index_beyond_the_gpus_names_the_ones_there(monkeypatch):
+    """Probe 44 on a machine with GPUs (faked here: the CPU-only case runs in test_bad_input_more)."""
+    import torch
+
+    from specmoe.backends.hf import resolve_device
+    from specmoe.errors import SpecmoeError
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(
+        SpecmoeError, match=r"^--device cuda:7: torch sees 2 CUDA GPU\(s\), cuda:0 to cuda:1; "
+    ):
+        resolve_device("cuda:7")
+    assert resolve_device("cuda:1") == torch.device("cuda:1")
+    for typo in ("cuda:x", "cpu:0", "gpu"):
+        with pytest.raises(
+            SpecmoeError, match=f"unknown device '{typo}'; use cpu, cuda, cuda:<index> or mps"
+        ):
+            resolve_device(typo)
