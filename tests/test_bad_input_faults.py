@@ -316,3 +316,16 @@ def test_a_cuda_index_beyond_the_gpus_names_the_ones_there(monkeypatch):
             SpecmoeError, match=f"unknown device '{typo}'; use cpu, cuda, cuda:<index> or mps"
         ):
             resolve_device(typo)
+
+
+def test_a_prompt_beyond_the_context_is_one_line_from_the_command(tiny_zoo):
+    """Probe 42 as a user runs it: transformers' own notice of a long prompt reaches the terminal
+    through its handler in a fresh process (test_bad_input_more checks the line in process)."""
+    prompt = "word " * 25_000  # about what one command-line argument may hold (128 KiB)
+    argv = ["generate", "--target", str(tiny_zoo / "draft-xs"), "--prompt", prompt]
+    proc = subprocess.run(
+        [sys.executable, "-m", "specmoe.cli", *argv], capture_output=True, text=True, timeout=300
+    )
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, lines
+    assert "prompt (25002 tokens) + max_new_tokens (64) + gamma (0) exceeds the model's context" in lines[0]
