@@ -77,12 +77,17 @@ def load_tokenizer(path: str | Path):
     if (Path(path) / "config.json").is_file():
         read_config(Path(path))
     try:
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as err:
         raise SpecmoeError(
             f"no usable tokenizer in '{path}' ({type(err).__name__}); "
             "the model directory needs tokenizer.json"
         ) from None
+    # A prompt longer than the model's context is refused with the context's arithmetic in one line
+    # (`decode`); transformers' own notice of it, a second line that speaks of indexing errors, is
+    # marked as already given.
+    tokenizer.deprecation_warnings["sequence-length-is-longer-than-the-specified-maximum"] = True
+    return tokenizer
 
 
 def chat_prompt_ids(tokenizer, text: str) -> list[int]:

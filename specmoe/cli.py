@@ -264,7 +264,9 @@ def _add_zoo(commands) -> None:
         default=None,
         help="output directory (default: ./zoo; for smollm2-draft the SmolLM2 directory of `zoo fetch`)",
     )
-    build.add_argument("--seed", type=int, default=0, help="weights seed (same seed, same zoo)")
+    build.add_argument(  # >= 0, as a suite's [zoo] seed: a zoo no suite could name is no use
+        "--seed", type=_positive_int, default=0, help="weights seed (same seed, same zoo)"
+    )
     build.add_argument(
         "--num-experts", type=int, default=None, help="experts per MoE layer (default: the preset's)"
     )

@@ -192,7 +192,10 @@ def test_wrong_model_name_lists_the_served_models():
         )
         with pytest.raises(SpecmoeError) as err:  # a request skips the check: the server's own words
             client.stream(ServerSpec(url=stub.url, model="nope"), {"model": "nope", "stream": True})
-        assert one_line(err) == f"{stub.url}/v1/completions: HTTP 404: The model `nope` does not exist."
+        assert one_line(err) == (
+            f"{stub.url}/v1/completions: HTTP 404: The model `nope` does not exist; check the request "
+            "the suite sends (model =, endpoint =) against the server's API"
+        )
 
 
 @pytest.mark.parametrize(

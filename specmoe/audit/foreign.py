@@ -25,7 +25,6 @@ rows (draft `none`) of the same target on the same machine.
 
 from __future__ import annotations
 
-import csv
 import math
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass
@@ -42,6 +41,7 @@ from specmoe.audit.llamacpp_logs import (
     SpeculativeLog,
     parse_log,
 )
+from specmoe.audit.study_csv import read_rows
 from specmoe.errors import SpecmoeError
 from specmoe.theory import mean_emitted_per_round, speedup_bound_no_timing
 
@@ -228,20 +228,7 @@ def _audit_sd_row(row: dict[str, str], means: dict[tuple[str, str], float]) -> A
 
 def audit_csv(path: str | Path) -> list[AuditRow]:
     """One AuditRow per row of a results CSV in the study's schema (see the module docstring)."""
-    path = Path(path)
-    try:
-        # utf-8-sig: a byte-order mark (as spreadsheet programs write) is not part of the first column.
-        with path.open(newline="", encoding="utf-8-sig") as handle:
-            reader = csv.DictReader(handle, restval="")  # short rows: empty cells
-            missing = [c for c in _CSV_COLUMNS if c not in (reader.fieldnames or [])]
-            if missing:
-                raise SpecmoeError(
-                    f"{path}: missing column(s) {', '.join(missing)}; expected a results CSV with "
-                    f"{', '.join(_CSV_COLUMNS)}"
-                )
-            rows = list(reader)
-    except (OSError, UnicodeDecodeError, csv.Error) as err:  # csv.Error: a cell past the field limit
-        raise SpecmoeError(f"cannot read {path}: {err}; pass a readable UTF-8 CSV file") from err
+    rows = read_rows(Path(path), _CSV_COLUMNS)
     means = _baseline_means(rows)
     return [_audit_csv_row(r, means) for r in rows]
 

@@ -48,17 +48,29 @@ def default_experts_implementation(dtype: str, compile: bool = False, device: st
 
 
 def resolve_device(device: str) -> torch.device:
-    if device == "cuda" and not torch.cuda.is_available():
-        raise SpecmoeError("--device cuda was asked for but torch sees no CUDA GPU; use --device cpu")
-    if device == "mps" and not torch.backends.mps.is_available():
+    kind, _, index = device.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (index and (kind != "cuda" or not index.isdigit())):
+        raise SpecmoeError(f"unknown device '{device}'; use cpu, cuda, cuda:<index> or mps")
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise SpecmoeError(f"--device {device} was asked for but torch sees no CUDA GPU; use --device cpu")
+    if kind == "cuda" and index and int(index) >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise SpecmoeError(
+            f"--device {device}: torch sees {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}; "
+            "pick one of them (nvidia-smi lists them; CUDA_VISIBLE_DEVICES may hide some)"
+        )
+    if kind == "mps" and not torch.backends.mps.is_available():
         raise SpecmoeError("--device mps was asked for but torch sees no Apple GPU; use --device cpu")
-    if device not in ("cpu", "cuda", "mps") and not device.startswith("cuda:"):
-        raise SpecmoeError(f"unknown device '{device}'; use cpu, cuda or mps")
     return torch.device(device)
 
 
 def check_model_dir(path: Path, allow_pickle: bool) -> dict:
     """Fail early, in one line, on anything that would make transformers fail late or reach a hub."""
+    if path.is_file():
+        raise SpecmoeError(
+            f"'{path}' is a file, not a model directory; pass the folder that holds config.json and the "
+            "weights (or a .gguf file, for llama.cpp)"
+        )
     if not path.is_dir():
         raise SpecmoeError(
             f"model directory '{path}' not found; build local models with "

@@ -405,6 +405,13 @@ def stored_rows(db_path: str | Path, out_path: str | Path, fmt: str) -> list[Run
         raise SpecmoeError(f"unknown export format '{fmt}'; available: {', '.join(EXPORT_FORMATS)}")
     if not Path(db_path).is_file():
         raise SpecmoeError(f"results store not found: {db_path}; run a suite first or pass the right path")
+    if any(not c.isprintable() for c in str(out_path)):  # a newline pasted into the name, say
+        raise SpecmoeError(
+            f"--out {str(out_path)!a} holds a control character (a newline or tab); "
+            "pass a file name without one"
+        )
+    if Path(out_path).is_dir():
+        raise SpecmoeError(f"--out {out_path} is a directory; pass a file name inside it, such as runs.csv")
     folder = Path(out_path).parent
     if not folder.is_dir():
         raise SpecmoeError(f"{out_path}: folder {folder} does not exist; create it or pass another --out")

@@ -45,13 +45,16 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
     """Parse and validate a suite file, after any command-line overrides; raises SpecmoeError with
     one line on any problem."""
     path = Path(path)
+    if path.is_dir():
+        raise SpecmoeError(f"suite file {path} is a directory; pass the .toml file of a suite inside it")
     if not path.is_file():
         raise SpecmoeError(
             f"suite file not found: {path}; pass a .toml path or a built-in name "
             f"({', '.join(shipped_suites())})"
         )
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        # utf-8-sig: a byte-order mark, which some editors write first, is not TOML's but no error
+        raw = tomllib.loads(path.read_text(encoding="utf-8-sig"))
     except tomllib.TOMLDecodeError as err:
         where = str(err).replace("end of document", f"end of document, line {_line_count(path)}")
         raise SpecmoeError(f"{path}: TOML syntax error: {where}; fix the file at that position") from None

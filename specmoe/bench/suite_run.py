@@ -42,8 +42,7 @@ def run_suite(
         raise SpecmoeError(
             f"threads must be >= 1, got {threads}, for the suite {suite.name}; pass --threads 1 or more"
         )
-    check_size(suite)  # before preflight lists the runs: an absurd grid is refused, not built
-    check_suite_extras(suite, executor)  # before the store exists, as above
+    check_suite_extras(suite, executor)  # before the store exists and preflight lists the runs
     preflight(suite, db, zoo_dir, local=is_local(executor))
     specs = plan_specs(suite)
     with Store(db) as store:
@@ -81,7 +80,9 @@ def is_local(executor: Executor | None) -> bool:
 
 def check_suite_extras(suite: Suite, executor: Executor | None = None) -> None:
     """The optional extras the suite's runs and its executor need are installed (`check_extras`):
-    checked again by `run_suite`, and first by `bench run` before it builds the zoo."""
+    checked again by `run_suite`, and first by `bench run` before it builds the zoo. The suite's
+    size is checked first: listing the runs of an absurd grid (repeats = 10**9) would never end."""
+    check_size(suite)
     check_extras(suite, is_local(executor), getattr(executor, "extra", None))
 
 

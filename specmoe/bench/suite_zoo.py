@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from specmoe.errors import SpecmoeError
 from specmoe.zoo.cache import default_zoo_dir
 
 
@@ -14,6 +15,21 @@ def prepare_zoo(suite, zoo: Path | None, progress: Callable[[str], None] | None 
         return zoo
     from specmoe.zoo import build_zoo
 
-    zoo = zoo or default_zoo_dir(suite.zoo_preset, suite.zoo_seed)
+    if zoo is None:
+        zoo = default_zoo_dir(suite.zoo_preset, suite.zoo_seed)
+        _check_cache(zoo)
     build_zoo(suite.zoo_preset, zoo, seed=suite.zoo_seed, progress=progress)
     return zoo
+
+
+def _check_cache(zoo: Path) -> None:
+    """The default zoo's folder can be made: a cache root that is a file (XDG_CACHE_HOME set to one
+    by mistake, or ~/.cache a file) is named with the fix, not left to the build lock to trip on."""
+    for folder in (zoo.parent, *zoo.parent.parents):
+        if folder.exists():
+            if not folder.is_dir():
+                raise SpecmoeError(
+                    f"cannot make the zoo cache {zoo}: {folder} is a file, not a folder; set "
+                    "XDG_CACHE_HOME to a writable folder, or pass --zoo DIR"
+                )
+            return

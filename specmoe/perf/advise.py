@@ -21,11 +21,19 @@ from pathlib import Path
 from specmoe.errors import SpecmoeError
 from specmoe.perf.breakeven import AcceptanceKind, acceptance, breakeven_alpha, from_alpha, verdict
 from specmoe.perf.compose import expected_speedup
-from specmoe.perf.files import parse_counts, parse_fractions
+from specmoe.perf.files import MAX_GAMMA, parse_counts, parse_fractions
 from specmoe.perf.fit import load_fit
 from specmoe.perf.predict import charged_draft, fit_times, load_draft
 from specmoe.perf.setup import SDSetup, describe
 from specmoe.theory import target_efficiency
+
+
+def check_gamma_max(gamma_max: int) -> None:
+    if not 1 <= gamma_max <= MAX_GAMMA:
+        raise SpecmoeError(
+            f"--gamma-max must be between 1 and {MAX_GAMMA} draft tokens, got {gamma_max}; "
+            f"pass --gamma-max {MAX_GAMMA} or less"
+        )
 
 
 def advise(
@@ -45,9 +53,8 @@ def advise(
         raise SpecmoeError(
             f"got {len(alphas)} --alpha values for {len(drafts)} drafts; pass one, or one per --draft"
         )
-    if gamma_max < 1:
-        raise SpecmoeError(f"--gamma-max must be >= 1, got {gamma_max}")
-    candidates_gamma = list(gammas) if gammas else list(range(1, gamma_max + 1))
+    check_gamma_max(gamma_max)
+    candidates_gamma = parse_counts(gammas or list(range(1, gamma_max + 1)), "--gamma", maximum=MAX_GAMMA)
     rows = []
     for batch in parse_counts(batches, "--batch"):
         t1 = target.time(batch, 1)
@@ -160,7 +167,10 @@ def advise_setup(setup: SDSetup, batches: list[int], gammas: list[int], alpha: f
     lowest per-position acceptance (ties to the smaller γ)."""
     rows = []
     for batch in parse_counts(batches, "--batch"):
-        candidates = [_candidate(setup, batch, gamma, alpha) for gamma in parse_counts(gammas, "--gamma")]
+        candidates = [
+            _candidate(setup, batch, gamma, alpha)
+            for gamma in parse_counts(gammas, "--gamma", maximum=MAX_GAMMA)
+        ]
         if alpha is not None:
             best = max(candidates, key=lambda c: (c["speedup"], -c["gamma"]))
         else:

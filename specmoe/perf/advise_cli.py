@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specmoe.errors import SpecmoeError
-from specmoe.perf.advise import advise_setup, stated_alpha
+from specmoe.perf.advise import advise_setup, check_gamma_max, stated_alpha
 from specmoe.perf.breakeven import AcceptanceKind
 from specmoe.perf.drafts import DraftMethod
 from specmoe.perf.engines import engine_profile
-from specmoe.perf.files import parse_counts
+from specmoe.perf.files import MAX_GAMMA, parse_counts
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
 from specmoe.perf.predict import config_name
@@ -52,7 +52,9 @@ def advise_from_configs(args) -> dict:
         draft = replace(draft, name=config_name(args.draft_config))
     elif args.draft_config is not None:
         raise SpecmoeError(f"--draft {method.value} builds its own drafter; drop --draft-config")
-    gammas = parse_counts(args.gamma or ",".join(str(g) for g in range(1, args.gamma_max + 1)), "--gamma")
+    if args.gamma is None:
+        check_gamma_max(args.gamma_max)
+    gammas = parse_counts(args.gamma or list(range(1, args.gamma_max + 1)), "--gamma", maximum=MAX_GAMMA)
     heads = max(gammas) if method is DraftMethod.MEDUSA else 4
     setup = configured_setup(
         target,

@@ -12,6 +12,10 @@ from pathlib import Path
 from specmoe.errors import SpecmoeError
 
 SCHEMA = 1
+# The longest draft a prediction or an advice scores, per round: far past any engine's draft length
+# (vLLM, SGLang and llama.cpp draft a handful of tokens), and short enough that scoring every γ up to
+# it stays quick (the composed schedule grows with γ²: 10,000 took longer than anyone waits).
+MAX_GAMMA = 64
 
 
 def read_json(path: Path, kinds: tuple[str, ...], hint: str) -> dict:
@@ -43,8 +47,11 @@ def write_json(path: Path, data: dict) -> Path:
     return path
 
 
-def parse_counts(text: str | list[int] | tuple[int, ...], name: str, minimum: int = 1) -> list[int]:
-    """ "1,2,4" (or a list) as sorted distinct integers >= minimum; `name` is the option, for errors."""
+def parse_counts(
+    text: str | list[int] | tuple[int, ...], name: str, minimum: int = 1, maximum: int | None = None
+) -> list[int]:
+    """ "1,2,4" (or a list) as sorted distinct integers in [minimum, maximum]; `name` is the option,
+    for errors."""
     items = text.split(",") if isinstance(text, str) else list(text)
     values = []
     for item in items:
@@ -54,6 +61,8 @@ def parse_counts(text: str | list[int] | tuple[int, ...], name: str, minimum: in
             raise SpecmoeError(f"{name}: '{item}' is not an integer; pass a list such as 1,2,4") from None
         if value < minimum:
             raise SpecmoeError(f"{name}: {value} is not allowed, every value must be an integer >= {minimum}")
+        if maximum is not None and value > maximum:
+            raise SpecmoeError(f"{name}: {value} is above the limit of {maximum}; pass values <= {maximum}")
         values.append(value)
     if not values:
         raise SpecmoeError(f"{name} is empty; pass a list such as 1,2,4")

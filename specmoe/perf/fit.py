@@ -239,6 +239,10 @@ def load_fit(path: Path) -> dict:
             f"'{path}' holds model form {fit.get('form')!r}, this specmoe reads {', '.join(READABLE_FORMS)}; "
             f"{FIT_HINT}"
         )
+    constants = fit.get("constants")
+    if not isinstance(constants, dict):
+        raise SpecmoeError(f"'{path}' has no constants object; {FIT_HINT}")
+    Constants.from_json(constants, f"'{path}'")  # every constant usable, checked before any formula
     return fit
 
 

@@ -34,6 +34,7 @@ docs/perf-model.md for why this form and what the fit leaves out.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -54,6 +55,29 @@ class MoEShape:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+
+# Constants that scale a token count (a knee, a sharpness): > 0. The rest are seconds: >= 0.
+_POSITIVE_CONSTANTS = ("knee_tokens", "sharpness", "kv_knee_tokens", "reread_tokens")
+
+
+def _check_constant(name: str, value, where: str) -> None:
+    """A fit file's constant a prediction can use: a number, finite (sharpness may be inf), not
+    negative; a NaN or a negative time would make every predicted speedup a number physics rules out."""
+    positive = name in _POSITIVE_CONSTANTS
+    usable = (
+        isinstance(value, numbers.Real)
+        and not isinstance(value, bool)
+        and not math.isnan(value)
+        and (math.isfinite(value) or (name == "sharpness" and value > 0))
+        and (value > 0 if positive else value >= 0)
+    )
+    if not usable:
+        bound = "> 0" if positive else ">= 0 seconds"
+        raise SpecmoeError(
+            f"{where}: constant {name} must be a finite number {bound}, got {value!r}; "
+            "fit the profile again (`specmoe model fit PROFILE --out FIT`)"
+        )
 
 
 @dataclass(frozen=True)
@@ -81,6 +105,8 @@ class Constants:
         if unknown:
             raise SpecmoeError(f"{where}: unknown constant '{unknown[0]}'; known: {', '.join(sorted(names))}")
         values = {k: (math.inf if v is None and k == "sharpness" else v) for k, v in data.items()}
+        for name, value in values.items():
+            _check_constant(name, value, where)
         return cls(**{k: float(v) for k, v in values.items()})
 
 

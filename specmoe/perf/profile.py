@@ -28,6 +28,7 @@ and the fraction of it the step reaches (`specmoe.perf.floor`).
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -340,7 +341,24 @@ def load_profile(path: Path) -> dict:
     points = profile.get("points")
     if not isinstance(points, list) or not points:
         raise SpecmoeError(f"profile '{path}' has no timed points; {PROFILE_HINT}")
-    for point in points:
-        if not all(k in point for k in ("batch", "tokens", "median_s")) or not point["median_s"] > 0:
-            raise SpecmoeError(f"profile '{path}' has a malformed point {point!r}; {PROFILE_HINT}")
+    for index, point in enumerate(points):
+        problem = _point_problem(point)
+        if problem:
+            raise SpecmoeError(f"profile '{path}' points[{index}]: {problem}; {PROFILE_HINT}")
     return profile
+
+
+def _point_problem(point) -> str | None:
+    """What makes one profile point unusable by a fit (a time no clock can measure), or None."""
+    if not isinstance(point, dict):
+        return f"not an object but {type(point).__name__}"
+    missing = [k for k in ("batch", "tokens", "median_s") if k not in point]
+    if missing:
+        return f"no {', '.join(missing)}"
+    for key in ("batch", "tokens"):
+        if type(point[key]) is not int or point[key] < 1:
+            return f"{key} must be a whole number >= 1, got {point[key]!r}"
+    seconds = point["median_s"]
+    if type(seconds) not in (int, float) or not math.isfinite(seconds) or seconds <= 0:
+        return f"median_s must be a finite time > 0 seconds, got {seconds!r}"
+    return None

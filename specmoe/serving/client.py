@@ -115,6 +115,7 @@ def stream(
     watch = _Watch(server.timeout_s, sent, clock, sock)
     max_tokens = body.get("max_tokens")
     try:
+        _refuse_redirect(server, path, response)
         if response.status >= 400:
             _raise_for_status(server, path, response.status, response.read(_ERROR_BODY_BYTES))
         kind = response.getheader("Content-Type", "")
@@ -146,8 +147,19 @@ def stream(
             f"{server.url}{path}: no data for {server.timeout_s:g} s mid-response; "
             "raise timeout_s of the suite model or check the server"
         ) from None
+    except (OSError, http.client.HTTPException) as err:
+        raise broken_connection(server, path, err) from None
     finally:
         conn.close()
+
+
+def broken_connection(server: ServerSpec, path: str, err: Exception) -> SpecmoeError:
+    """The connection failed after the server began to answer (reset, or closed inside a chunk):
+    nothing of the response is kept, and the request is not sent again, since the server has seen it."""
+    return SpecmoeError(
+        f"{server.url}{path}: the connection broke mid-response ({_reason(err)}); check the server's "
+        "log, then run the suite again (its finished runs are kept)"
+    )
 
 
 class _Watch:
@@ -226,6 +238,7 @@ def _get(server: ServerSpec, path: str) -> tuple[int, bytes]:
     conn, response, sent, _, sock = _send(server, "GET", path, None, time.perf_counter)
     watch = _Watch(server.timeout_s, sent, time.perf_counter, sock)
     try:
+        _refuse_redirect(server, path, response)
         return response.status, _read_body(server, path, response, watch)
     except TimeoutError:
         if watch.over_total():
@@ -234,6 +247,8 @@ def _get(server: ServerSpec, path: str) -> tuple[int, bytes]:
                 f"({TOTAL_TIMEOUT_FACTOR} x timeout_s) without ending; check the server"
             ) from None
         raise SpecmoeError(f"{server.url}{path}: no response within {server.timeout_s:g} s") from None
+    except (OSError, http.client.HTTPException) as err:
+        raise broken_connection(server, path, err) from None
     finally:
         conn.close()
 
@@ -288,11 +303,34 @@ def _send(server: ServerSpec, method: str, path: str, body: dict[str, Any] | Non
                     "is the server running?"
                 ) from None
             time.sleep(BACKOFF_S * 2**attempt)
+        except http.client.HTTPException as err:  # an answer, not in HTTP/1.x: another service
+            conn.close()
+            raise SpecmoeError(
+                f"{server.url}{path}: the server did not answer in HTTP ({_reason(err)}); "
+                "is url = the address of the model server's HTTP port?"
+            ) from None
     raise AssertionError("unreachable")
 
 
-def _reason(err: OSError) -> str:
-    return err.strerror or str(err) or type(err).__name__
+def _reason(err: Exception) -> str:
+    """An OS error's reason, or an HTTP parsing error's name and what the server sent (printable
+    characters only, cut short: it is another program's bytes)."""
+    if isinstance(err, OSError) and err.strerror:
+        return err.strerror
+    text = "".join(c if c.isprintable() else " " for c in str(err))
+    text = " ".join(text.split())[:80]
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def _refuse_redirect(server: ServerSpec, path: str, response: http.client.HTTPResponse) -> None:
+    """A redirect is not followed: the request would go to an address the suite does not name (and
+    a POST's body, or its API key, with it)."""
+    if 300 <= response.status < 400:
+        location = "".join(c for c in response.getheader("Location", "") if c.isprintable())[:200]
+        raise SpecmoeError(
+            f"{server.url}{path}: HTTP {response.status}, the server redirects to {location or 'nowhere'}; "
+            "specmoe follows no redirect: set url = to the address the model server answers at"
+        )
 
 
 def _raise_for_status(server: ServerSpec, path: str, status: int, body: bytes) -> None:
@@ -308,7 +346,12 @@ def _raise_for_status(server: ServerSpec, path: str, status: int, body: bytes) -
         raise SpecmoeError(
             f"{server.url}{path}: HTTP {status}, the server refused the request ({message}); {fix}"
         )
-    raise SpecmoeError(f"{server.url}{path}: HTTP {status}: {message}")
+    fix = (
+        "the server failed; check its log, then run the suite again (its finished runs are kept)"
+        if status >= 500
+        else "check the request the suite sends (model =, endpoint =) against the server's API"
+    )
+    raise SpecmoeError(f"{server.url}{path}: HTTP {status}: {message.rstrip('.')}; {fix}")
 
 
 def _error_message(body: bytes) -> str:

@@ -128,7 +128,8 @@ def _build_lock(out_dir: Path, progress: Callable[[str], None] | None) -> Iterat
         handle = (out_dir.parent / f".{out_dir.name}.zoo-lock").open("a")
     except OSError as err:
         raise SpecmoeError(
-            f"cannot create the build lock beside {out_dir} ({err.strerror}); pick a writable --out"
+            f"cannot create the build lock beside {out_dir} ({err.strerror}); "
+            "pick a writable folder (--out, or --zoo for a suite)"
         ) from None
     with handle:
         try:
