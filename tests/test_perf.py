@@ -418,7 +418,8 @@ def test_wrong_file_kind_is_one_clear_error(capsys, tmp_path):
 
 
 def test_advice_from_a_fit_carries_the_fits_error_and_will_not_call_a_close_row():
-    from specmoe.perf.advise import fit_error, with_fit_error
+    from specmoe.perf.advise import with_fit_error
+    from specmoe.perf.fit import fit_error
     from specmoe.perf.report import format_advice
 
     rows = [

@@ -22,7 +22,7 @@ from specmoe.errors import SpecmoeError
 from specmoe.perf.breakeven import AcceptanceKind, acceptance, breakeven_alpha, from_alpha, verdict
 from specmoe.perf.compose import expected_speedup
 from specmoe.perf.files import MAX_GAMMA, parse_counts, parse_fractions
-from specmoe.perf.fit import load_fit
+from specmoe.perf.fit import fit_error, load_fit
 from specmoe.perf.predict import charged_draft, fit_times, load_draft
 from specmoe.perf.setup import SDSetup, describe
 from specmoe.theory import target_efficiency
@@ -100,13 +100,6 @@ def advise_from_args(args) -> dict:
 
 
 FIT_WARNING = 0.10  # a fit missing its own held-out points by more than this is said to
-
-
-def fit_error(fit: dict) -> float:
-    """The fit's median |relative error| on its held-out points (its fitted ones where none was
-    held out): how far its times, and so a speedup composed from them, can be trusted."""
-    quality = fit.get("quality") or {}
-    return float(quality.get("heldout_median_abs_rel") or quality.get("fit_median_abs_rel") or 0.0)
 
 
 def with_fit_error(advice: dict, error: float) -> dict:

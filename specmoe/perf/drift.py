@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from specmoe.errors import SpecmoeError
-from specmoe.perf.fit import fitted_model
+from specmoe.perf.fit import fit_error, fitted_model
 from specmoe.perf.model import forward_time
 
 MIN_TOLERANCE = 0.10  # |measured ÷ fitted − 1| below this is within a fit's own error
@@ -69,9 +69,7 @@ def _when(iso: str) -> datetime:
 
 def tolerance_of(fit: dict) -> float:
     """Twice the fit's median held-out error (its fitted points' where none was held out)."""
-    quality = fit.get("quality") or {}
-    own = quality.get("heldout_median_abs_rel") or quality.get("fit_median_abs_rel") or 0.0
-    return max(MIN_TOLERANCE, 2 * float(own))
+    return max(MIN_TOLERANCE, 2 * fit_error(fit))
 
 
 def check_points(grid: dict) -> tuple[list[int], list[int]]:

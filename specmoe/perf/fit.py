@@ -232,6 +232,13 @@ def quality(rows: list[dict]) -> dict:
     return out
 
 
+def fit_error(fit: dict) -> float:
+    """The fit's median |relative error| on its held-out points (its fitted ones where none was
+    held out): how far its times, and so anything composed from them, can be trusted."""
+    quality = fit.get("quality") or {}
+    return float(quality.get("heldout_median_abs_rel") or quality.get("fit_median_abs_rel") or 0.0)
+
+
 def load_fit(path: Path) -> dict:
     fit = read_json(Path(path), (KIND,), FIT_HINT)
     if fit.get("form") not in READABLE_FORMS:

@@ -22,8 +22,8 @@ import matplotlib
 
 from specmoe.bench.store import Store
 from specmoe.errors import SpecmoeError
-from specmoe.perf.advise import FIT_WARNING, fit_error
-from specmoe.perf.fit import load_fit
+from specmoe.perf.advise import FIT_WARNING
+from specmoe.perf.fit import fit_error, load_fit
 from specmoe.report.explain_figures import EXPLAIN_FIGURES
 from specmoe.report.figures import RC_PARAMS, Drawn, Omitted, Outcome, save_figure
 from specmoe.report.gamma_batch import gamma_batch_heatmap, gamma_batch_table
