@@ -32,7 +32,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specmoe.bench.store import RunRow, Store
@@ -46,6 +46,8 @@ from specmoe.serving.client import metrics_text
 from specmoe.serving.llama_server import LlamaServerSpec, RunningServer, serving
 from specmoe.serving.server_log import check_counts, logged_requests, stored_counts
 from specmoe.zoo.gguf import zoo_gguf
+from specmoe.zoo.smollm2 import GGUF_NAME as SMOLLM2_GGUF
+from specmoe.zoo.smollm2_draft import DRAFT_GGUF
 
 BINARY_ENV = "SPECMOE_LLAMA_SERVER"
 GGUF_TYPE = "q8_0"
@@ -55,7 +57,7 @@ HOME = Path("~").expanduser()
 
 @dataclass(frozen=True)
 class Launch:
-    zoo: str  # "bench" or "trained": which --*-zoo folder
+    zoo: str  # "bench", "trained" or "smollm2": which --*-zoo folder
     model: str  # the target's zoo name
     draft: str | None = None  # the draft's zoo name, for an SD server
     gamma: int = 0
@@ -66,7 +68,35 @@ LAUNCH: dict[str, Launch] = {
     "moe-draft-xs": Launch("bench", "moe", "draft-xs", 4),
     "trained-moe": Launch("trained", "moe"),
     "trained-moe-draft-xs": Launch("trained", "moe", "draft-xs", 4),
+    "smollm2": Launch("smollm2", "smollm2"),
+    "smollm2-draft": Launch("smollm2", "smollm2", "draft", 4),
 }
+
+
+def launch_gguf(zoo: Path, kind: str, model: str) -> Path:
+    """The GGUF a server loads: the bench and trained zoos export theirs (Q8_0); SmolLM2 is the
+    packaged Q4_1 file and its distilled draft the Q8_0 twin `zoo build --preset smollm2-draft` wrote."""
+    if kind != "smollm2":
+        return zoo_gguf(zoo, model, GGUF_TYPE)
+    path = zoo / (SMOLLM2_GGUF if model == "smollm2" else DRAFT_GGUF)
+    if not path.is_file():
+        fix = "run `specmoe zoo fetch smollm2` and `specmoe zoo build --preset smollm2-draft`"
+        sys.exit(f"{path} is missing: {fix}")
+    return path
+
+
+def only_groups(suite: Suite, names: list[str] | None) -> Suite:
+    """The suite cut to the named groups and the models they use (all of it when names is None)."""
+    if not names:
+        return suite
+    unknown = sorted(set(names) - {g.name for g in suite.groups})
+    if unknown:
+        have = ", ".join(g.name for g in suite.groups)
+        sys.exit(f"{suite.path}: no group {', '.join(unknown)}; it has {have}")
+    groups = tuple(g for g in suite.groups if g.name in names)
+    used = {m for g in groups for m in (*g.target, *g.draft)}
+    models = {name: m for name, m in suite.models.items() if name in used}
+    return replace(suite, groups=groups, models=models)
 
 
 def served_models(suite: Suite) -> list[ModelSpec]:
@@ -91,8 +121,8 @@ def server_specs(suite: Suite, zoos: dict[str, Path], cpus: str | None) -> list[
             LlamaServerSpec(
                 alias=model.server.model,
                 port=int(port[1]),
-                model=zoo_gguf(zoo, launch.model, GGUF_TYPE),
-                draft=None if launch.draft is None else zoo_gguf(zoo, launch.draft, GGUF_TYPE),
+                model=launch_gguf(zoo, launch.zoo, launch.model),
+                draft=None if launch.draft is None else launch_gguf(zoo, launch.zoo, launch.draft),
                 gamma=launch.gamma,
                 parallel=slots,
                 ctx=slots * CTX_PER_SLOT,
@@ -270,12 +300,15 @@ def main() -> int:
     parser.add_argument("--server-cpus", default=None, help="taskset CPU list for the servers, e.g. 0")
     parser.add_argument("--bench-zoo", type=Path, default=HOME / ".cache/specmoe/zoo/bench-seed0")
     parser.add_argument("--trained-zoo", type=Path, default=HOME / ".cache/specmoe/zoo/trained-seed0")
+    parser.add_argument("--smollm2-zoo", type=Path, default=HOME / ".cache/specmoe/zoo/smollm2")
+    parser.add_argument("--groups", nargs="+", default=None, help="only these groups (default: all)")
     args = parser.parse_args()
     binary = os.environ.get(BINARY_ENV)
     if not binary:
         sys.exit(f"set {BINARY_ENV} to a llama-server binary (scripts/build_llama_server.sh builds one)")
-    suite = load_suite(args.suite)
-    specs = server_specs(suite, {"bench": args.bench_zoo, "trained": args.trained_zoo}, args.server_cpus)
+    suite = only_groups(load_suite(args.suite), args.groups)
+    zoos = {"bench": args.bench_zoo, "trained": args.trained_zoo, "smollm2": args.smollm2_zoo}
+    specs = server_specs(suite, zoos, args.server_cpus)
     logs = args.logs or args.db.with_suffix(".logs")
     with serving(binary, specs, logs) as running:
         rows = run_suite(suite, args.db, None)
