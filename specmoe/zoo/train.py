@@ -19,11 +19,19 @@ draws (the init, the batch order) from explicit generators seeded by the zoo see
 text and library versions on the same machine give bit-identical weights. The thread count and the
 deterministic flag are restored on exit.
 
+Two cores train two models at once: the targets other than the teacher train in a second process
+(each model still on one thread, from its own seeded generators, so its weights are the same bits)
+while this one trains the teacher and then the drafts. With one CPU available (`taskset`, a
+container's quota) everything trains here, one model after another.
+
 Modules: train_data (the text), train_loop (one model's optimisation, targets), distill (drafts),
 train_experts (the MoE's training forward), synthetic (generated text).
 """
 
+import multiprocessing
+import os
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
@@ -31,7 +39,7 @@ import torch
 from tokenizers import Tokenizer
 
 from specmoe.zoo.distill import train_drafts
-from specmoe.zoo.presets import TrainingPlan, ZooPreset
+from specmoe.zoo.presets import ModelShape, TrainingPlan, ZooPreset
 from specmoe.zoo.train_data import TrainingData, batch_order, training_data
 from specmoe.zoo.train_loop import Clock, TrainedModel, train_target
 
@@ -84,11 +92,17 @@ def train_family(
         raise ValueError(f"preset '{zoo.name}' has no training plan")
     total = Clock()
     trained: dict[str, TrainedModel] = {}
-    with reproducible(), total.timing():
+    others = [s for s in zoo.models if s.name not in plan.drafts and s.name != plan.teacher]
+    with reproducible(), total.timing(), _second_process(others) as pool:
         data = training_data(plan, tokenizer)
         order = batch_order(data.train.shape[0], plan.steps, plan.batch_size, seed)
-        for shape in zoo.models:
-            if shape.name not in plan.drafts:
+        elsewhere: Future | None = None
+        if pool is not None:
+            elsewhere = pool.submit(_train_targets, others, zoo, seed, data, order)
+        trained[plan.teacher] = train_target(zoo.model(plan.teacher), zoo, seed, data, order)
+        _report(progress, trained[plan.teacher])
+        if elsewhere is None:  # one CPU: the other targets here, before the drafts
+            for shape in others:
                 trained[shape.name] = train_target(shape, zoo, seed, data, order)
                 _report(progress, trained[shape.name])
         drafts = [shape for shape in zoo.models if shape.name in plan.drafts]
@@ -96,8 +110,37 @@ def train_family(
         for model in distilled.values():
             _report(progress, model)
         trained.update(distilled)
+        if elsewhere is not None:
+            for model in elsewhere.result():
+                _report(progress, model)
+                trained[model.name] = model
     ordered = {name: trained[name] for name in zoo.model_names}
     return TrainedFamily(ordered, plan, data, teacher_clock.wall, teacher_clock.cpu, total.wall, total.cpu)
+
+
+@contextmanager
+def _second_process(shapes: list[ModelShape]) -> Iterator[ProcessPoolExecutor | None]:
+    """A worker process for `shapes` when this process may use two CPUs or more; None otherwise."""
+    if not shapes or _usable_cpus() < 2:
+        yield None
+        return
+    # spawn, not fork: a forked copy of a process that has started torch's thread pools can hang.
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
+
+
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):  # Linux: the CPUs this process may run on
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def _train_targets(
+    shapes: list[ModelShape], zoo: ZooPreset, seed: int, data: TrainingData, order: torch.Tensor
+) -> list[TrainedModel]:
+    """Targets trained one after another in a worker process, as `train_family` would train them."""
+    with reproducible():
+        return [train_target(shape, zoo, seed, data, order) for shape in shapes]
 
 
 def _report(progress: Callable[[str], None] | None, model: TrainedModel) -> None:
