@@ -21,8 +21,10 @@ from specmoe.bench.suite_schema import GRID_AXES
 
 # The axes of a suite grid, moe_top_k folded into "target" and request_rate left to the serving
 # tables. Concurrency is the requests in flight of a server run (None for local runs, which have
-# batch_size instead).
-AXES = tuple(a for a in GRID_AXES if a not in ("moe_top_k", "request_rate"))
+# batch_size instead). "prompts" is a group setting, not a grid axis, but two groups that decode
+# different selections of one set (10 prompts, 16) are different measurements: it is told apart
+# wherever it varies, and says nothing where a run decodes the whole set.
+AXES = (*(a for a in GRID_AXES if a not in ("moe_top_k", "request_rate")), "prompts")
 # Axes a baseline configuration has no value for.
 SD_ONLY_AXES = ("draft", "gamma")
 
@@ -158,6 +160,7 @@ _FORMATS: dict[str, Callable[[Any], str]] = {
     "prompt_set": _prompt_set,
     "prompt_length": _prompt_length,
     "batch_size": lambda v: f"B={v}",
+    "prompts": lambda v: "" if v is None else f"{v} prompts",
     "concurrency": lambda v: "" if v is None else f"concurrency {v}",
     "temperature": lambda v: f"temperature {v}",
     "max_new_tokens": lambda v: f"{v} new tokens",
