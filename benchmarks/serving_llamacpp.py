@@ -35,6 +35,7 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from specmoe.bench.served_rows import stored_counts
 from specmoe.bench.store import RunRow, Store
 from specmoe.bench.store_export import export_records, write_records
 from specmoe.bench.suite import ModelSpec, Suite
@@ -44,7 +45,7 @@ from specmoe.bench.suite_run import run_suite
 from specmoe.bench.summary_table import build, format_text, to_json
 from specmoe.serving.client import metrics_text
 from specmoe.serving.llama_server import LlamaServerSpec, RunningServer, serving
-from specmoe.serving.server_log import check_counts, logged_requests, stored_counts
+from specmoe.serving.server_log import check_counts, logged_requests
 from specmoe.zoo.gguf import zoo_gguf
 from specmoe.zoo.smollm2 import GGUF_NAME as SMOLLM2_GGUF
 from specmoe.zoo.smollm2_draft import DRAFT_GGUF
@@ -141,7 +142,7 @@ def spec_decode_totals(spec: LlamaServerSpec) -> dict[str, float]:
 
 def warmup_requests(suite: Suite, url: str) -> int:
     """Requests the suite's warm-ups send to the server at `url` when run in one process (each
-    configuration warms up once, `specmoe.serving.run.ServedRunner`)."""
+    configuration warms up once, `specmoe.bench.served.ServedRunner`)."""
     seen: dict[str, int] = {}
     for spec in expand(suite):
         model = spec.draft_model if spec.arm == "sd" else spec.target_model

@@ -5,15 +5,16 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
     0  cli                      the command line: specmoe/cli.py and every module named cli.py
                                 (bench/cli.py, perf/cli.py), whatever package holds it
     1  findings                 the studies' claims checked on measured runs
-    2  report, serving          the HTML report; benchmarking models behind servers
-    3  bench                    suites, runs, the results store
+    2  report                   the HTML report
+    3  bench                    suites, runs (local and served), the results store
     4  zoo, perf                the model zoo; the performance model
     5  prompts                  prompt sets and chat templates, shared by zoo and bench
     6  api                      one-call decoding for library users
     7  metrics                  scalars derived from recorded counts
     8  engine                   the SD loop, drafters, acceptance
     9  audit                    audits of other tools' results: they need only theory and errors
-    10 backends, theory, extras model runtimes; closed-form algebra; which optional extras are installed
+    10 backends, serving        model runtimes: in this process, or behind an OpenAI-compatible server
+    10 theory, extras           closed-form algebra; which optional extras are installed
     11 errors, stats, console, dtypes, canonical
                                 small shared modules that import no other specmoe module: the error
                                 type, interval statistics, terminal output, dtype names, canonical JSON
@@ -25,7 +26,7 @@ floor.
 An import inside a function (or under `if TYPE_CHECKING:`) runs later than module import, so it
 cannot close an import-time circle; it still couples the layers, so it is checked for direction too
 and reported as "deferred". So is a string that names a specmoe module, whole, for importlib
-(`"specmoe.backends.hf:load_hf"`, `"specmoe.serving.run"`): the import it stands for is as real as
+(`"specmoe.backends.hf:load_hf"`, `"specmoe.zoo.gguf"`): the import it stands for is as real as
 a statement, only hidden from a reader, and is reported as "by name". Circles are reported twice:
 among module-level imports (they fail at import time) and among all imports (a deferred circle
 still ties two modules into one).
@@ -50,7 +51,6 @@ LAYERS: dict[str, int] = {
     "cli": 0,
     "findings": 1,
     "report": 2,
-    "serving": 2,
     "bench": 3,
     "zoo": 4,
     "perf": 4,
@@ -60,6 +60,7 @@ LAYERS: dict[str, int] = {
     "engine": 8,
     "audit": 9,
     "backends": 10,
+    "serving": 10,
     "theory": 10,
     "extras": 10,
     "errors": 11,
@@ -69,14 +70,8 @@ LAYERS: dict[str, int] = {
     "canonical": 11,
 }
 
-# (importer, imported) -> why the arrow points up and what removes it.
-WRITTEN_EXCEPTIONS: dict[tuple[str, str], str] = {
-    ("specmoe.bench.runner", "specmoe.serving.run"): (
-        "a suite's blocks against a server are measured by the serving layer, which builds on bench's "
-        "suites and store, and the runner that dispatches a block by its kind lives in bench with them; "
-        "the arrow goes when the runner and executors move above serving"
-    ),
-}
+# (importer, imported) -> why the arrow points up and what removes it. Empty: no arrow points up.
+WRITTEN_EXCEPTIONS: dict[tuple[str, str], str] = {}
 
 # A string constant that is a dotted specmoe module name, whole, optionally with `:attribute`.
 _MODULE_STRING = re.compile(r"(specmoe(?:\.\w+)+)(?::\w+)?")

@@ -154,9 +154,9 @@ def test_a_broken_server_is_one_line_and_stores_nothing(name, tmp_path, capsys, 
 
 def test_a_server_error_is_not_sent_again():
     """The server saw the request: a 500 is reported, not retried behind the user's back."""
-    from specmoe.bench.server_spec import ServerSpec
     from specmoe.errors import SpecmoeError
     from specmoe.serving import client
+    from specmoe.serving.spec import ServerSpec
 
     server = RawServer(_error_500)
     with pytest.raises(SpecmoeError):

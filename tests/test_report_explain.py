@@ -13,7 +13,7 @@ from test_report import (
     spec,
 )  # tests/ is on sys.path under pytest's default import mode
 
-from specmoe.bench.server_spec import ServerSpec
+from specmoe.bench.served_rows import served_row
 from specmoe.bench.store import Store
 from specmoe.bench.suite import ModelSpec, RunSpec
 from specmoe.metrics import position_acceptance, time_shares_of
@@ -31,7 +31,7 @@ from specmoe.report.study_figures import acceptance_vs_gamma, label_offsets
 from specmoe.report.write import _load_fit
 from specmoe.serving.load import RequestRecord, ServedRun
 from specmoe.serving.prometheus import SpecCounters
-from specmoe.serving.rows import served_row
+from specmoe.serving.spec import ServerSpec
 
 FITS = Path(__file__).resolve().parents[1] / "docs" / "results" / "cpu" / "findings" / "fits"
 

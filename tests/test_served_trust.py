@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 from serving_stub import StubConfig, StubServer
 
-from specmoe.bench.server_engines import ENGINES
-from specmoe.bench.server_spec import ServerSpec
 from specmoe.bench.store import Store
 from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
 from specmoe.errors import RunFailed, SpecmoeError
 from specmoe.serving import client
+from specmoe.serving.engines import ENGINES
 from specmoe.serving.load import request_body, run_requests
+from specmoe.serving.spec import ServerSpec
 from specmoe.serving.trust import CHUNK_SLACK, count_problem
 
 MODEL = "stub-model"

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from audited import counts_pass
 
-from specmoe.bench.server_spec import ServerSpec
 from specmoe.bench.store import Store
 from specmoe.bench.suite_expand import expand
 from specmoe.bench.suite_load import load_suite
@@ -27,6 +26,7 @@ from specmoe.metrics import (
     time_to_first_token,
 )
 from specmoe.serving.client import check_model
+from specmoe.serving.spec import ServerSpec
 
 ALIAS = "tiny-moe"
 START_TIMEOUT_S = 120.0

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from specmoe.bench.server_engines import ENGINES, engine_metrics
 from specmoe.errors import SpecmoeError
+from specmoe.serving.engines import ENGINES, engine_metrics
 from specmoe.serving.prometheus import UNKNOWN, SpecCounters, counter_delta, parse_samples, snapshot
 
 DATA = Path(__file__).parent / "data" / "serving"

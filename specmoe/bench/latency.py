@@ -1,6 +1,6 @@
 """Per-request latency of server runs: time to first token and time per output token, as percentiles.
 
-A server run stores one trace record per request (`specmoe.serving.rows.request_trace`) with its
+A server run stores one trace record per request (`specmoe.bench.served_rows.request_trace`) with its
 TTFT (seconds from sending to the first token chunk) and TPOT (seconds per token after the first;
 None below 2 tokens). A configuration's latency pools the requests of all its runs, both arms
 apart, runs the noise guard flagged left out and counted (with the first one's reason, as the

@@ -7,7 +7,6 @@ max_new_tokens tokens (EOS ignored, as llama-bench does), so tokens/s compare li
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -24,6 +23,7 @@ from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
 from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, guard_on, own_cores, step_spread
 from specmoe.bench.plan import Block
+from specmoe.bench.served import ServedRunner
 from specmoe.bench.store import RunRow, run_row
 from specmoe.bench.suite import RunSpec, Suite
 from specmoe.engine.decode import DecodeConfig, decode
@@ -32,11 +32,6 @@ from specmoe.engine.draft_spec import ModelDraft, OracleDraft, make_drafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
 from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, run_times, totals
-
-# Runs against a server are measured by the serving layer, which builds on this one, so this arrow
-# points up a layer: an exception written down in scripts/import_graph.py (WRITTEN_EXCEPTIONS) until
-# the runner moves above serving. Imported on the first served block only.
-SERVED_RUNNER = "specmoe.serving.run:ServedRunner"
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +117,7 @@ class Runner:
         self._settled: set[tuple] = set()
         self._continuations: dict[tuple, list[list[int]]] = {}
         self._prompt_ids: dict[str, list[list[int]]] = {}  # by config_key
-        self._served = None  # a ServedRunner, made on the first run against a server
+        self._served: ServedRunner | None = None  # made on the first run against a server
         self._machine_busy = False  # the last timed run stayed disturbed after its retries
 
     def block(self, block: Block, stored_baseline: RunRow | None = None) -> list[RunRow]:
@@ -156,8 +151,7 @@ class Runner:
     def _served_block(self, block: Block, stored_baseline: RunRow | None) -> list[RunRow]:
         # A served SD arm's row is made against its baseline row, so servers run baseline first.
         if self._served is None:
-            module_name, attr = SERVED_RUNNER.split(":")
-            self._served = getattr(importlib.import_module(module_name), attr)()
+            self._served = ServedRunner()
         rows, baseline = [], stored_baseline
         for spec in sorted(block.specs, key=lambda s: s.arm != "baseline"):
             row = self._served.row(spec, baseline if spec.arm == "sd" else None)

@@ -18,10 +18,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.server_spec import ServerSpec
 from specmoe.canonical import short_key
 from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_of
 from specmoe.errors import SpecmoeError
+from specmoe.serving.spec import ServerSpec
 
 ARMS = ("baseline", "sd")
 LLAMACPP_BACKEND = "llamacpp"

@@ -10,13 +10,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from specmoe.bench.overrides import SuiteOverrides, apply_overrides
-from specmoe.bench.server_spec import DEFAULT_TIMEOUT_S, ServerSpec
 from specmoe.bench.shipped import SUITES_DIR, shipped_suites
 from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, Suite
 from specmoe.bench.suite_errors import SuiteContext, explain, suggest
 from specmoe.bench.suite_groups import parse_group
 from specmoe.bench.suite_schema import ModelTable, SuiteFile
 from specmoe.errors import SpecmoeError
+from specmoe.serving.spec import DEFAULT_TIMEOUT_S, ServerSpec
 
 
 def builtin_suite_path(name: str) -> Path:

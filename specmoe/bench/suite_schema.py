@@ -26,12 +26,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from specmoe.bench.server_engines import ENGINES
-from specmoe.bench.server_spec import ENDPOINTS, normalize_url, without_userinfo
 from specmoe.bench.suite import SERVING_BACKEND
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
 from specmoe.engine.draft_spec import NGRAM, is_reserved_name, parse_draft
 from specmoe.errors import SpecmoeError
+from specmoe.serving.engines import ENGINES
+from specmoe.serving.spec import ENDPOINTS, normalize_url, without_userinfo
 
 SCHEMA_VERSION = 1
 

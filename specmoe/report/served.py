@@ -1,6 +1,6 @@
 """Server runs as the report shows them: per-request latencies per arm, and their percentiles.
 
-A server run stores one trace record per request (`specmoe.serving.rows.request_trace`) with its
+A server run stores one trace record per request (`specmoe.bench.served_rows.request_trace`) with its
 time to first token (TTFT) and time per output token after the first (TPOT), both defined once in
 `specmoe.metrics`. An *arm* here is one configuration of one server at one concurrency, over all its
 runs (prompt batches × repeats, noisy runs left out), so its distribution pools every request sent.

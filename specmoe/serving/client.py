@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from specmoe.bench.server_spec import ServerSpec
 from specmoe.errors import RunFailed, SpecmoeError
+from specmoe.serving.spec import ServerSpec
 from specmoe.serving.sse import MalformedResponse, StreamedError, event_data, parse_chunk
 from specmoe.serving.trust import UntrustedResponse, chunk_cap, count_problem
 

@@ -29,9 +29,9 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from specmoe.bench.server_spec import ServerSpec
 from specmoe.errors import SpecmoeError
 from specmoe.serving.client import check_model
+from specmoe.serving.spec import ServerSpec
 
 HOST = "127.0.0.1"  # loopback only: a benchmark server is nobody else's
 START_TIMEOUT_S = 300.0  # loading a GGUF of a few GB from a cold disk

@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from specmoe.bench.server_engines import EngineMetrics, engine_metrics
-from specmoe.bench.server_spec import ServerSpec
 from specmoe.serving import client
+from specmoe.serving.engines import EngineMetrics, engine_metrics
 from specmoe.serving.prometheus import UNKNOWN, Snapshot, SpecCounters, counter_delta, snapshot
+from specmoe.serving.spec import ServerSpec
 from specmoe.serving.sse import dotted
 from specmoe.serving.trust import chunk_count
 

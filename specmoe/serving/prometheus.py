@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specmoe.bench.server_engines import EngineMetrics
 from specmoe.errors import SpecmoeError
+from specmoe.serving.engines import EngineMetrics
 
 
 @dataclass(frozen=True)

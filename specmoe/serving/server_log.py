@@ -11,6 +11,8 @@ which the llamacpp-server engine stores per request (`specmoe.serving.load.Reque
 also holds the warm-up requests, which the store does not, and has no line for a request that drafted
 nothing. So the check is one of multisets: every stored request that drafted has a log line with the
 same (accepted, drafted), and what the log holds beyond them is no more than the warm-ups sent.
+The stored side comes in as plain (accepted, drafted) pairs, read from a suite's rows by
+`specmoe.bench.served_rows.stored_counts`.
 """
 
 from __future__ import annotations
@@ -20,8 +22,6 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
-
-from specmoe.bench.store import RunRow
 
 _DRAFT_LINE = re.compile(
     r"\|\s*task\s+(?P<task>-?\d+)\s*\|\s*draft acceptance = [0-9.]+ "
@@ -48,19 +48,6 @@ def logged_requests(text: str) -> list[LoggedRequest]:
         LoggedRequest(int(m["task"]), int(m["accepted"]), int(m["drafted"]))
         for m in _DRAFT_LINE.finditer(text)
     ]
-
-
-def stored_counts(rows: Iterable[RunRow]) -> list[Counts]:
-    """(accepted, drafted) of every stored request that drafted, as the responses reported them."""
-    found = []
-    for row in rows:
-        for record in row.rounds_trace:
-            if record.get("kind") != "request":
-                continue
-            drafted, accepted = record.get("response_drafted"), record.get("response_accepted")
-            if drafted:  # None: no timings; 0: llama-server logs no line either
-                found.append((int(accepted or 0), int(drafted)))
-    return found
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,11 @@ server's counters and gauges.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
 from specmoe.bench.audit import audit_served_run
-from specmoe.bench.server_engines import engine_metrics
-from specmoe.bench.server_spec import ServerSpec
 from specmoe.bench.store import RunRow, run_row
 from specmoe.bench.suite import RunSpec
 from specmoe.errors import SpecmoeError
@@ -28,7 +27,10 @@ from specmoe.metrics import (
     time_per_output_token,
     time_to_first_token,
 )
+from specmoe.serving.engines import engine_metrics
 from specmoe.serving.load import RequestRecord, ServedRun, unfinished
+from specmoe.serving.server_log import Counts
+from specmoe.serving.spec import ServerSpec
 
 
 def served_row(
@@ -117,3 +119,17 @@ def server_trace(run: ServedRun) -> dict[str, Any]:
         "gauges": dict(sorted(run.gauges.items())),
         "notes": list(run.notes),
     }
+
+
+def stored_counts(rows: Iterable[RunRow]) -> list[Counts]:
+    """(accepted, drafted) of every stored request that drafted, as the responses reported them
+    (`request_trace`), for checking against llama-server's log (`specmoe.serving.server_log`)."""
+    found = []
+    for row in rows:
+        for record in row.rounds_trace:
+            if record.get("kind") != "request":
+                continue
+            drafted, accepted = record.get("response_drafted"), record.get("response_accepted")
+            if drafted:  # None: no timings; 0: llama-server logs no line either
+                found.append((int(accepted or 0), int(drafted)))
+    return found

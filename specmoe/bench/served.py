@@ -7,14 +7,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import specmoe
-from specmoe.bench.server_spec import ServerSpec
+from specmoe.bench.served_rows import served_row
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import RunSpec
 from specmoe.prompts import batch_prompts, load_prompt_set, synthetic_prompt
 from specmoe.serving import client
 from specmoe.serving.arrivals import arrival_times
 from specmoe.serving.load import run_requests
-from specmoe.serving.rows import served_row
+from specmoe.serving.spec import ServerSpec
 
 
 def run_server(spec: RunSpec) -> ServerSpec:
