@@ -1,0 +1,13 @@
+"""The lossless speculative-decoding engine over any backend of `specmoe.backends` (docs/engine.md).
+
+Imports only backends and the error type; the modules, one concept each:
+
+- `acceptance`: the acceptance rules for draft-then-verify (greedy match, rejection sampling), pure.
+- `sampling`: logits to the distribution both draft and target sample from.
+- `draft_spec`: what drafts a run (a model, an oracle, an n-gram lookup), one typed value parsed once.
+- `drafters`: the drafters that propose up to γ tokens per sequence; `oracle` and `ngram` hold the
+  oracle's dialed acceptance and prompt-lookup drafting.
+- `decode`: the decode loops, speculative and plain, through the same backend calls.
+- `records`: what a decode records, raw per round and per sequence; scalars live in `specmoe.metrics`.
+- `divergence`: where two decodes of one prompt part, and how close the target's call was there.
+"""
