@@ -151,7 +151,7 @@ def _check_tokenizers(
     digests: dict[str, str | None] = {}
     for spec in specs:
         draft = spec.draft_model
-        if draft is None or not isinstance(spec.draft_spec, ModelDraft):  # an oracle proposes no tokens
+        if draft is None or not isinstance(spec.draft, ModelDraft):  # an oracle proposes no tokens
             continue
         names = (draft.name, spec.target)
         if any(contexts.get(name) is None for name in names):  # not both HF models

@@ -278,7 +278,7 @@ class Runner:
 
     def _drafter_factory(self, spec, target, prompts, config) -> Callable[[], object | None]:
         """A fresh drafter per decode; the models and the oracle's continuations are loaded once."""
-        draft = spec.draft_spec
+        draft = spec.draft
         if draft is None:
             return lambda: None
         model, continuations = None, None
