@@ -29,6 +29,7 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+from specmoe.backends import backend_for
 from specmoe.bench.batches import prompt_ids
 from specmoe.bench.store import check_store_path
 from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, RunSpec, Suite
@@ -130,7 +131,7 @@ def _check_files(model: ModelSpec, path: Path | None) -> int | None:
     model's config.json states, None for other models."""
     if path is None:
         return None
-    if model.backend == "llamacpp" or str(path).endswith(".gguf"):
+    if LLAMACPP_BACKEND in (model.backend, backend_for(path)):
         from specmoe.backends.llamacpp import check_gguf_file
 
         check_gguf_file(path)

@@ -9,6 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from specmoe.backends import available_backends, backend_for
 from specmoe.bench.overrides import SuiteOverrides, apply_overrides
 from specmoe.bench.server_spec import DEFAULT_TIMEOUT_S, ServerSpec
 from specmoe.bench.shipped import SUITES_DIR, shipped_suites
@@ -126,7 +127,7 @@ def _parse_model(
         return ModelSpec(name, entry.zoo, None, backend, preset, seed, gguf=gguf)
     assert entry.path is not None  # the schema's one-of
     resolved, hub_id = _model_path(entry.path, ctx.path.parent)
-    backend = _backend(ctx, where, entry, "llamacpp" if entry.path.endswith(".gguf") else "hf")
+    backend = _backend(ctx, where, entry, backend_for(entry.path))
     return ModelSpec(name, None, str(resolved), backend, hub_id=hub_id)
 
 
@@ -167,17 +168,13 @@ def _gguf_type(ctx: SuiteContext, where: str, entry: ModelTable, backend: str) -
 
 def _backend(ctx: SuiteContext, where: str, entry: ModelTable, default: str) -> str:
     backend = entry.backend or default
-    if backend != "hf":
-        # Imported only here: the registry pulls in torch, which validating a zoo suite never needs.
-        from specmoe.backends import available_backends
-
-        if backend not in available_backends():
-            implied = "" if entry.backend else " (the default for .gguf paths)"
-            ctx.fail(
-                f"{where}.backend",
-                f"unknown backend '{backend}'{implied}; "
-                f"available: {', '.join([*available_backends(), SERVING_BACKEND])}",
-            )
+    if backend not in available_backends():
+        implied = "" if entry.backend else " (the default for .gguf paths)"
+        ctx.fail(
+            f"{where}.backend",
+            f"unknown backend '{backend}'{implied}; "
+            f"available: {', '.join([*available_backends(), SERVING_BACKEND])}",
+        )
     return backend
 
 
