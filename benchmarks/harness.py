@@ -24,6 +24,7 @@ from specmoe.bench.runner import ModelPool, Runner, make_row
 from specmoe.bench.store import Store
 from specmoe.bench.suite_expand import expand
 from specmoe.bench.suite_load import load_suite
+from specmoe.engine.draft_spec import draft_spelling
 from specmoe.theory import sd_speedup
 
 SUITE = """
@@ -78,7 +79,7 @@ def main() -> None:
                 overhead.append((time.perf_counter() - start) / result.decode_s)
                 if spec.arm == "baseline":
                     baselines[(spec.config_key, spec.repeat)] = row
-                rows.setdefault(spec.draft or "baseline", []).append(row)
+                rows.setdefault(draft_spelling(spec.draft) or "baseline", []).append(row)
     report = {"harness_overhead_share_median": statistics.median(overhead), "oracle": {}}
     base = rows["baseline"]
     t1 = statistics.median(r.times.decode_s / r.counts.target_forwards for r in base)

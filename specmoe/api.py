@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from specmoe.backends import load_backend
+from specmoe.backends import backend_for, load_backend
 from specmoe.backends.base import Backend
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
@@ -49,11 +49,6 @@ def load_model(path: str | Path, backend: str | None = None, **options: Any) -> 
     """Load a model through a registered backend (options: dtype, device, ...); by default
     llamacpp for a .gguf file and hf for anything else."""
     return load_backend(backend or backend_for(path), str(path), **options)
-
-
-def backend_for(path: str | Path) -> str:
-    """The backend a model path implies: llama.cpp reads GGUF files, transformers reads directories."""
-    return "llamacpp" if str(path).endswith(".gguf") else "hf"
 
 
 def display_text(tokenizer, token_ids: Sequence[int]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 from specmoe.backends.base import Backend
@@ -19,6 +20,12 @@ def available_backends() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def backend_for(path: str | Path) -> str:
+    """The backend a model path implies: llama.cpp reads GGUF files, transformers reads directories
+    (and hub IDs). The one place a backend is chosen from a path."""
+    return "llamacpp" if str(path).endswith(".gguf") else "hf"
+
+
 def load_backend(name: str, path: str, **options: Any) -> Backend:
     """Load a model through the backend registered as `name`, importing that backend only now."""
     if name not in _REGISTRY:
@@ -28,4 +35,4 @@ def load_backend(name: str, path: str, **options: Any) -> Backend:
     return loader(path, **options)
 
 
-__all__ = ["Backend", "available_backends", "load_backend"]
+__all__ = ["Backend", "available_backends", "backend_for", "load_backend"]

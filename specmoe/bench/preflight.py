@@ -29,7 +29,9 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+from specmoe.backends import backend_for
 from specmoe.bench.batches import prompt_ids
+from specmoe.bench.model_paths import local_files
 from specmoe.bench.store import check_store_path
 from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, RunSpec, Suite
 from specmoe.bench.suite_expand import expand
@@ -55,7 +57,7 @@ def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) 
         return
     specs = [s for s in every if s.concurrency is None]  # served runs load no model here
     dtypes = _local_models(specs)
-    paths = {name: _model_path(suite.models[name], zoo_dir) for name in dtypes}
+    paths = {name: local_files(suite.models[name], zoo_dir) for name in dtypes}
     contexts = {name: _check_files(suite.models[name], path) for name, path in paths.items()}
     hf_devices = {s.device for s in specs if contexts.get(s.target) is not None}
     if hf_devices:
@@ -100,37 +102,12 @@ def _local_models(specs: list[RunSpec]) -> dict[str, str]:
     return dtypes
 
 
-def _model_path(model: ModelSpec, zoo_dir: Path | None) -> Path | None:
-    """Where the model's files are; None for a zoo model's GGUF export, which is made on first use."""
-    if model.path is not None:
-        if model.hub_id is not None and not Path(model.path).exists():
-            return _hub_snapshot(model)
-        return Path(model.path)
-    if model.gguf is not None:
-        return None
-    from specmoe.zoo import resolve_model
-
-    return resolve_model(model.zoo, zoo_dir)
-
-
-def _hub_snapshot(model: ModelSpec) -> Path:
-    """The cached snapshot of a model the suite names by hub ID; the cache did not hold it when the
-    suite was loaded, so this is most likely the one line that says so, under the model's key."""
-    from specmoe.zoo.hub_cache import resolve_hub_id
-
-    assert model.hub_id is not None
-    try:
-        return resolve_hub_id(model.hub_id)
-    except SpecmoeError as err:
-        raise SpecmoeError(f"models.{model.name}.path: {err}") from None
-
-
 def _check_files(model: ModelSpec, path: Path | None) -> int | None:
     """Check the model's files without loading it; returns the context in tokens that an HF
     model's config.json states, None for other models."""
     if path is None:
         return None
-    if model.backend == "llamacpp" or str(path).endswith(".gguf"):
+    if LLAMACPP_BACKEND in (model.backend, backend_for(path)):
         from specmoe.backends.llamacpp import check_gguf_file
 
         check_gguf_file(path)
@@ -151,7 +128,7 @@ def _check_tokenizers(
     digests: dict[str, str | None] = {}
     for spec in specs:
         draft = spec.draft_model
-        if draft is None or not isinstance(spec.draft_spec, ModelDraft):  # an oracle proposes no tokens
+        if draft is None or not isinstance(spec.draft, ModelDraft):  # an oracle proposes no tokens
             continue
         names = (draft.name, spec.target)
         if any(contexts.get(name) is None for name in names):  # not both HF models

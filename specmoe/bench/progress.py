@@ -38,6 +38,7 @@ from specmoe.bench.plan import Block
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import RunSpec
 from specmoe.console import info_enabled, is_terminal, stderr_console
+from specmoe.engine.draft_spec import draft_spelling
 from specmoe.prompts import prompt_label
 
 log = logging.getLogger(__name__)
@@ -49,7 +50,7 @@ def arm_of(target: str, draft: str | None, gamma: int) -> str:
 
 
 def spec_arm(spec: RunSpec) -> str:
-    return arm_of(spec.target, spec.draft, spec.gamma)
+    return arm_of(spec.target, draft_spelling(spec.draft), spec.gamma)
 
 
 def row_arm(row: RunRow) -> str:

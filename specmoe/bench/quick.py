@@ -108,8 +108,8 @@ def quick_table(args: QuickArgs) -> dict[str, Any]:
         raise SpecmoeError("bench quick needs at least one --draft (a model directory, hub ID or ngram)")
     models: dict[str, dict[str, Any]] = {}
     names: dict[str, str] = {}  # model spec -> its suite-local name
-    for spec in (args.model, *args.drafts):
-        draft = parse_draft(spec)
+    parsed = {spec: parse_draft(spec) for spec in (args.model, *args.drafts)}  # the one parse
+    for spec, draft in parsed.items():
         if isinstance(draft, NgramDraft) or spec in names:
             continue
         if isinstance(draft, OracleDraft):
@@ -122,7 +122,7 @@ def quick_table(args: QuickArgs) -> dict[str, Any]:
             name, count = f"{base}-{count}", count + 1
         names[spec] = name
         models[name] = {"path": _model_source(spec)}
-    drafts = [spec if isinstance(parse_draft(spec), NgramDraft) else names[spec] for spec in args.drafts]
+    drafts = [spec if isinstance(parsed[spec], NgramDraft) else names[spec] for spec in args.drafts]
     group: dict[str, Any] = {
         "name": GROUP_NAME,
         "target": names[args.model],

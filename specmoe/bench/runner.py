@@ -21,6 +21,7 @@ from specmoe.backends.weights import weights_fingerprint
 from specmoe.bench.audit import audit_run
 from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
+from specmoe.bench.model_paths import model_path
 from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, guard_on, own_cores, step_spread
 from specmoe.bench.plan import Block
 from specmoe.bench.served import ServedRunner
@@ -47,16 +48,8 @@ class ModelPool:
         self._weights: dict[str, str] = {}
 
     def path(self, name: str) -> Path:
-        spec = self.suite.models[name]
-        if spec.path is not None:
-            return Path(spec.path)
-        if spec.gguf is not None:  # a llamacpp zoo model: its GGUF export, made on first use
-            from specmoe.zoo.gguf import zoo_gguf
-
-            return zoo_gguf(self.zoo_dir, spec.zoo, spec.gguf)
-        from specmoe.zoo import resolve_model
-
-        return resolve_model(spec.zoo, self.zoo_dir)
+        """Where the model loads from (`model_paths.model_path`, as preflight checked it)."""
+        return model_path(self.suite.models[name], self.zoo_dir)
 
     def weights(self, names: list[str]) -> dict[str, str]:
         """Each named model's weights fingerprint (`backends.weights.weights_fingerprint`), taken
@@ -272,7 +265,7 @@ class Runner:
 
     def _drafter_factory(self, spec, target, prompts, config) -> Callable[[], object | None]:
         """A fresh drafter per decode; the models and the oracle's continuations are loaded once."""
-        draft = spec.draft_spec
+        draft = spec.draft
         if draft is None:
             return lambda: None
         model, continuations = None, None

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specmoe.canonical import short_key
-from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_of
+from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_spelling, parse_draft
 from specmoe.errors import SpecmoeError
 from specmoe.serving.spec import ServerSpec
 
@@ -69,7 +69,7 @@ class Group:
     name: str
     description: str
     target: tuple[str, ...]
-    draft: tuple[str, ...]  # model names, canonical "oracle:P" and "ngram:MIN-MAX"; empty: baseline only
+    draft: tuple[DraftSpec, ...]  # parsed by the schema; empty: baseline only
     gamma: tuple[int, ...]
     prompt_set: tuple[str | None, ...]  # (None,) when the group uses prompt_length
     prompt_length: tuple[int | None, ...]  # (None,) when the group uses prompt_set
@@ -116,17 +116,17 @@ class Suite:
 class RunSpec:
     """One arm of one grid point, one repeat: the unit the runner executes and the store records.
 
-    `draft_model` is the model the drafter runs: the draft itself, or for an "oracle:P" draft the
-    model whose forward pass the oracle pays for (named by `oracle_cost`); None for an
-    "ngram:MIN-MAX" draft, which runs no model. `moe_top_k` is always
-    explicit for zoo MoE targets (the preset's top-k unless overridden) and None for dense zoo targets.
+    `draft_model` is the model the drafter runs: a ModelDraft's model, or for an OracleDraft the
+    model whose forward pass the oracle pays for (named by `oracle_cost`); None for an NgramDraft,
+    which runs no model. `moe_top_k` is always explicit for zoo MoE targets (the preset's top-k
+    unless overridden) and None for dense zoo targets.
     """
 
     suite: str
     group: str
     arm: str  # "baseline" | "sd"
     target: str
-    draft: str | None  # model name, "oracle:P" or "ngram:MIN-MAX"; None for the baseline arm
+    draft: DraftSpec | None  # stored as its canonical spelling; None for the baseline arm
     gamma: int  # 0 for the baseline arm
     prompt_set: str | None  # built-in name or absolute .jsonl path; None with prompt_length
     prompt_length: int | None  # synthetic prompt of exactly this many tokens
@@ -155,10 +155,16 @@ class RunSpec:
     # by content (`specmoe.bench.legacy_keys`).
     prompt_digest: str | None = None
 
+    def __post_init__(self) -> None:
+        # A spelling given directly (a test's or a script's RunSpec) is parsed here, so every RunSpec
+        # holds a typed draft; a suite's expansion hands over drafts parsed when the file was read.
+        if isinstance(self.draft, str):
+            object.__setattr__(self, "draft", parse_draft(self.draft))
+
     @property
     def draft_spec(self) -> DraftSpec | None:
-        """The typed draft of the canonical `draft` string; None for the baseline arm."""
-        return draft_of(self.draft)
+        """The typed draft, as `draft` is now; kept for callers written when `draft` was a string."""
+        return self.draft
 
     @property
     def model_names(self) -> list[str]:
@@ -175,7 +181,7 @@ class RunSpec:
         """Everything that decides the measured work: all fields but repeat, suite and group, with
         models given by identity rather than by suite-local name."""
         draft: dict[str, Any] | None = None
-        spec = self.draft_spec
+        spec = self.draft
         if isinstance(spec, NgramDraft):
             draft = {"ngram": [spec.min_n, spec.max_n]}
         elif self.draft_model is not None:
@@ -259,6 +265,7 @@ class RunSpec:
         """Every field plus the derived keys, JSON-ready (for the store's `config` column)."""
         return {
             **asdict(self),
+            "draft": draft_spelling(self.draft),  # asdict would spell a typed draft as its fields
             # JSON has no infinity: an all-at-once rate is stored as "inf", as the suite spells it.
             "request_rate": None if self.request_rate is None else rate_text(self.request_rate),
             "config_key": self.config_key,

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import replace
 
 from specmoe.bench.suite import Group, ModelSpec, RunSpec, Suite, zoo_shape
-from specmoe.engine.draft_spec import ModelDraft, OracleDraft, draft_of
+from specmoe.engine.draft_spec import ModelDraft, OracleDraft
 from specmoe.prompts import batch_count, load_prompts, prompt_set_digest, selection_size
 
 
@@ -77,11 +77,10 @@ def _grid(suite: Suite, group: Group):
     ) in axes:
         target_model = suite.model(target)
         draft_model = None
-        spec = draft_of(draft)
-        if isinstance(spec, OracleDraft):
+        if isinstance(draft, OracleDraft):
             draft_model = suite.model(group.oracle_cost)
-        elif isinstance(spec, ModelDraft):
-            draft_model = suite.model(spec.name)
+        elif isinstance(draft, ModelDraft):
+            draft_model = suite.model(draft.name)
         yield RunSpec(
             suite=suite.name,
             group=group.name,
@@ -99,7 +98,7 @@ def _grid(suite: Suite, group: Group):
             device=device,
             repeat=0,
             warmup=group.warmup,
-            oracle_cost=group.oracle_cost if isinstance(spec, OracleDraft) else None,
+            oracle_cost=group.oracle_cost if isinstance(draft, OracleDraft) else None,
             target_model=target_model,
             draft_model=draft_model,
             concurrency=concurrency,

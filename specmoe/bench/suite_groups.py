@@ -11,7 +11,7 @@ from typing import Any
 from specmoe.bench.suite import Group, ModelSpec, zoo_shape
 from specmoe.bench.suite_errors import SuiteContext, suggest
 from specmoe.bench.suite_schema import GroupSettings, GroupTable
-from specmoe.engine.draft_spec import ModelDraft, OracleDraft, draft_of
+from specmoe.engine.draft_spec import DraftSpec, ModelDraft, OracleDraft
 from specmoe.prompts import BUILTIN_PROMPT_SETS, is_builtin
 
 
@@ -50,10 +50,10 @@ def parse_group(
     target = _axis(merged["target"])
     for name in target:
         _model_ref(ctx, key("target"), name, models)
-    draft = _axis(merged["draft"])
-    for name in draft:
-        if isinstance(draft_of(name), ModelDraft):
-            _model_ref(ctx, key("draft"), name, models)
+    draft: tuple[DraftSpec, ...] = _axis(merged["draft"])  # typed by the schema
+    for spec in draft:
+        if isinstance(spec, ModelDraft):
+            _model_ref(ctx, key("draft"), spec.name, models)
     gamma: tuple[int, ...] = (0,)
     if draft:
         if merged["gamma"] is None:
@@ -63,7 +63,7 @@ def parse_group(
         ctx.fail(f"{where}.gamma", "gamma is set but the group has no draft; add a draft or remove gamma")
     prompt_set, prompt_length = _prompts(ctx, merged)
     oracle_cost = merged["oracle_cost"]
-    if any(isinstance(draft_of(d), OracleDraft) for d in draft) and oracle_cost not in models:
+    if any(isinstance(d, OracleDraft) for d in draft) and oracle_cost not in models:
         ctx.fail(
             key("oracle_cost"),
             f"oracle drafts run model '{oracle_cost}' for their cost, but it is not in [models]; "
@@ -161,7 +161,7 @@ def _check_serving(
     ctx: SuiteContext,
     merged: _Merged,
     target: tuple[str, ...],
-    draft: tuple[str, ...],
+    draft: tuple[DraftSpec, ...],
     prompt_length: tuple[int | None, ...],
     moe_top_k: tuple[int | None, ...],
     models: dict[str, ModelSpec],
@@ -172,16 +172,17 @@ def _check_serving(
     served = [models[t].server is not None for t in target]
     if any(served) and not all(served):
         ctx.fail(key("target"), "a group's targets must be all servers (url =) or all local; split the group")
+    drafted = {str(d): _model_of(d, models) for d in draft}  # by spelling: None where not a model
     if not served[0]:
-        for name in draft:
-            if name in models and models[name].server is not None:
+        for name, model in drafted.items():
+            if model is not None and model.server is not None:
                 ctx.fail(key("draft"), f"'{name}' is a server: only a served target's SD arm can be")
         for k in ("concurrency", "requests", "request_rate"):
             if merged.own(k):
                 ctx.fail(key(k), f"{k} applies to served targets (url =) only; local targets use batch_size")
         return False
-    for name in draft:
-        server = models[name].server if name in models else None
+    for name, model in drafted.items():
+        server = None if model is None else model.server
         if server is None:
             ctx.fail(
                 key("draft"),
@@ -197,12 +198,17 @@ def _check_serving(
                     "both arms must serve the same model",
                 )
     if prompt_length != (None,):
-        _check_served_lengths(ctx, key("prompt_length"), (*target, *draft), models)
+        _check_served_lengths(ctx, key("prompt_length"), (*target, *drafted), models)
     if merged.own("batch_size") and merged["batch_size"] != [1]:
         ctx.fail(key("batch_size"), "servers batch requests themselves: set concurrency = [...] instead")
     if moe_top_k != (None,):
         ctx.fail(key("moe_top_k"), "moe_top_k cannot change a served model; remove it from this group")
     return True
+
+
+def _model_of(draft: DraftSpec, models: dict[str, ModelSpec]) -> ModelSpec | None:
+    """The [models] entry a draft names; None for n-gram and oracle drafts, which name none."""
+    return models.get(draft.name) if isinstance(draft, ModelDraft) else None
 
 
 def _check_served_lengths(

@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from specmoe.backends import available_backends, backend_for
+from specmoe.bench.model_paths import spelled_path
 from specmoe.bench.overrides import SuiteOverrides, apply_overrides
 from specmoe.bench.shipped import SUITES_DIR, shipped_suites
 from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, Suite
@@ -125,33 +127,9 @@ def _parse_model(
         gguf = _gguf_type(ctx, where, entry, backend)
         return ModelSpec(name, entry.zoo, None, backend, preset, seed, gguf=gguf)
     assert entry.path is not None  # the schema's one-of
-    resolved, hub_id = _model_path(entry.path, ctx.path.parent)
-    backend = _backend(ctx, where, entry, "llamacpp" if entry.path.endswith(".gguf") else "hf")
+    resolved, hub_id = spelled_path(entry.path, ctx.path.parent)
+    backend = _backend(ctx, where, entry, backend_for(entry.path))
     return ModelSpec(name, None, str(resolved), backend, hub_id=hub_id)
-
-
-def _model_path(text: str, base_dir: Path) -> tuple[Path, str | None]:
-    """A path relative to the suite file, or for a hub ID ("org/name") no such path exists for, its
-    snapshot in the local Hugging Face cache (`specmoe.zoo.hub_cache`, never the network).
-
-    Returns the path and, when `text` reads as a hub ID the cache does not hold, that ID: the path
-    may still appear before the suite runs (a folder the suite's own setup writes), so loading the
-    suite does not fail; preflight names the ID if the path is still missing then.
-    """
-    from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
-
-    try:
-        resolved = (base_dir / Path(text).expanduser()).resolve()
-    except (RuntimeError, OSError):  # Python < 3.13 raises RuntimeError on a symlink loop
-        raise SpecmoeError(
-            f"model path {text} (from {base_dir}) is a symlink loop or unreadable; point path = at the model"
-        ) from None
-    if resolved.exists() or not looks_like_hub_id(text):
-        return resolved, None
-    try:
-        return resolve_hub_id(text), None
-    except SpecmoeError:
-        return resolved, text
 
 
 def _gguf_type(ctx: SuiteContext, where: str, entry: ModelTable, backend: str) -> str | None:
@@ -167,17 +145,13 @@ def _gguf_type(ctx: SuiteContext, where: str, entry: ModelTable, backend: str) -
 
 def _backend(ctx: SuiteContext, where: str, entry: ModelTable, default: str) -> str:
     backend = entry.backend or default
-    if backend != "hf":
-        # Imported only here: the registry pulls in torch, which validating a zoo suite never needs.
-        from specmoe.backends import available_backends
-
-        if backend not in available_backends():
-            implied = "" if entry.backend else " (the default for .gguf paths)"
-            ctx.fail(
-                f"{where}.backend",
-                f"unknown backend '{backend}'{implied}; "
-                f"available: {', '.join([*available_backends(), SERVING_BACKEND])}",
-            )
+    if backend not in available_backends():
+        implied = "" if entry.backend else " (the default for .gguf paths)"
+        ctx.fail(
+            f"{where}.backend",
+            f"unknown backend '{backend}'{implied}; "
+            f"available: {', '.join([*available_backends(), SERVING_BACKEND])}",
+        )
     return backend
 
 
@@ -199,7 +173,7 @@ def _parse_served_model(ctx: SuiteContext, where: str, name: str, entry: ModelTa
 def _tokenizer(ctx: SuiteContext, key: str, text: str) -> str:
     """A served model's local tokenizer directory: only synthetic prompts (prompt_length) need it,
     for their ids are made here."""
-    found, hub_id = _model_path(text, ctx.path.parent)
+    found, hub_id = spelled_path(text, ctx.path.parent)
     if hub_id is not None:
         from specmoe.zoo.hub_cache import resolve_hub_id
 

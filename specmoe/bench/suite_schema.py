@@ -28,7 +28,7 @@ from pydantic_core import PydanticCustomError
 
 from specmoe.bench.suite import SERVING_BACKEND
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
-from specmoe.engine.draft_spec import NGRAM, is_reserved_name, parse_draft
+from specmoe.engine.draft_spec import NGRAM, DraftSpec, is_reserved_name, parse_draft
 from specmoe.errors import SpecmoeError
 from specmoe.serving.engines import ENGINES
 from specmoe.serving.spec import ENDPOINTS, normalize_url, without_userinfo
@@ -69,11 +69,11 @@ def _device(value: str) -> str:
     return value
 
 
-def _draft(value: str) -> str:
-    """The canonical spelling of a draft (`specmoe.engine.draft_spec`), so "ngram" and "ngram:1-3",
-    or "oracle:0.60" and "oracle:0.6", are one run; a model name stays as written."""
+def _draft(value: str) -> DraftSpec:
+    """The typed draft a spelling names (`specmoe.engine.draft_spec`): the one place a suite's drafts
+    are parsed, so "ngram" and "ngram:1-3", or "oracle:0.60" and "oracle:0.6", are one run."""
     try:
-        return str(parse_draft(value))
+        return parse_draft(value)
     except SpecmoeError as err:
         fail(str(err))
 
@@ -109,6 +109,7 @@ NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Device = Annotated[
     str, AfterValidator(_device), Field(json_schema_extra={"pattern": f"^(?:{_DEVICE_RE.pattern})$"})
 ]
+# Written and documented (JSON schema) as a string; held as the DraftSpec it parses to.
 Draft = Annotated[str, AfterValidator(_draft)]
 DType = _choice(DTYPE_NAMES)
 PromptCount = Annotated[

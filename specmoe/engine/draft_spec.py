@@ -11,6 +11,11 @@ is stored and keyed under (the results store's run keys contain it, so it must n
 An oracle draft proposes the target's own continuation, each token accepted with probability P, and
 pays for the forward passes of a real model (a suite's `oracle_cost`): that cost model is a setting of
 the run, not part of the draft's spelling. `make_drafter` is the one place a drafter is built.
+
+A draft is parsed once, where a suite or a command line is read, and travels typed from there; code
+dispatches on its type, never on its spelling. A draft equals, hashes and sorts as its canonical
+string (`draft_spelling`), so a typed draft meets the stored rows, dict keys and sets that hold the
+spelling: `ModelDraft("draft-xs") == "draft-xs"`, `NgramDraft(1, 3) == "ngram:1-3"`.
 """
 
 from __future__ import annotations
@@ -31,8 +36,27 @@ NGRAM_DEFAULT = (DEFAULT_MIN_N, DEFAULT_MAX_N)  # what "ngram" alone means
 _NGRAM_RE = re.compile(r"ngram:(\d+)-(\d+)")
 
 
-@dataclass(frozen=True)
-class ModelDraft:
+class _Spelled:
+    """Equality, hash and order by the canonical spelling (`str`), which is unique to each value."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, _Spelled | str):
+            return str(self) == str(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __lt__(self, other: object) -> bool:
+        if isinstance(other, _Spelled | str):
+            return str(self) < str(other)
+        return NotImplemented
+
+
+@dataclass(frozen=True, eq=False)
+class ModelDraft(_Spelled):
     """A draft model, named as the user named it (a suite model name or a path)."""
 
     name: str
@@ -41,8 +65,8 @@ class ModelDraft:
         return self.name
 
 
-@dataclass(frozen=True)
-class NgramDraft:
+@dataclass(frozen=True, eq=False)
+class NgramDraft(_Spelled):
     """Prompt-lookup drafting from n-grams of MIN..MAX tokens; runs no model."""
 
     min_n: int
@@ -52,8 +76,8 @@ class NgramDraft:
         return f"{NGRAM}:{self.min_n}-{self.max_n}"
 
 
-@dataclass(frozen=True)
-class OracleDraft:
+@dataclass(frozen=True, eq=False)
+class OracleDraft(_Spelled):
     """The target's own continuation, each token accepted with probability `acceptance`."""
 
     acceptance: float
@@ -84,6 +108,11 @@ def parse_draft(text: str) -> DraftSpec:
 def draft_of(text: str | None) -> DraftSpec | None:
     """The draft of a stored or planned run's "draft" (its canonical string); None: no draft."""
     return None if text is None else parse_draft(text)
+
+
+def draft_spelling(draft: DraftSpec | None) -> str | None:
+    """The canonical string a draft is stored, keyed and shown under; None: no draft."""
+    return None if draft is None else str(draft)
 
 
 def _parse_ngram(text: str) -> NgramDraft:

@@ -63,8 +63,10 @@ def replay(spec: RunSpec, pool: ModelPool, row: RunRow) -> Routed | None:
     trace = target.router_trace()
     if trace is None or not trace.is_moe:
         return None
-    draft = spec.draft_spec
-    draft_model = None if spec.draft_model is None else pool.model(spec.draft, spec.dtype, spec.device)
+    draft = spec.draft
+    draft_model = None
+    if spec.draft_model is not None:
+        draft_model = pool.model(spec.draft_model.name, spec.dtype, spec.device)
     prompts = prompt_ids(spec, pool.tokenizer(spec.target))
     config = DecodeConfig(
         max_new_tokens=spec.max_new_tokens, gamma=spec.gamma, seed=spec.repeat, ignore_eos=True

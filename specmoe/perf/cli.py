@@ -80,7 +80,7 @@ def run_fit(args) -> int:
 def run_check(args) -> int:
     from dataclasses import asdict
 
-    from specmoe.api import backend_for
+    from specmoe.backends import backend_for
     from specmoe.perf.drift import check_points, compare, format_check
     from specmoe.perf.fit import load_fit
     from specmoe.perf.profile import profile_model

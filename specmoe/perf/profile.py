@@ -37,6 +37,7 @@ from pathlib import Path
 
 import torch
 
+from specmoe.backends import backend_for
 from specmoe.errors import SpecmoeError
 from specmoe.perf.files import SCHEMA, parse_counts, read_json
 from specmoe.perf.floor import add_floors
@@ -74,7 +75,7 @@ def profile_model(
     and llama.cpp's thread count (default: torch's); `hardware`, a `specmoe hw` result, adds each
     point's bandwidth floor.
     """
-    from specmoe.api import backend_for, load_model
+    from specmoe.api import load_model
 
     batch_sizes = parse_counts(batch_sizes, "--batch")
     tokens = parse_counts(tokens, "--tokens")
@@ -174,7 +175,7 @@ def _load_average() -> float | None:
 def describe_backend(backend, path: Path, moe_top_k: int | None = None) -> dict:
     """Name, dtype, MoE shape and weight bytes of a loaded model (transformers or a GGUF file)."""
     model = getattr(backend, "model", None)
-    if model is None and str(path).endswith(".gguf"):
+    if model is None and backend_for(path) == "llamacpp":
         from specmoe.perf.gguf_bytes import describe_gguf
 
         return {"name": backend.name, "path": str(path), "device": str(backend.device)} | describe_gguf(

@@ -16,6 +16,7 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
+from specmoe.backends import backend_for
 from specmoe.errors import SpecmoeError
 
 # "org/name" as the hub spells repository IDs: one slash, no "..", no leading "." or "-".
@@ -24,7 +25,8 @@ _HUB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*"
 
 def looks_like_hub_id(text: str) -> bool:
     """Whether `text` has the shape of a hub repository ID (the caller checks no local path has it)."""
-    return bool(_HUB_ID_RE.fullmatch(text)) and ".." not in text and not text.endswith(".gguf")
+    # A GGUF file is read by llama.cpp from disk; the hub cache holds repositories, never one file.
+    return bool(_HUB_ID_RE.fullmatch(text)) and ".." not in text and backend_for(text) == "hf"
 
 
 def hub_cache_dir() -> Path:

@@ -10,6 +10,7 @@ the build was interrupted, and rerunning the same command finishes it.
 import json
 from pathlib import Path
 
+from specmoe.backends import backend_for
 from specmoe.errors import SpecmoeError
 from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
@@ -122,7 +123,7 @@ def format_zoo_table(rows: list[dict]) -> str:
 
 def resolve_model_file(spec: str, zoo_dir: Path | None) -> Path:
     """`resolve_model`, or a .gguf file's path as given (its backend checks the file when it loads it)."""
-    if spec.endswith(".gguf"):
+    if backend_for(spec) == "llamacpp":
         return Path(spec).expanduser()
     return resolve_model(spec, zoo_dir)
 

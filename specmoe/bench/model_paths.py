@@ -1,0 +1,81 @@
+"""Where a suite's models live on disk: from the spelling in the file to the files a run loads.
+
+A `path =` is taken from the suite file's folder when the suite loads (`spelled_path`); one that
+reads as a hub ID ("org/name") and names no local file is looked up in the local Hugging Face cache
+(`specmoe.zoo.hub_cache`, never the network), then and again when the model is needed, for the
+cache may be filled in between. A zoo model is found through the zoo's manifest; a llamacpp zoo
+model runs its GGUF export, made on first use. Preflight and the runner's model pool both resolve
+through `local_files`, so what is checked is what is loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specmoe.bench.suite import ModelSpec
+from specmoe.errors import SpecmoeError
+
+
+def spelled_path(text: str, base_dir: Path) -> tuple[Path, str | None]:
+    """A path relative to the suite file, or for a hub ID ("org/name") no such path exists for, its
+    snapshot in the local Hugging Face cache.
+
+    Returns the path and, when `text` reads as a hub ID the cache does not hold, that ID: the path
+    may still appear before the suite runs (a folder the suite's own setup writes), so loading the
+    suite does not fail; preflight names the ID if the path is still missing then.
+    """
+    from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
+
+    try:
+        resolved = (base_dir / Path(text).expanduser()).resolve()
+    except (RuntimeError, OSError):  # Python < 3.13 raises RuntimeError on a symlink loop
+        raise SpecmoeError(
+            f"model path {text} (from {base_dir}) is a symlink loop or unreadable; point path = at the model"
+        ) from None
+    if resolved.exists() or not looks_like_hub_id(text):
+        return resolved, None
+    try:
+        return resolve_hub_id(text), None
+    except SpecmoeError:
+        return resolved, text
+
+
+def local_files(model: ModelSpec, zoo_dir: Path | None) -> Path | None:
+    """Where the model's files are now; None for a zoo model's GGUF export not made yet (`model_path`
+    makes it), which preflight leaves to the run."""
+    if model.path is not None:
+        if model.hub_id is not None and not Path(model.path).exists():
+            return _hub_snapshot(model)
+        return Path(model.path)
+    if model.gguf is not None:
+        return None
+    from specmoe.zoo import resolve_model
+
+    return resolve_model(model.zoo, zoo_dir)
+
+
+def model_path(model: ModelSpec, zoo_dir: Path | None) -> Path:
+    """The file or directory a run loads the model from: `local_files`, or a llamacpp zoo model's
+    GGUF export, exported now unless an up-to-date one exists."""
+    found = local_files(model, zoo_dir)
+    if found is not None:
+        return found
+    from specmoe.zoo.gguf import zoo_gguf
+
+    assert model.zoo is not None and model.gguf is not None
+    return zoo_gguf(zoo_dir, model.zoo, model.gguf)
+
+
+def _hub_snapshot(model: ModelSpec) -> Path:
+    """The cached snapshot of a model the suite names by hub ID; the cache did not hold it when the
+    suite was loaded, so this is most likely the one line that says so, under the model's key."""
+    from specmoe.zoo.hub_cache import resolve_hub_id
+
+    assert model.hub_id is not None
+    try:
+        return resolve_hub_id(model.hub_id)
+    except SpecmoeError as err:
+        raise SpecmoeError(f"models.{model.name}.path: {err}") from None
+
+
+__all__ = ["local_files", "model_path", "spelled_path"]
