@@ -182,7 +182,7 @@ def test_a_stream_that_ends_without_done_is_stored_only_as_a_failed_audit(tmp_pa
 
 
 def test_ctrl_c_in_a_suite_leaves_only_complete_runs_and_resumes(tiny_zoo, tmp_path):
-    defaults = "prompts = 1\nmax_new_tokens = 2\nrepeats = 4\nwarmup = 0"
+    defaults = {"prompts": 1, "max_new_tokens": 2, "repeats": 4, "warmup": 0}
     suite, db = tiny_sd_suite(tmp_path, "interrupted", defaults), tmp_path / "r.db"
     argv = [
         sys.executable,
@@ -226,7 +226,7 @@ def test_a_store_another_process_holds_locked_is_one_line_and_untouched(
 ):
     monkeypatch.delenv("SPECMOE_DEBUG", raising=False)
     monkeypatch.setattr("specmoe.bench.store.LOCK_TIMEOUT_S", 0.5)
-    defaults = "prompts = 1\nmax_new_tokens = 2\nrepeats = 1\nwarmup = 0"
+    defaults = {"prompts": 1, "max_new_tokens": 2, "repeats": 1, "warmup": 0}
     suite, db = tiny_sd_suite(tmp_path, "locked", defaults), tmp_path / "r.db"
     run_suite(load_suite(suite), db, tiny_zoo, progress=False)
     holder = sqlite3.connect(db, isolation_level=None)

@@ -283,7 +283,7 @@ def setting(tiny_zoo, tmp_path_factory) -> tuple[Path, dict[str, Case]]:
 
     folder = tmp_path_factory.mktemp("more")
     good_db = folder / "good.db"
-    suite = tiny_sd_suite(folder, "good", "prompts = 1\nmax_new_tokens = 2\nrepeats = 1\nwarmup = 0")
+    suite = tiny_sd_suite(folder, "good", {"prompts": 1, "max_new_tokens": 2, "repeats": 1, "warmup": 0})
     run_suite(load_suite(suite), good_db, tiny_zoo, progress=False)
     (folder / "cache-file").write_text("not a folder")
     return folder, cases(tiny_zoo, folder, good_db)
