@@ -254,9 +254,9 @@ def test_a_suite_saved_with_a_byte_order_mark_loads(tiny_zoo, tmp_path):
 
 
 def test_a_draft_that_is_its_own_target_accepts_everything(tiny_zoo, tmp_path):
-    group = '[[groups]]\nname = "g"\ntarget = ["t"]\ndraft = ["t"]\ngamma = [2]\n'
+    group = {"name": "g", "target": ["t"], "draft": ["t"], "gamma": [2]}
     path = tmp_path / "self.toml"
-    path.write_text(suite_text("self", tiny_zoo / "draft-xs", group), encoding="utf-8")
+    path.write_text(suite_text("self", tiny_zoo / "draft-xs", [group]), encoding="utf-8")
     rows = run_suite(load_suite(path), tmp_path / "r.db", None, progress=False)
     (sd,) = [r for r in rows if r.arm == "sd"]
     assert sd.acceptance_rate == 1.0 and counts_pass(sd)  # timing bounds aside
