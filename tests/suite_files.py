@@ -21,6 +21,11 @@ def zoo_models(*names: str) -> dict[str, dict[str, str]]:
     return {name: {"zoo": name} for name in names}
 
 
+def without(table: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """A copy of a group or model table less `keys`, for a test of a key left out."""
+    return {key: value for key, value in table.items() if key not in keys}
+
+
 def _plain(value: Any) -> Any:
     """Paths as strings (suites name model and prompt files), containers walked."""
     if isinstance(value, Path):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from serving_stub import StubConfig, StubServer
+from suite_files import suite_toml
 
 from specmoe.bench.server_engines import ENGINES
 from specmoe.bench.server_spec import ServerSpec
@@ -172,31 +173,18 @@ def test_an_honest_response_passes_and_counts_never_exceed_max_tokens():
 
 
 def write_suite(tmp_path: Path, plain_url: str, sd_url: str) -> Path:
+    models = {"plain": {"url": plain_url, "model": MODEL}, "spec": {"url": sd_url, "model": MODEL}}
+    honest = {"name": "honest", "target": "plain", "max_new_tokens": 6, "warmup": 0}
+    lying = {
+        "name": "lying",
+        "target": "plain",
+        "draft": ["spec"],
+        "gamma": [3],
+        "max_new_tokens": 8,
+        "warmup": 0,
+    }
     path = tmp_path / "serve.toml"
-    path.write_text(
-        f"""
-schema = 1
-name = "serve"
-[models.plain]
-url = "{plain_url}"
-model = "{MODEL}"
-[models.spec]
-url = "{sd_url}"
-model = "{MODEL}"
-[[groups]]
-name = "honest"
-target = "plain"
-max_new_tokens = 6
-warmup = 0
-[[groups]]
-name = "lying"
-target = "plain"
-draft = ["spec"]
-gamma = [3]
-max_new_tokens = 8
-warmup = 0
-"""
-    )
+    path.write_text(suite_toml("serve", models=models, groups=[honest, lying]), encoding="utf-8")
     return path
 
 
