@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from suite_files import TINY_ZOO, suite_toml, zoo_models
+from suite_files import TINY_ZOO, suite_toml, without, zoo_models
 
 from specmoe.bench.plan import plan
 from specmoe.bench.suite import ModelSpec, RunSpec
@@ -35,7 +35,7 @@ def tiny_suite(*groups: dict[str, Any], **parts: Any) -> str:
 
 def group(*drop: str, **changes: Any) -> dict[str, Any]:
     """GROUP without the keys in `drop`, with `changes`."""
-    return {key: value for key, value in GROUP.items() if key not in drop} | changes
+    return without(GROUP, *drop) | changes
 
 
 def defaults(**changes: Any) -> dict[str, Any]:
