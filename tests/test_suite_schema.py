@@ -86,7 +86,7 @@ def test_schema_errors_are_one_line_naming_the_key(tmp_path, defaults, message):
     ],
 )
 def test_table_and_type_errors_name_the_table(tmp_path, parts, message):
-    path = tiny_sd_suite(tmp_path, "s", {}, **parts)
+    path = tiny_sd_suite(tmp_path, "s", **parts)
     with pytest.raises(SpecmoeError) as info:
         load_suite(path)
     assert str(info.value).startswith(f"{path}: {message}"), str(info.value)
