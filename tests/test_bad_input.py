@@ -18,9 +18,11 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from broken_models import broken_models
+from suite_files import write_suite
 
 from specmoe.cli import main
 
@@ -43,57 +45,42 @@ class Outcome:
 
 
 def _suite(
-    folder: Path, name: str, target: Path, draft: Path, max_new_tokens: int = 4, prompts: str = "factual"
+    folder: Path,
+    name: str,
+    target: Path,
+    draft: Path,
+    max_new_tokens: int = 4,
+    prompts: str = "factual",
+    defaults: dict[str, Any] | None = None,
+    first: dict[str, Any] | None = None,
 ):
     """Two groups: a baseline of a good target, then an SD group whose draft may be broken, so a
-    fault found only when the second group starts would have stored the first group's run."""
-    path = folder / f"{name}.toml"
-    path.write_text(
-        f"""schema = 1
-name = "{name}"
-[defaults]
-repeats = 1
-warmup = 0
-max_new_tokens = {max_new_tokens}
-dtype = "float32"
-prompt_set = "{prompts}"
-[models.t]
-path = "{target}"
-[models.d]
-path = "{draft}"
-[[groups]]
-name = "first"
-target = ["t"]
-batch_size = [1]
-[[groups]]
-name = "second"
-target = ["t"]
-draft = ["d"]
-gamma = [2]
-batch_size = [1]
-"""
+    fault found only when the second group starts would have stored the first group's run.
+    `defaults` and `first` add to (or replace) keys of [defaults] and of the first group."""
+    settings = {"repeats": 1, "warmup": 0, "max_new_tokens": max_new_tokens, "dtype": "float32"}
+    groups = [
+        {"name": "first", "target": ["t"], "batch_size": [1]} | (first or {}),
+        {"name": "second", "target": ["t"], "draft": ["d"], "gamma": [2], "batch_size": [1]},
+    ]
+    path = write_suite(
+        folder,
+        name,
+        defaults=settings | {"prompt_set": prompts} | (defaults or {}),
+        models={"t": {"path": target}, "d": {"path": draft}},
+        groups=groups,
     )
     return str(path)
 
 
-def _served_suite(folder: Path, url: str) -> str:
-    path = folder / "served.toml"
-    path.write_text(
-        f"""schema = 1
-name = "served"
-[defaults]
-repeats = 1
-warmup = 0
-max_new_tokens = 4
-prompt_set = "factual"
-[models.t]
-url = "{url}"
-model = "m"
-[[groups]]
-name = "g"
-target = ["t"]
-concurrency = [1]
-"""
+def _served_suite(folder: Path, url: str, load: dict[str, Any] | None = None) -> str:
+    """One served target at `url`; `load` replaces the group's closed-loop `concurrency = [1]`."""
+    group = {"name": "g", "target": ["t"]} | (load or {"concurrency": [1]})
+    path = write_suite(
+        folder,
+        "served",
+        defaults={"repeats": 1, "warmup": 0, "max_new_tokens": 4, "prompt_set": "factual"},
+        models={"t": {"url": url, "model": "m"}},
+        groups=[group],
     )
     return str(path)
 

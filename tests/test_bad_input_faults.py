@@ -182,7 +182,7 @@ def test_a_stream_that_ends_without_done_is_stored_only_as_a_failed_audit(tmp_pa
 
 
 def test_ctrl_c_in_a_suite_leaves_only_complete_runs_and_resumes(tiny_zoo, tmp_path):
-    defaults = "prompts = 1\nmax_new_tokens = 2\nrepeats = 4\nwarmup = 0"
+    defaults = {"prompts": 1, "max_new_tokens": 2, "repeats": 4, "warmup": 0}
     suite, db = tiny_sd_suite(tmp_path, "interrupted", defaults), tmp_path / "r.db"
     argv = [
         sys.executable,
@@ -226,7 +226,7 @@ def test_a_store_another_process_holds_locked_is_one_line_and_untouched(
 ):
     monkeypatch.delenv("SPECMOE_DEBUG", raising=False)
     monkeypatch.setattr("specmoe.bench.store.LOCK_TIMEOUT_S", 0.5)
-    defaults = "prompts = 1\nmax_new_tokens = 2\nrepeats = 1\nwarmup = 0"
+    defaults = {"prompts": 1, "max_new_tokens": 2, "repeats": 1, "warmup": 0}
     suite, db = tiny_sd_suite(tmp_path, "locked", defaults), tmp_path / "r.db"
     run_suite(load_suite(suite), db, tiny_zoo, progress=False)
     holder = sqlite3.connect(db, isolation_level=None)
@@ -254,9 +254,9 @@ def test_a_suite_saved_with_a_byte_order_mark_loads(tiny_zoo, tmp_path):
 
 
 def test_a_draft_that_is_its_own_target_accepts_everything(tiny_zoo, tmp_path):
-    group = '[[groups]]\nname = "g"\ntarget = ["t"]\ndraft = ["t"]\ngamma = [2]\n'
+    group = {"name": "g", "target": ["t"], "draft": ["t"], "gamma": [2]}
     path = tmp_path / "self.toml"
-    path.write_text(suite_text("self", tiny_zoo / "draft-xs", group), encoding="utf-8")
+    path.write_text(suite_text("self", tiny_zoo / "draft-xs", [group]), encoding="utf-8")
     rows = run_suite(load_suite(path), tmp_path / "r.db", None, progress=False)
     (sd,) = [r for r in rows if r.arm == "sd"]
     assert sd.acceptance_rate == 1.0 and counts_pass(sd)  # timing bounds aside

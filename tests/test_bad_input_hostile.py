@@ -11,6 +11,7 @@ no store: a suite refused before its first run leaves no store file behind, not 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import sqlite3
@@ -64,13 +65,7 @@ def _cases(zoo: Path, folder: Path) -> dict[str, Case]:
         path = _suite(folder, name, good, good, **kw)
         return ("bench", "run", path, "--db", str(folder / f"{name}.db"), "--quiet", *args)
 
-    def edit(name: str, old: str, new: str) -> tuple[str, ...]:
-        argv = run(name)
-        path = Path(argv[2])
-        path.write_text(path.read_text().replace(old, new, 1))
-        return argv
-
-    grid = f'batch_size = {list(range(1, 65))}\ndraft = ["ngram"]\ngamma = {list(range(1, 3001))}\n'
+    grid = {"batch_size": list(range(1, 65)), "draft": ["ngram"], "gamma": list(range(1, 3001))}
     return {
         "generate-seed-2**70": Case(generate("--seed", str(2**70)), "does not fit in 64 bits"),
         "hw-read-mib-1e15": Case(("hw", "--read-mib", "1e15"), "--read-mib 1000000000000000 does not fit"),
@@ -97,7 +92,7 @@ def _cases(zoo: Path, folder: Path) -> dict[str, Case]:
         # suites refused before their first run: no store file is created
         "suite-threads-0": Case(run("threads", "--threads", "0"), "must be >= 1, got 0", "threads"),
         "suite-temperature-inf": Case(
-            edit("inf", "max_new_tokens = 4", "max_new_tokens = 4\ntemperature = inf"),
+            run("inf", defaults={"temperature": math.inf}),
             "defaults.temperature: temperature must be a finite number, got inf",
             "inf",
         ),
@@ -105,17 +100,17 @@ def _cases(zoo: Path, folder: Path) -> dict[str, Case]:
             run("loop", prompts=str(loop)), "is a symlink loop or unreadable", "loop"
         ),
         "suite-batch-2**40": Case(
-            edit("batch", "batch_size = [1]", f"batch_size = [{2**40}]"),
+            run("batch", first={"batch_size": [2**40]}),
             f"batch_size {2**40} is above the limit of 4096 sequences, in group 'first'",
             "batch",
         ),
         "suite-prompts-1000000": Case(
-            edit("prompts", "repeats = 1", "repeats = 1\nprompts = 1000000"),
+            run("prompts", defaults={"prompts": 1000000}),
             "prompts = 1000000 is above the limit of 100000 per grid point",
             "prompts",
         ),
         "suite-grid-3000x64": Case(
-            edit("grid", "batch_size = [1]\n", grid),
+            run("grid", first=grid),
             "the suite would measure",
             "grid",
         ),

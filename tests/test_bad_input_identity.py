@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from test_bad_input import other_tokenizer
-from tiny_suites import tiny_sd_suite
+from tiny_suites import TINY_SD_GROUP, tiny_sd_suite
 
 from specmoe.backends.tokenizer_digest import tokenizer_digest
 from specmoe.bench.legacy_keys import keep_stored_keys, path_keyed
@@ -30,7 +30,7 @@ def _prompt_file(path: Path, *texts: str) -> Path:
 
 
 def _file_suite(folder: Path, prompts: Path) -> Path:
-    defaults = f'prompt_set = "{prompts}"\nprompts = 1\nmax_new_tokens = 2\nrepeats = 1\nwarmup = 0'
+    defaults = {"prompt_set": prompts, "prompts": 1, "max_new_tokens": 2, "repeats": 1, "warmup": 0}
     return tiny_sd_suite(folder, "edited", defaults)
 
 
@@ -64,7 +64,7 @@ def test_the_same_prompts_saved_differently_are_the_same_work(tmp_path):
 
 
 def test_built_in_sets_are_keyed_as_before(tmp_path):
-    suite = load_suite(tiny_sd_suite(tmp_path, "builtin", 'prompt_set = "factual"\nprompts = 1'))
+    suite = load_suite(tiny_sd_suite(tmp_path, "builtin", {"prompt_set": "factual", "prompts": 1}))
     for spec in expand(suite):
         assert spec.prompt_digest is None and "prompt_digest" not in spec.key_fields
 
@@ -87,15 +87,11 @@ def test_a_store_with_path_keyed_runs_of_a_file_resumes_them(tmp_path):
 
 def _copies_suite(folder: Path, count: int) -> Path:
     prompts = _prompt_file(folder / "three.jsonl", "The capital of France is", "Water boils at", "One two")
-    defaults = f'prompt_set = "{prompts}"\nprompts = {count}\nmax_new_tokens = 2\nrepeats = 1\nwarmup = 0'
-    path = tiny_sd_suite(folder, f"selection{count}", defaults)
+    defaults = {"prompt_set": prompts, "prompts": count, "max_new_tokens": 2, "repeats": 1, "warmup": 0}
     # An oracle accepting every proposal: its bound, 1 + γ, leaves room for a 2-token run's timing
     # jitter, which the random draft's bound of 1x did not (a busy machine made it "impossible").
-    text = path.read_text(encoding="utf-8").replace(
-        'draft = ["draft-xs"]', 'draft = ["oracle:1.0"]\noracle_cost = "draft-xs"'
-    )
-    path.write_text(text, encoding="utf-8")
-    return path
+    oracle = {**TINY_SD_GROUP, "draft": ["oracle:1.0"], "oracle_cost": "draft-xs"}
+    return tiny_sd_suite(folder, f"selection{count}", defaults, groups=[oracle])
 
 
 def test_units_beyond_the_set_are_labelled_as_copies(tiny_zoo, tmp_path):
@@ -149,15 +145,9 @@ def _path_suite(folder: Path, zoo: Path) -> Path:
 
     for name in ("moe", "draft-xs"):
         shutil.copytree(zoo / name, folder / name)
-    path = folder / "bypath.toml"
-    path.write_text(
-        'schema = 1\nname = "bypath"\n[defaults]\ndtype = "float32"\nprompt_set = "factual"\nprompts = 1\n'
-        "max_new_tokens = 2\nrepeats = 1\nwarmup = 0\n"
-        f'[models.moe]\npath = "{folder / "moe"}"\n[models.draft-xs]\npath = "{folder / "draft-xs"}"\n'
-        '[[groups]]\nname = "g"\ntarget = ["moe"]\ndraft = ["draft-xs"]\ngamma = [2]\n',
-        encoding="utf-8",
-    )
-    return path
+    defaults = {"prompt_set": "factual", "prompts": 1, "max_new_tokens": 2, "repeats": 1, "warmup": 0}
+    models = {name: {"path": folder / name} for name in ("moe", "draft-xs")}
+    return tiny_sd_suite(folder, "bypath", defaults, zoo=None, models=models)
 
 
 def _retrain_in_place(model_dir: Path) -> None:

@@ -73,15 +73,13 @@ def test_a_truncated_gguf_in_a_later_group_stores_nothing(tiny_zoo, tmp_path, ca
 # --- 5. an open-loop rate whose arrivals would take hours ------------------------------------------
 
 
-def _open_loop_suite(folder: Path, rate: str, requests: int) -> Path:
-    path = Path(_served_suite(folder, f"http://127.0.0.1:{_closed_port()}/v1"))
-    text = path.read_text().replace("concurrency = [1]", f"request_rate = {rate}\nrequests = {requests}")
-    path.write_text(text)
-    return path
+def _open_loop_suite(folder: Path, rate: float | str, requests: int) -> Path:
+    load = {"request_rate": rate, "requests": requests}
+    return Path(_served_suite(folder, f"http://127.0.0.1:{_closed_port()}/v1", load))
 
 
 def test_a_rate_whose_arrivals_would_take_hours_is_refused(tmp_path, capsys):
-    suite, db = _open_loop_suite(tmp_path, "1e-7", 2), tmp_path / "open.db"
+    suite, db = _open_loop_suite(tmp_path, 1e-7, 2), tmp_path / "open.db"
     assert main(["bench", "run", str(suite), "--db", str(db), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1, err
@@ -92,7 +90,7 @@ def test_a_rate_whose_arrivals_would_take_hours_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     ("rate", "requests", "refused"),
-    [("0.1", 1000, False), ('"inf"', 10**5, False), ("1e-7", 1, True), ("0.01", 900, True)],
+    [(0.1, 1000, False), ("inf", 10**5, False), (1e-7, 1, True), (0.01, 900, True)],
 )
 def test_the_rate_limit_is_the_expected_span_of_the_arrivals(tmp_path, rate, requests, refused):
     path = _open_loop_suite(tmp_path, rate, requests)

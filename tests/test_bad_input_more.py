@@ -17,8 +17,10 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
+from suite_files import TINY_ZOO, suite_toml
 
 from specmoe.cli import main
 
@@ -38,42 +40,45 @@ class Case:
     db: Path | None = None  # a store that must not exist afterwards
 
 
-def suite_text(name: str, model: Path, groups: str = "", models: str = "", defaults: str = "") -> str:
-    models = models or f'[models.t]\npath = "{model}"\n[models.d]\npath = "{model}"\n'
-    groups = groups or '[[groups]]\nname = "g"\ntarget = ["t"]\ndraft = ["d"]\ngamma = [2]\n'
-    return (
-        f'schema = 1\nname = "{name}"\n[defaults]\nrepeats = 1\nwarmup = 0\nmax_new_tokens = 4\n'
-        f'dtype = "float32"\nprompt_set = "factual"\nprompts = 1\n{defaults}\n{models}{groups}'
-    )
+def suite_text(
+    name: str,
+    model: Path,
+    groups: list[dict[str, Any]] | None = None,
+    models: dict[str, Any] | None = None,
+    defaults: dict[str, Any] | None = None,
+    zoo: dict[str, Any] | None = None,
+) -> str:
+    """`model` as both target t and draft d at γ 2, unless `groups` or `models` say otherwise;
+    `defaults` add to (or replace) the [defaults] keys."""
+    settings = {"repeats": 1, "warmup": 0, "max_new_tokens": 4, "dtype": "float32"}
+    settings |= {"prompt_set": "factual", "prompts": 1} | (defaults or {})
+    models = models or {"t": {"path": model}, "d": {"path": model}}
+    return suite_toml(name, zoo=zoo, defaults=settings, models=models, groups=groups or [_group("d")])
 
 
-def _group(draft: str) -> str:
-    return f'[[groups]]\nname = "g"\ntarget = ["t"]\ndraft = ["{draft}"]\ngamma = [2]\n'
+def _group(draft: str, gamma: int = 2) -> dict[str, Any]:
+    return {"name": "g", "target": ["t"], "draft": [draft], "gamma": [gamma]}
 
 
 def _suites(folder: Path, model: Path) -> dict[str, Path]:
     texts = {
         "plain": suite_text("plain", model),
         "unicode-key": suite_text(
-            "unicode-key",
-            model,
-            '[[groups]]\nname = "g"\ntarget = ["módel"]\n',
-            f'[models."módel"]\npath = "{model}"\n',
+            "unicode-key", model, [{"name": "g", "target": ["módel"]}], {"módel": {"path": model}}
         ),
-        "dup-table": suite_text("dup-table", model, defaults="[defaults]\nrepeats = 2"),
+        # Literal text: a table declared twice is the TOML parser's refusal.
+        "dup-table": suite_text("dup-table", model) + "[defaults]\nrepeats = 2\n",
         "path-is-file": suite_text(
-            "path-is-file",
-            model,
-            models=f'[models.t]\npath = "{model / "config.json"}"\n[models.d]\npath = "{model}"\n',
+            "path-is-file", model, models={"t": {"path": model / "config.json"}, "d": {"path": model}}
         ),
         "zoo-traversal": suite_text(
-            "zoo-traversal", model, models='[models.t]\nzoo = "../../etc"\n[models.d]\nzoo = "draft-xs"\n'
-        ).replace("[defaults]", '[zoo]\npreset = "tiny"\n[defaults]'),
-        "empty-group": suite_text("empty-group", model, '[[groups]]\nname = "g"\n'),
-        "oracle": suite_text("oracle", model, _group("oracle:1.5")),
-        "ngram": suite_text("ngram", model, _group("ngram:5-2")),
-        "repeats": suite_text("repeats", model).replace("repeats = 1", "repeats = 1000000000"),
-        "gamma": suite_text("gamma", model, _group("d").replace("gamma = [2]", "gamma = [10000]")),
+            "zoo-traversal", model, models={"t": {"zoo": "../../etc"}, "d": {"zoo": "draft-xs"}}, zoo=TINY_ZOO
+        ),
+        "empty-group": suite_text("empty-group", model, [{"name": "g"}]),
+        "oracle": suite_text("oracle", model, [_group("oracle:1.5")]),
+        "ngram": suite_text("ngram", model, [_group("ngram:5-2")]),
+        "repeats": suite_text("repeats", model, defaults={"repeats": 1000000000}),
+        "gamma": suite_text("gamma", model, [_group("d", gamma=10000)]),
         "empty": "",
     }
     paths = {}
@@ -283,7 +288,7 @@ def setting(tiny_zoo, tmp_path_factory) -> tuple[Path, dict[str, Case]]:
 
     folder = tmp_path_factory.mktemp("more")
     good_db = folder / "good.db"
-    suite = tiny_sd_suite(folder, "good", "prompts = 1\nmax_new_tokens = 2\nrepeats = 1\nwarmup = 0")
+    suite = tiny_sd_suite(folder, "good", {"prompts": 1, "max_new_tokens": 2, "repeats": 1, "warmup": 0})
     run_suite(load_suite(suite), good_db, tiny_zoo, progress=False)
     (folder / "cache-file").write_text("not a folder")
     return folder, cases(tiny_zoo, folder, good_db)

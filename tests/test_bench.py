@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from audited import counts_pass
+from suite_files import TINY_ZOO, write_suite, zoo_models
 
 from specmoe.bench.audit import audit_run
 from specmoe.bench.store import Store
@@ -24,38 +25,34 @@ from specmoe.bench.summary import compare
 from specmoe.bench.summary_table import format_summary
 from specmoe.metrics import TIME_KEYS, RunCounts, RunTimes
 
-SUITE = """
-schema = 1
-name = "mini"
-[zoo]
-preset = "tiny"
-seed = 0
-[defaults]
-prompts = 1
-repeats = 2
-warmup = 0
-max_new_tokens = 12
-dtype = "float32"
-prompt_set = "factual"
-[models.moe]
-zoo = "moe"
-[models.draft-xs]
-zoo = "draft-xs"
-[[groups]]
-name = "sd"
-target = ["moe"]
-draft = ["draft-xs", "oracle:1.0"]
-oracle_cost = "draft-xs"
-gamma = [2]
-batch_size = [1, 2]
-"""
+SUITE = {
+    "name": "mini",
+    "zoo": TINY_ZOO | {"seed": 0},
+    "defaults": {
+        "prompts": 1,
+        "repeats": 2,
+        "warmup": 0,
+        "max_new_tokens": 12,
+        "dtype": "float32",
+        "prompt_set": "factual",
+    },
+    "models": zoo_models("moe", "draft-xs"),
+    "groups": [
+        {
+            "name": "sd",
+            "target": ["moe"],
+            "draft": ["draft-xs", "oracle:1.0"],
+            "oracle_cost": "draft-xs",
+            "gamma": [2],
+            "batch_size": [1, 2],
+        }
+    ],
+}
 
 
 @pytest.fixture()
 def mini_suite(tmp_path) -> Path:
-    path = tmp_path / "mini.toml"
-    path.write_text(SUITE)
-    return path
+    return write_suite(tmp_path, **SUITE)
 
 
 def test_small_suite_runs_end_to_end(mini_suite, tiny_zoo, tmp_path):

@@ -48,7 +48,7 @@ def test_an_installed_module_passes():
 
 def test_executor_ray_without_ray_leaves_no_store(without, tmp_path, tiny_zoo, capsys):
     without("ray")
-    suite = tiny_sd_suite(tmp_path, "s", "prompts = 1\nmax_new_tokens = 2")
+    suite = tiny_sd_suite(tmp_path, "s", {"prompts": 1, "max_new_tokens": 2})
     db = tmp_path / "r.db"
     code = main(["bench", "run", str(suite), "--db", str(db), "--zoo", str(tiny_zoo), "--executor", "ray"])
     assert code == 2
@@ -58,9 +58,8 @@ def test_executor_ray_without_ray_leaves_no_store(without, tmp_path, tiny_zoo, c
 
 def test_a_llamacpp_suite_without_the_extra_fails_before_the_zoo_or_a_run(without, tmp_path, capsys):
     without("llama_cpp")
-    suite = tiny_sd_suite(tmp_path, "gguf", "prompts = 1\nmax_new_tokens = 2")
-    text = suite.read_text().replace('zoo = "moe"\n', 'zoo = "moe"\nbackend = "llamacpp"\n')
-    suite.write_text(text)
+    models = {"moe": {"zoo": "moe", "backend": "llamacpp"}, "draft-xs": {"zoo": "draft-xs"}}
+    suite = tiny_sd_suite(tmp_path, "gguf", {"prompts": 1, "max_new_tokens": 2}, models=models)
     zoo, db = tmp_path / "zoo-not-built", tmp_path / "r.db"
     assert main(["bench", "run", str(suite), "--db", str(db), "--zoo", str(zoo)]) == 2
     err = capsys.readouterr().err

@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from suite_files import TINY_ZOO, write_suite, zoo_models
 
 from specmoe.bench.store import Store, export
 from specmoe.errors import SpecmoeError
@@ -51,31 +52,12 @@ def no_predictions(target, batch, gamma, top_k):
     return None
 
 
-TINY_SUITE = """\
-schema = 1
-name = "t"
-
-[zoo]
-preset = "tiny"
-
-[defaults]
-prompts = 1
-repeats = 2
-warmup = 0
-max_new_tokens = 6
-
-[models.moe]
-zoo = "moe"
-
-[models.draft-xs]
-zoo = "draft-xs"
-
-[[groups]]
-name = "g"
-target = ["moe"]
-draft = ["draft-xs", "ngram"]
-gamma = [2]
-"""
+TINY_SUITE = {
+    "zoo": TINY_ZOO,
+    "defaults": {"prompts": 1, "repeats": 2, "warmup": 0, "max_new_tokens": 6},
+    "models": zoo_models("moe", "draft-xs"),
+    "groups": [{"name": "g", "target": ["moe"], "draft": ["draft-xs", "ngram"], "gamma": [2]}],
+}
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +66,7 @@ def tiny_run_db(tiny_zoo, tmp_path_factory) -> Path:
     from specmoe.bench.suite_run import run_suite
 
     folder = tmp_path_factory.mktemp("findings")
-    (folder / "t.toml").write_text(TINY_SUITE)
-    run_suite(load_suite(folder / "t.toml"), folder / "t.db", tiny_zoo, progress=False)
+    run_suite(load_suite(write_suite(folder, **TINY_SUITE)), folder / "t.db", tiny_zoo, progress=False)
     return folder / "t.db"
 
 

@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from suite_files import write_suite
 
 from specmoe.bench.overrides import SuiteOverrides
 from specmoe.bench.preflight import preflight
@@ -17,6 +18,13 @@ from specmoe.zoo import resolve_model
 from specmoe.zoo.hub_cache import hub_cache_dir, looks_like_hub_id, resolve_hub_id
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def one_model_suite(tmp_path: Path, name: str, path: str) -> Path:
+    """`s.toml`: one model given by `path` (a hub ID or a directory), measured alone."""
+    return write_suite(
+        tmp_path, None, file="s.toml", models={name: {"path": path}}, groups=[{"name": "g", "target": name}]
+    )
 
 
 @pytest.fixture
@@ -85,11 +93,7 @@ def test_generate_takes_a_hub_id(hub_cache, capsys):
 
 
 def test_suite_path_and_set_take_a_hub_id(hub_cache, tmp_path):
-    suite_file = tmp_path / "s.toml"
-    suite_file.write_text(
-        'schema = 1\n[models.moe]\npath = "specmoe-test/tiny-moe"\n[[groups]]\nname = "g"\ntarget = "moe"\n',
-        encoding="utf-8",
-    )
+    suite_file = one_model_suite(tmp_path, "moe", "specmoe-test/tiny-moe")
     snapshot = str(hub_cache / "models--specmoe-test--tiny-moe" / "snapshots" / COMMIT)
     assert load_suite(suite_file).models["moe"].path == snapshot
     missing = load_suite(suite_file, SuiteOverrides(settings=(("models.moe.path", "specmoe-test/missing"),)))
@@ -99,11 +103,7 @@ def test_suite_path_and_set_take_a_hub_id(hub_cache, tmp_path):
 
 
 def test_suite_with_absent_hub_id_fails_before_its_first_run(hub_cache, tmp_path, capsys):
-    suite_file = tmp_path / "s.toml"
-    suite_file.write_text(
-        'schema = 1\n[models.moe]\npath = "specmoe-test/missing"\n[[groups]]\nname = "g"\ntarget = "moe"\n',
-        encoding="utf-8",
-    )
+    suite_file = one_model_suite(tmp_path, "moe", "specmoe-test/missing")
     assert main(["bench", "run", str(suite_file), "--db", str(tmp_path / "r.db"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "models.moe.path: model 'specmoe-test/missing' is not a local directory" in err
@@ -112,9 +112,5 @@ def test_suite_with_absent_hub_id_fails_before_its_first_run(hub_cache, tmp_path
 
 def test_a_relative_path_that_does_not_exist_yet_still_loads(hub_cache, tmp_path):
     # "models/mine" reads like a hub ID too; the suite loads, and preflight names the path later.
-    suite_file = tmp_path / "s.toml"
-    suite_file.write_text(
-        'schema = 1\n[models.mine]\npath = "models/mine"\n[[groups]]\nname = "g"\ntarget = "mine"\n',
-        encoding="utf-8",
-    )
+    suite_file = one_model_suite(tmp_path, "mine", "models/mine")
     assert load_suite(suite_file).models["mine"].path == str(tmp_path / "models" / "mine")

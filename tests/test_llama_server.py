@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from audited import counts_pass
+from suite_files import write_suite
 
 from specmoe.bench.served_rows import stored_counts
 from specmoe.bench.suite_load import SUITES_DIR, load_suite
@@ -169,29 +170,21 @@ def test_a_draft_model_server_counts_per_request_as_its_log_does(tiny_zoo, tmp_p
         # The target as its own draft: greedy drafts the target mostly accepts.
         "self": LlamaServerSpec("tiny-moe", free_port(), target, target, gamma=3, parallel=2, ctx=1024),
     }
-    models = "".join(
-        f'[models.{name}]\nurl = "{s.url}"\nmodel = "tiny-moe"\nengine = "llamacpp-server"\n'
-        for name, s in servers.items()
-    )
-    path = tmp_path / "s.toml"
-    path.write_text(
-        f"""
-schema = 1
-name = "llama-server"
-{models}
-[[groups]]
-name = "serve"
-target = "plain"
-draft = ["sd", "self"]
-gamma = [3]
-concurrency = [1, 2]
-requests = 3
-max_new_tokens = 24
-warmup = 1
-prompt_set = "code"
-"""
-    )
-    suite = load_suite(path)
+    models = {
+        name: {"url": s.url, "model": "tiny-moe", "engine": "llamacpp-server"} for name, s in servers.items()
+    }
+    group = {
+        "name": "serve",
+        "target": "plain",
+        "draft": ["sd", "self"],
+        "gamma": [3],
+        "concurrency": [1, 2],
+        "requests": 3,
+        "max_new_tokens": 24,
+        "warmup": 1,
+        "prompt_set": "code",
+    }
+    suite = load_suite(write_suite(tmp_path, "llama-server", file="s.toml", models=models, groups=[group]))
     with serving(BINARY, list(servers.values()), tmp_path / "logs") as running:
         rows = run_suite(suite, tmp_path / "r.db", None, progress=False)
     assert len(rows) == 6

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 from audited import counts_pass
+from suite_files import TINY_ZOO, write_suite
 from test_gguf import require  # tests/ is on sys.path under pytest's default import mode
 
 from specmoe.api import load_model, load_tokenizer
@@ -146,39 +147,30 @@ def test_moe_top_k_override_changes_the_model(gguf_files, models):
 
 # --- the harness ----------------------------------------------------------------------------------
 
-SUITE = """
-schema = 1
-name = "gguf-mini"
-[zoo]
-preset = "tiny"
-seed = 0
-[defaults]
-prompts = 1
-max_new_tokens = 12
-dtype = "float32"
-prompt_set = "code"
-[models.moe]
-zoo = "moe"
-backend = "llamacpp"
-[models.draft-xs]
-zoo = "draft-xs"
-backend = "llamacpp"
-gguf = "q8_0"
-[models.dense-file]
-path = "{dense}"
-[[groups]]
-name = "sd"
-target = ["moe", "dense-file"]
-draft = ["draft-xs", "oracle:1.0", "ngram"]
-oracle_cost = "draft-xs"
-gamma = [3]
-batch_size = [1, 2]
-"""
+DRAFT_XS = {"zoo": "draft-xs", "backend": "llamacpp", "gguf": "q8_0"}
+
+
+def gguf_suite(folder: Path, file: str, dense: Path | str, draft_xs: dict[str, str] = DRAFT_XS) -> Path:
+    """The tiny zoo's MoE and draft-xs run by llama.cpp, and a dense model given as a GGUF file."""
+    models = {
+        "moe": {"zoo": "moe", "backend": "llamacpp"},
+        "draft-xs": draft_xs,
+        "dense-file": {"path": dense},
+    }
+    group = {"name": "sd", "target": ["moe", "dense-file"], "draft": ["draft-xs", "oracle:1.0", "ngram"]}
+    return write_suite(
+        folder,
+        "gguf-mini",
+        file=file,
+        zoo=TINY_ZOO | {"seed": 0},
+        defaults={"prompts": 1, "max_new_tokens": 12, "dtype": "float32", "prompt_set": "code"},
+        models=models,
+        groups=[group | {"oracle_cost": "draft-xs", "gamma": [3], "batch_size": [1, 2]}],
+    )
 
 
 def test_suite_on_the_gguf_zoo_passes_the_audit(tiny_zoo, gguf_files, tmp_path):
-    path = tmp_path / "gguf.toml"
-    path.write_text(SUITE.format(dense=gguf_files[("dense-s", "f16")]))
+    path = gguf_suite(tmp_path, "gguf.toml", gguf_files[("dense-s", "f16")])
     suite = load_suite(path)
     assert suite.models["dense-file"].backend == "llamacpp"  # implied by the .gguf path
     assert suite.models["draft-xs"].identity["gguf"] == "q8_0"
@@ -196,14 +188,12 @@ def test_suite_on_the_gguf_zoo_passes_the_audit(tiny_zoo, gguf_files, tmp_path):
 
 
 def test_suite_rejects_gguf_settings_that_cannot_apply(tmp_path):
-    bad = SUITE.replace('gguf = "q8_0"', 'gguf = "q4_k"').format(dense="x.gguf")
-    (tmp_path / "a.toml").write_text(bad)
+    bad = gguf_suite(tmp_path, "a.toml", "x.gguf", DRAFT_XS | {"gguf": "q4_k"})
     with pytest.raises(SpecmoeError, match=r"models.draft-xs.gguf: unknown gguf 'q4_k'"):
-        load_suite(tmp_path / "a.toml")
-    hf = SUITE.replace('backend = "llamacpp"\ngguf', "gguf").format(dense="x.gguf")
-    (tmp_path / "b.toml").write_text(hf)
+        load_suite(bad)
+    hf = gguf_suite(tmp_path, "b.toml", "x.gguf", {"zoo": "draft-xs", "gguf": "q8_0"})
     with pytest.raises(SpecmoeError, match='gguf = needs backend = "llamacpp"'):
-        load_suite(tmp_path / "b.toml")
+        load_suite(hf)
 
 
 # --- bad input: one line each ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ import torch
 from audited import counts_pass
 from scipy.stats import chisquare
 from small_vocab import VOCAB, exact_joint, small_vocab_model
+from suite_files import TINY_ZOO, write_suite, zoo_models
 
 import specmoe.engine.decode as decode_module
 from specmoe.bench.suite_load import load_suite
@@ -221,31 +222,25 @@ def test_the_joint_check_catches_a_point_mass_residual_bug(small_target, monkeyp
 
 # --- named in a suite ------------------------------------------------------------------------------
 
-SUITE = """
-schema = 1
-name = "ngram"
-[zoo]
-preset = "tiny"
-[defaults]
-prompts = 1
-repeats = 1
-max_new_tokens = 12
-dtype = "float32"
-[models.moe]
-zoo = "moe"
-[[groups]]
-name = "lookup"
-target = ["moe"]
-draft = ["ngram", "ngram:2-4"]
-gamma = [3]
-batch_size = [1, 2]
-"""
+SUITE = {
+    "name": "ngram",
+    "zoo": TINY_ZOO,
+    "defaults": {"prompts": 1, "repeats": 1, "max_new_tokens": 12, "dtype": "float32"},
+    "models": zoo_models("moe"),
+    "groups": [
+        {
+            "name": "lookup",
+            "target": ["moe"],
+            "draft": ["ngram", "ngram:2-4"],
+            "gamma": [3],
+            "batch_size": [1, 2],
+        }
+    ],
+}
 
 
 def test_suite_ngram_drafts_run_and_pass_the_audit(tiny_zoo, tmp_path):
-    path = tmp_path / "ngram.toml"
-    path.write_text(SUITE)
-    rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False)
+    rows = run_suite(load_suite(write_suite(tmp_path, **SUITE)), tmp_path / "r.db", tiny_zoo, progress=False)
     sd = [r for r in rows if r.arm == "sd"]
     assert {r.config["draft"] for r in sd} == {"ngram:1-3", "ngram:2-4"}
     assert len(sd) == 4

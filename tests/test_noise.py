@@ -56,7 +56,7 @@ def test_step_spread_needs_enough_rounds():
 def test_a_disturbed_run_is_measured_again_and_kept_when_the_retry_is_quiet(
     guard_on, monkeypatch, tiny_zoo, tmp_path
 ):
-    path = tiny_sd_suite(tmp_path, "noisy", "prompts = 5\nmax_new_tokens = 4")
+    path = tiny_sd_suite(tmp_path, "noisy", {"prompts": 5, "max_new_tokens": 4})
     fake_loads(monkeypatch, [BUSY, QUIET])  # the first timed run is disturbed, every later one quiet
     rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
     first = min(rows, key=lambda r: r.measure["started_at"])
@@ -66,7 +66,7 @@ def test_a_disturbed_run_is_measured_again_and_kept_when_the_retry_is_quiet(
 
 
 def test_runs_that_stay_disturbed_are_flagged_and_left_out(guard_on, monkeypatch, tiny_zoo, tmp_path):
-    path = tiny_sd_suite(tmp_path, "noisy", "prompts = 5\nmax_new_tokens = 4")
+    path = tiny_sd_suite(tmp_path, "noisy", {"prompts": 5, "max_new_tokens": 4})
     fake_loads(monkeypatch, [BUSY, BUSY, BUSY, QUIET])  # the first run stays busy through its retries
     rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
     flagged = [r for r in rows if r.noisy]
@@ -82,7 +82,7 @@ def test_runs_that_stay_disturbed_are_flagged_and_left_out(guard_on, monkeypatch
 def test_a_machine_that_stays_busy_is_not_measured_three_times_per_run(
     guard_on, monkeypatch, tiny_zoo, tmp_path
 ):
-    path = tiny_sd_suite(tmp_path, "noisy", "prompts = 5\nmax_new_tokens = 4")
+    path = tiny_sd_suite(tmp_path, "noisy", {"prompts": 5, "max_new_tokens": 4})
     fake_loads(monkeypatch, [BUSY])
     rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
     assert all(r.noisy for r in rows)

@@ -139,7 +139,7 @@ def test_a_suite_run_without_a_terminal_logs_each_block_and_prints_the_summary(
     from tiny_suites import tiny_sd_suite
 
     monkeypatch.setenv("SPECMOE_NOISE_GUARD", "0")
-    path = tiny_sd_suite(tmp_path, "tiny", "prompts = 2\nmax_new_tokens = 4\nrepeats = 1\nwarmup = 0")
+    path = tiny_sd_suite(tmp_path, "tiny", {"prompts": 2, "max_new_tokens": 4, "repeats": 1, "warmup": 0})
     argv = [
         "bench",
         "run",

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import ray
 from audited import counts_pass
+from suite_files import TINY_ZOO, write_suite, zoo_models
 
 from specmoe.bench.executors import RayExecutor, _init, resources
 from specmoe.bench.plan import plan
@@ -17,26 +18,19 @@ from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
 
-SUITE = """
-schema = 1
-name = "tiny-ray"
-[zoo]
-preset = "tiny"
-[defaults]
-prompts = 1
-max_new_tokens = 8
-dtype = "float32"
-[models.moe]
-zoo = "moe"
-[models.draft-xs]
-zoo = "draft-xs"
-[[groups]]
-name = "sd"
-target = ["moe"]
-draft = ["draft-xs", "oracle:1.0"]
-oracle_cost = "draft-xs"
-gamma = [2]
-"""
+SUITE = {
+    "name": "tiny-ray",
+    "zoo": TINY_ZOO,
+    "defaults": {"prompts": 1, "max_new_tokens": 8, "dtype": "float32"},
+    "models": zoo_models("moe", "draft-xs"),
+}
+SD_GROUP = {
+    "name": "sd",
+    "target": ["moe"],
+    "draft": ["draft-xs", "oracle:1.0"],
+    "oracle_cost": "draft-xs",
+    "gamma": [2],
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +44,7 @@ def local_ray():
 
 @pytest.fixture()
 def suite(tmp_path):
-    path = tmp_path / "tiny-ray.toml"
-    path.write_text(SUITE)
-    return load_suite(path)
+    return load_suite(write_suite(tmp_path, groups=[SD_GROUP], **SUITE))
 
 
 def test_ray_yields_the_same_rows_as_the_local_executor(local_ray, suite, tiny_zoo, tmp_path):
@@ -112,10 +104,8 @@ def test_a_run_out_of_retries_is_recorded_and_reported(local_ray, suite, tiny_zo
 
 
 def test_resources_come_from_the_suite(tmp_path):
-    text = SUITE + "cpus = 2\n" + '[[groups]]\nname = "gpu"\ntarget = "moe"\ndevice = "cuda"\n'
-    path = tmp_path / "s.toml"
-    path.write_text(text)
-    suite = load_suite(path)
+    groups = [SD_GROUP | {"cpus": 2}, {"name": "gpu", "target": "moe", "device": "cuda"}]
+    suite = load_suite(write_suite(tmp_path, file="s.toml", groups=groups, **SUITE))
     by_group = {s.group: resources(suite, s) for s in expand(suite)}
     assert by_group == {"sd": (2.0, 0.0), "gpu": (1.0, 1.0)}
 
@@ -139,13 +129,9 @@ def test_runs_against_a_server_never_overlap(local_ray, tmp_path):
     from serving_stub import StubConfig, StubServer
 
     with StubServer(StubConfig(step_s=0.01)) as stub:
-        path = tmp_path / "served.toml"
-        path.write_text(
-            f'schema = 1\n[models.plain]\nurl = "{stub.url}"\nmodel = "{stub.config.model}"\n'
-            '[[groups]]\nname = "c"\ntarget = "plain"\nconcurrency = [2, 3]\nrepeats = 2\n'
-            "max_new_tokens = 12\n"
-        )
-        suite = load_suite(path)
+        models = {"plain": {"url": stub.url, "model": stub.config.model}}
+        group = {"name": "c", "target": "plain", "concurrency": [2, 3], "repeats": 2, "max_new_tokens": 12}
+        suite = load_suite(write_suite(tmp_path, None, file="served.toml", models=models, groups=[group]))
         rows = run_suite(suite, tmp_path / "r.db", None, progress=False, executor=RayExecutor())
     assert sorted(r.run_id for r in rows) == sorted(s.run_id for s in expand(suite))
     # Two CPUs could run two tasks at once; the server still only ever saw one run's requests.

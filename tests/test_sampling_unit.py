@@ -76,7 +76,7 @@ def test_every_batch_holds_b_prompts_and_copies_are_numbered():
 
 
 def test_a_suite_measures_26_prompts_of_all_13_categories_and_exports_them(spec_bench, tiny_zoo, tmp_path):
-    defaults = f'prompts = 26\nmax_new_tokens = 4\nprompt_set = "{spec_bench}"'
+    defaults = {"prompts": 26, "max_new_tokens": 4, "prompt_set": spec_bench}
     suite = load_suite(tiny_sd_suite(tmp_path, "specbench", defaults))
     assert len(expand(suite)) == 52  # 26 batches of one prompt, two arms each
     blocks = plan(suite)

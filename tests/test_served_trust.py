@@ -12,9 +12,11 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from serving_stub import StubConfig, StubServer
+from suite_files import suite_toml
 
 from specmoe.bench.store import Store
 from specmoe.bench.suite_load import load_suite
@@ -171,32 +173,20 @@ def test_an_honest_response_passes_and_counts_never_exceed_max_tokens():
     assert run.requests[0].output_tokens == 8 and run.requests[0].counted_by == "chunks"
 
 
-def write_suite(tmp_path: Path, plain_url: str, sd_url: str) -> Path:
+def write_suite(tmp_path: Path, plain_url: str, sd_url: str, **plain: Any) -> Path:
+    """Suite "serve" of an honest baseline group and an SD group; `plain` adds keys to the plain server."""
+    models = {"plain": {"url": plain_url, "model": MODEL} | plain, "spec": {"url": sd_url, "model": MODEL}}
+    honest = {"name": "honest", "target": "plain", "max_new_tokens": 6, "warmup": 0}
+    lying = {
+        "name": "lying",
+        "target": "plain",
+        "draft": ["spec"],
+        "gamma": [3],
+        "max_new_tokens": 8,
+        "warmup": 0,
+    }
     path = tmp_path / "serve.toml"
-    path.write_text(
-        f"""
-schema = 1
-name = "serve"
-[models.plain]
-url = "{plain_url}"
-model = "{MODEL}"
-[models.spec]
-url = "{sd_url}"
-model = "{MODEL}"
-[[groups]]
-name = "honest"
-target = "plain"
-max_new_tokens = 6
-warmup = 0
-[[groups]]
-name = "lying"
-target = "plain"
-draft = ["spec"]
-gamma = [3]
-max_new_tokens = 8
-warmup = 0
-"""
-    )
+    path.write_text(suite_toml("serve", models=models, groups=[honest, lying]), encoding="utf-8")
     return path
 
 
@@ -246,10 +236,7 @@ def test_invalid_utf8_in_a_stream_is_a_malformed_response():
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-inf"])
 def test_a_timeout_that_is_not_finite_is_refused_at_load(tmp_path, value):
-    path = write_suite(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9")
-    path.write_text(
-        path.read_text().replace('model = "stub-model"\n', f'model = "stub-model"\ntimeout_s = {value}\n', 1)
-    )
+    path = write_suite(tmp_path, "http://127.0.0.1:9", "http://127.0.0.1:9", timeout_s=float(value))
     with pytest.raises(SpecmoeError) as err:
         load_suite(path)
     assert "models.plain.timeout_s: timeout_s must be" in one_line(err)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from audited import counts_pass
+from suite_files import write_suite
 
 from specmoe.bench.store import Store
 from specmoe.bench.suite_expand import expand
@@ -91,28 +92,19 @@ def servers(tiny_zoo, tmp_path_factory):
 
 def test_llama_cpp_server_runs_land_in_the_store_like_local_runs(servers, tmp_path):
     plain_url, sd_url = servers
-    path = tmp_path / "llama.toml"
-    path.write_text(
-        f"""
-schema = 1
-name = "llama-server"
-[models.plain]
-url = "{plain_url}"
-model = "{ALIAS}"
-[models.lookup]
-url = "{sd_url}"
-model = "{ALIAS}"
-[[groups]]
-name = "serve"
-target = "plain"
-draft = ["lookup"]
-gamma = [4]
-concurrency = [1, 4]
-max_new_tokens = 24
-prompt_set = "code"
-"""
+    models = {"plain": {"url": plain_url, "model": ALIAS}, "lookup": {"url": sd_url, "model": ALIAS}}
+    group = {
+        "name": "serve",
+        "target": "plain",
+        "draft": ["lookup"],
+        "gamma": [4],
+        "concurrency": [1, 4],
+        "max_new_tokens": 24,
+        "prompt_set": "code",
+    }
+    suite = load_suite(
+        write_suite(tmp_path, "llama-server", file="llama.toml", models=models, groups=[group])
     )
-    suite = load_suite(path)
     db = tmp_path / "r.db"
     rows = run_suite(suite, db, None, progress=False)
     assert sorted(r.run_id for r in rows) == sorted(s.run_id for s in expand(suite))

@@ -9,7 +9,8 @@ import statistics
 
 import pytest
 from serving_stub import StubConfig, StubServer
-from test_serving_suite import GROUP, LOCAL, SERVERS, error, load
+from suite_files import without, write_suite
+from test_serving_suite import GROUP, error, load, served
 
 from specmoe.bench.store import Store
 from specmoe.bench.suite_expand import expand
@@ -18,7 +19,7 @@ from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
 from specmoe.serving.arrivals import arrival_times
 
-OPEN = GROUP.replace("concurrency = [1, 4, 16]\n", 'request_rate = [2.0, "inf"]\nrequests = 8\n')
+OPEN = without(GROUP, "concurrency") | {"request_rate": [2.0, "inf"], "requests": 8}
 
 
 def test_arrivals_are_seeded_poisson_and_inf_is_all_at_once():
@@ -36,34 +37,34 @@ def test_arrivals_are_seeded_poisson_and_inf_is_all_at_once():
 
 
 def test_request_rate_is_an_axis_keyed_only_when_set(tmp_path):
-    specs = expand(load(tmp_path, SERVERS + OPEN))
+    specs = expand(load(tmp_path, served(OPEN)))
     assert {(s.request_rate, s.concurrency, s.requests) for s in specs} == {(2.0, 8, 8), (math.inf, 8, 8)}
     inf = next(s for s in specs if s.request_rate == math.inf)
     assert inf.key_fields["request_rate"] == "inf" and inf.as_dict()["request_rate"] == "inf"
     json.dumps(inf.as_dict(), allow_nan=False)  # storable
-    closed = expand(load(tmp_path, SERVERS + GROUP))
+    closed = expand(load(tmp_path, served()))
     assert all("request_rate" not in s.key_fields for s in closed)
-    capped = expand(load(tmp_path, SERVERS + OPEN.replace("requests = 8", "requests = 8\nconcurrency = 2")))
+    capped = expand(load(tmp_path, served(OPEN | {"concurrency": 2})))
     assert {s.concurrency for s in capped} == {2}
 
 
 @pytest.mark.parametrize(
     ("group", "message"),
     [
-        (OPEN.replace("requests = 8\n", ""),
+        (without(OPEN, "requests"),
          "groups[0].request_rate: an open-loop run (request_rate) needs requests = N"),
-        (OPEN.replace('"inf"', "0"),
+        (OPEN | {"request_rate": [2.0, 0]},
          'groups[0].request_rate: request_rate must be a number of requests/s > 0 or "inf", got 0'),
-        (OPEN.replace('"inf"', '"fast"'),
+        (OPEN | {"request_rate": [2.0, "fast"]},
          'groups[0].request_rate: request_rate must be a number of requests/s > 0 or "inf", got \'fast\''),
     ],
 )  # fmt: skip
 def test_bad_open_loop_settings_are_one_line(tmp_path, group, message):
-    assert error(tmp_path, SERVERS + group).startswith(message)
+    assert error(tmp_path, served(group)).startswith(message)
 
 
 def test_request_rate_on_a_local_group_is_refused(tmp_path):
-    message = error(tmp_path, SERVERS + LOCAL + '[[groups]]\nname = "g"\ntarget = "moe"\nrequest_rate = 4\n')
+    message = error(tmp_path, served({"name": "g", "target": "moe", "request_rate": 4}, local=True))
     assert message.startswith("groups[0].request_rate: request_rate applies to served targets")
 
 
@@ -71,14 +72,21 @@ def test_open_loop_run_sends_on_schedule_and_stores_it(tmp_path):
     plain = StubServer(StubConfig(model="m", step_s=0.001))
     sd = StubServer(StubConfig(model="m", step_s=0.001, gamma=3, accepted=2))
     with plain, sd:
-        path = tmp_path / "open.toml"
-        path.write_text(
-            f'schema = 1\n[models.plain]\nurl = "{plain.url}"\nmodel = "m"\nengine = "vllm"\n'
-            f'[models.spec]\nurl = "{sd.url}"\nmodel = "m"\nengine = "vllm"\n'
-            '[[groups]]\nname = "o"\ntarget = "plain"\ndraft = "spec"\ngamma = 3\n'
-            "request_rate = 50.0\nrequests = 6\nconcurrency = 2\nmax_new_tokens = 8\n",
-            encoding="utf-8",
-        )
+        models = {
+            name: {"url": s.url, "model": "m", "engine": "vllm"}
+            for name, s in (("plain", plain), ("spec", sd))
+        }
+        group = {
+            "name": "o",
+            "target": "plain",
+            "draft": "spec",
+            "gamma": 3,
+            "request_rate": 50.0,
+            "requests": 6,
+            "concurrency": 2,
+            "max_new_tokens": 8,
+        }
+        path = write_suite(tmp_path, None, file="open.toml", models=models, groups=[group])
         run_suite(load_suite(path), tmp_path / "r.db", None, progress=False)
     with Store(tmp_path / "r.db") as store:
         rows = store.rows()
@@ -92,15 +100,18 @@ def test_open_loop_run_sends_on_schedule_and_stores_it(tmp_path):
 
 
 def _synthetic_suite(tmp_path, plain_url: str, sd_url: str, tokenizer: str, endpoint: str = "completions"):
-    path = tmp_path / "len.toml"
-    server = f'model = "m"\nengine = "vllm"\ntokenizer = "{tokenizer}"\nendpoint = "{endpoint}"\n'
-    path.write_text(
-        f'schema = 1\n[models.plain]\nurl = "{plain_url}"\n{server}[models.spec]\nurl = "{sd_url}"\n{server}'
-        '[[groups]]\nname = "len"\ntarget = "plain"\ndraft = "spec"\ngamma = 3\n'
-        "prompt_length = [5, 9]\nconcurrency = 3\nmax_new_tokens = 4\n",
-        encoding="utf-8",
-    )
-    return path
+    server = {"model": "m", "engine": "vllm", "tokenizer": tokenizer, "endpoint": endpoint}
+    models = {"plain": {"url": plain_url} | server, "spec": {"url": sd_url} | server}
+    group = {
+        "name": "len",
+        "target": "plain",
+        "draft": "spec",
+        "gamma": 3,
+        "prompt_length": [5, 9],
+        "concurrency": 3,
+        "max_new_tokens": 4,
+    }
+    return write_suite(tmp_path, None, file="len.toml", models=models, groups=[group])
 
 
 def test_synthetic_prompts_for_servers_are_exact_token_ids(tmp_path, tiny_zoo):

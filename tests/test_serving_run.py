@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from audited import counts_pass
 from serving_stub import StubConfig, StubServer
+from suite_files import suite_toml
 
 from specmoe.bench.store import Store, export
 from specmoe.bench.suite_expand import expand
@@ -24,32 +25,23 @@ from specmoe.metrics import RunCounts, RunTimes, served_decode_tokens_per_s, ser
 MODEL = "stub-model"
 
 
-def write_suite(tmp_path: Path, plain_url: str, sd_url: str, engine: str = "vllm", extra: str = "") -> Path:
+def write_suite(tmp_path: Path, plain_url: str, sd_url: str, engine: str = "vllm") -> Path:
+    models = {
+        name: {"url": url, "model": MODEL, "engine": engine}
+        for name, url in (("plain", plain_url), ("spec", sd_url))
+    }
+    group = {
+        "name": "sd",
+        "target": "plain",
+        "draft": ["spec"],
+        "gamma": [3],
+        "concurrency": [1, 4],
+        "max_new_tokens": 24,
+        "repeats": 2,
+        "warmup": 1,
+    }
     path = tmp_path / "serve.toml"
-    path.write_text(
-        f"""
-schema = 1
-name = "serve"
-[models.plain]
-url = "{plain_url}"
-model = "{MODEL}"
-engine = "{engine}"
-[models.spec]
-url = "{sd_url}"
-model = "{MODEL}"
-engine = "{engine}"
-[[groups]]
-name = "sd"
-target = "plain"
-draft = ["spec"]
-gamma = [3]
-concurrency = [1, 4]
-max_new_tokens = 24
-repeats = 2
-warmup = 1
-{extra}
-"""
-    )
+    path.write_text(suite_toml("serve", models=models, groups=[group]), encoding="utf-8")
     return path
 
 
@@ -114,7 +106,7 @@ def test_a_served_suite_stores_rows_like_local_runs(servers, tmp_path):
 
 def test_rerunning_a_served_suite_resumes_without_duplicates(servers, tmp_path):
     plain, sd = servers
-    path = write_suite(tmp_path, plain.url, sd.url, extra="")
+    path = write_suite(tmp_path, plain.url, sd.url)
     db = tmp_path / "r.db"
     first = run_suite(load_suite(path), db, None, progress=False)
     sent = len(plain.config.requests)

@@ -8,8 +8,10 @@ import sys
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from suite_files import TINY_ZOO, suite_toml, without, zoo_models
 
 from specmoe.bench.plan import plan
 from specmoe.bench.suite import ModelSpec, RunSpec
@@ -19,35 +21,25 @@ from specmoe.engine.draft_spec import NgramDraft, OracleDraft
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import load_prompt_set
 
-BASE = """\
-schema = 1
-name = "t"
+DEFAULTS = {"prompts": 1, "repeats": 2, "max_new_tokens": 16}
+MODELS = zoo_models("moe", "dense-s", "draft-xs")
+GROUP = {"name": "g", "target": ["moe"], "draft": ["draft-xs"], "gamma": [2, 4]}
 
-[zoo]
-preset = "tiny"
 
-[defaults]
-prompts = 1
-repeats = 2
-max_new_tokens = 16
+def tiny_suite(*groups: dict[str, Any], **parts: Any) -> str:
+    """The suite these tests share, named "t": the tiny zoo's MoE, dense-s and draft-xs, with
+    `groups` (GROUP when none given); `parts` replace whole parts (see `suite_toml`)."""
+    base = {"zoo": TINY_ZOO, "defaults": DEFAULTS, "models": MODELS, "groups": list(groups) or [GROUP]}
+    return suite_toml(**(base | parts))
 
-[models.moe]
-zoo = "moe"
 
-[models.dense-s]
-zoo = "dense-s"
+def group(*drop: str, **changes: Any) -> dict[str, Any]:
+    """GROUP without the keys in `drop`, with `changes`."""
+    return without(GROUP, *drop) | changes
 
-[models.draft-xs]
-zoo = "draft-xs"
-"""
 
-GROUP = """
-[[groups]]
-name = "g"
-target = ["moe"]
-draft = ["draft-xs"]
-gamma = [2, 4]
-"""
+def defaults(**changes: Any) -> dict[str, Any]:
+    return DEFAULTS | changes
 
 
 def write(tmp_path: Path, text: str, name: str = "x.toml") -> Path:
@@ -168,22 +160,20 @@ def test_config_key_golden_value():
 
 
 def test_same_work_in_two_groups_is_one_run_named_by_the_first(tmp_path):
-    suite = load_text(tmp_path, BASE + GROUP + GROUP.replace('name = "g"', 'name = "h"'))
-    specs = expand(suite)
+    specs = expand(load_text(tmp_path, tiny_suite(GROUP, group(name="h"))))
     assert len(specs) == 2 * 3  # (baseline + 2 gammas) x 2 repeats
     assert {s.group for s in specs} == {"g"}
 
 
 def test_baseline_only_group_shares_runs_with_sd_baselines(tmp_path):
-    text = BASE + '\n[[groups]]\nname = "base"\ntarget = ["moe"]\n' + GROUP
-    specs = expand(load_text(tmp_path, text))
+    specs = expand(load_text(tmp_path, tiny_suite({"name": "base", "target": ["moe"]}, GROUP)))
     assert [s.group for s in specs if s.arm == "baseline"] == ["base", "base"]
 
 
 def test_key_ignores_suite_group_repeat_and_model_alias(tmp_path):
-    a = load_text(tmp_path, BASE + GROUP)
-    aliased = BASE.replace('name = "t"', 'name = "other"').replace("[models.moe]", "[models.big]")
-    b = load_suite(write(tmp_path, aliased + GROUP.replace('"moe"', '"big"'), "y.toml"))
+    a = load_text(tmp_path, tiny_suite())
+    aliased = {"big": {"zoo": "moe"}} | zoo_models("dense-s", "draft-xs")
+    b = load_suite(write(tmp_path, tiny_suite(group(target=["big"]), name="other", models=aliased), "y.toml"))
     keys_a = [(s.config_key, s.repeat) for s in expand(a)]
     keys_b = [(s.config_key, s.repeat) for s in expand(b)]
     assert keys_a == keys_b
@@ -191,10 +181,9 @@ def test_key_ignores_suite_group_repeat_and_model_alias(tmp_path):
 
 
 def test_key_depends_on_what_the_model_is(tmp_path):
-    tiny = expand(load_text(tmp_path, BASE + GROUP))
-    bench = expand(load_suite(write(tmp_path, BASE.replace('"tiny"', '"bench"') + GROUP, "b.toml")))
-    reseeded = BASE.replace('preset = "tiny"', 'preset = "tiny"\nseed = 1')
-    seeded = expand(load_suite(write(tmp_path, reseeded + GROUP, "s.toml")))
+    tiny = expand(load_text(tmp_path, tiny_suite()))
+    bench = expand(load_suite(write(tmp_path, tiny_suite(zoo={"preset": "bench"}), "b.toml")))
+    seeded = expand(load_suite(write(tmp_path, tiny_suite(zoo=TINY_ZOO | {"seed": 1}), "s.toml")))
     assert not {s.run_id for s in tiny} & {s.run_id for s in bench}
     assert not {s.run_id for s in tiny} & {s.run_id for s in seeded}
 
@@ -210,13 +199,13 @@ def test_baseline_key_matches_the_baseline_arm():
 
 
 def test_oracle_spellings_are_one_run(tmp_path):
-    text = BASE + GROUP.replace('["draft-xs"]', '["oracle:0.50", "oracle:.5", "oracle:1"]')
+    text = tiny_suite(group(draft=["oracle:0.50", "oracle:.5", "oracle:1"]))
     specs = expand(load_text(tmp_path, text))
     assert sorted({s.draft for s in specs if s.arm == "sd"}) == ["oracle:0.5", "oracle:1.0"]
 
 
 def test_ngram_drafts_are_canonical_runs_without_a_draft_model(tmp_path):
-    text = BASE + GROUP.replace('["draft-xs"]', '["ngram", "ngram:1-3", "ngram:01-3", "ngram:2-4"]')
+    text = tiny_suite(group(draft=["ngram", "ngram:1-3", "ngram:01-3", "ngram:2-4"]))
     sd = [s for s in expand(load_text(tmp_path, text)) if s.arm == "sd"]
     assert sorted({s.draft for s in sd}) == ["ngram:1-3", "ngram:2-4"]
     assert {s.draft_spec for s in sd} == {NgramDraft(1, 3), NgramDraft(2, 4)}
@@ -227,20 +216,20 @@ def test_ngram_drafts_are_canonical_runs_without_a_draft_model(tmp_path):
 
 
 def test_zoo_moe_top_k_is_explicit_so_default_override_is_the_same_run(tmp_path):
-    plain = expand(load_text(tmp_path, BASE + GROUP))
-    override = expand(load_suite(write(tmp_path, BASE + GROUP + "moe_top_k = [2]\n", "k.toml")))
+    plain = expand(load_text(tmp_path, tiny_suite()))
+    override = expand(load_suite(write(tmp_path, tiny_suite(group(moe_top_k=[2])), "k.toml")))
     assert {s.moe_top_k for s in plain} == {2}  # the tiny MoE's own top-k
     assert [s.run_id for s in plain] == [s.run_id for s in override]
 
 
 def test_group_prompt_length_overrides_default_prompt_set(tmp_path):
-    text = BASE.replace("[defaults]", '[defaults]\nprompt_set = "code"') + GROUP + "prompt_length = [8, 32]\n"
+    text = tiny_suite(group(prompt_length=[8, 32]), defaults=defaults(prompt_set="code"))
     specs = expand(load_text(tmp_path, text))
     assert {(s.prompt_set, s.prompt_length) for s in specs} == {(None, 8), (None, 32)}
 
 
 def test_path_models_resolve_against_the_suite_file(tmp_path):
-    text = BASE + '\n[models.local]\npath = "models/mine"\n' + GROUP.replace('["moe"]', '["local"]')
+    text = tiny_suite(group(target=["local"]), models=MODELS | {"local": {"path": "models/mine"}})
     suite = load_text(tmp_path, text)
     assert suite.models["local"].path == str((tmp_path / "models/mine").resolve())
     assert {s.moe_top_k for s in expand(suite)} == {None}
@@ -248,7 +237,7 @@ def test_path_models_resolve_against_the_suite_file(tmp_path):
 
 def test_prompt_set_file_path(tmp_path):
     (tmp_path / "mine.jsonl").write_text('{"prompt": "hi"}\n', encoding="utf-8")
-    specs = expand(load_text(tmp_path, BASE + GROUP + 'prompt_set = "mine.jsonl"\n'))
+    specs = expand(load_text(tmp_path, tiny_suite(group(prompt_set="mine.jsonl"))))
     assert {s.prompt_set for s in specs} == {str(tmp_path / "mine.jsonl")}
 
 
@@ -264,128 +253,103 @@ def test_builtin_suite_paths():
 
 BAD_SUITES = [
     # (description, text, key in the message, other expected fragment)
-    ("unknown top key", BASE + GROUP + "\n[zooo]\n", "zooo", "did you mean 'zoo'"),
-    ("unknown group key", BASE + GROUP + "gama = [2]\n", "groups[0].gama", "did you mean 'gamma'"),
+    ("unknown top key", tiny_suite(zooo={}), "zooo", "did you mean 'zoo'"),
+    ("unknown group key", tiny_suite(group(gama=[2])), "groups[0].gama", "did you mean 'gamma'"),
+    ("unknown default key", tiny_suite(defaults=defaults(repeat=1)), "defaults.repeat", "repeats"),
     (
-        "unknown default key",
-        BASE.replace("[defaults]", "[defaults]\nrepeat = 1"),
-        "defaults.repeat",
-        "repeats",
+        "unknown model key",
+        tiny_suite(models=MODELS | {"draft-xs": {"zoo": "draft-xs", "bakend": "hf"}}),
+        "models.draft-xs.bakend",
+        "backend",
     ),
-    ("unknown model key", BASE + 'bakend = "hf"\n' + GROUP, "models.draft-xs.bakend", "backend"),
-    ("missing model", BASE + GROUP.replace('["moe"]', '["mo"]'), "groups[0].target", "unknown model 'mo'"),
-    ("missing draft", BASE + GROUP.replace('["draft-xs"]', '["draft-x"]'), "groups[0].draft", "'draft-xs'"),
-    ("gamma 0", BASE + GROUP.replace("[2, 4]", "[2, 0]"), "groups[0].gamma", "gamma must be >= 1, got 0"),
+    ("missing model", tiny_suite(group(target=["mo"])), "groups[0].target", "unknown model 'mo'"),
+    ("missing draft", tiny_suite(group(draft=["draft-x"])), "groups[0].draft", "'draft-xs'"),
+    ("gamma 0", tiny_suite(group(gamma=[2, 0])), "groups[0].gamma", "gamma must be >= 1, got 0"),
     (
         "batch 0",
-        BASE + GROUP + "batch_size = [1, 0]\n",
+        tiny_suite(group(batch_size=[1, 0])),
         "groups[0].batch_size",
         "batch_size must be >= 1, got 0",
     ),
-    ("repeats 0", BASE.replace("repeats = 2", "repeats = 0") + GROUP, "defaults.repeats", "must be >= 1"),
+    ("repeats 0", tiny_suite(defaults=defaults(repeats=0)), "defaults.repeats", "must be >= 1"),
     (
         "string for int",
-        BASE + GROUP + 'max_new_tokens = "64"\n',
+        tiny_suite(group(max_new_tokens="64")),
         "groups[0].max_new_tokens",
         "expected an integer",
     ),
-    ("float for int", BASE + GROUP.replace("[2, 4]", "[2.5]"), "groups[0].gamma", "expected an integer"),
-    ("bool for int", BASE + GROUP + "batch_size = true\n", "groups[0].batch_size", "expected an integer"),
-    (
-        "string for float",
-        BASE + GROUP + 'temperature = "hot"\n',
-        "groups[0].temperature",
-        "expected a number",
-    ),
-    ("schema missing", BASE.replace("schema = 1\n", "") + GROUP, "schema", "schema = 1"),
-    ("schema 2", BASE.replace("schema = 1", "schema = 2") + GROUP, "schema", "unsupported schema 2"),
+    ("float for int", tiny_suite(group(gamma=[2.5])), "groups[0].gamma", "expected an integer"),
+    ("bool for int", tiny_suite(group(batch_size=True)), "groups[0].batch_size", "expected an integer"),
+    ("string for float", tiny_suite(group(temperature="hot")), "groups[0].temperature", "expected a number"),
+    ("schema missing", tiny_suite(schema=None), "schema", "schema = 1"),
+    ("schema 2", tiny_suite(schema=2), "schema", "unsupported schema 2"),
     (
         "both zoo and path",
-        BASE.replace('zoo = "moe"', 'zoo = "moe"\npath = "x"') + GROUP,
+        tiny_suite(models=MODELS | {"moe": {"zoo": "moe", "path": "x"}}),
         "models.moe",
         "exactly one",
     ),
     (
         "neither zoo nor path",
-        BASE.replace('zoo = "moe"', 'backend = "hf"') + GROUP,
+        tiny_suite(models=MODELS | {"moe": {"backend": "hf"}}),
         "models.moe",
         "exactly one",
     ),
     (
         "unknown zoo model",
-        BASE.replace('zoo = "moe"', 'zoo = "mOe"') + GROUP,
+        tiny_suite(models=MODELS | {"moe": {"zoo": "mOe"}}),
         "models.moe.zoo",
         "no model 'mOe'",
     ),
     (
         "unknown prompt set",
-        BASE + GROUP + 'prompt_set = ["factual", "facts"]\n',
+        tiny_suite(group(prompt_set=["factual", "facts"])),
         "groups[0].prompt_set",
         "factual",
     ),
-    ("oracle above 1", BASE + GROUP.replace('["draft-xs"]', '["oracle:1.5"]'), "groups[0].draft", "oracle:P"),
+    ("oracle above 1", tiny_suite(group(draft=["oracle:1.5"])), "groups[0].draft", "oracle:P"),
+    ("oracle not a number", tiny_suite(group(draft=["oracle:high"])), "groups[0].draft", "[0, 1]"),
+    ("ngram max < min", tiny_suite(group(draft=["ngram:3-1"])), "groups[0].draft", "ngram:1-3"),
+    ("ngram zero", tiny_suite(group(draft=["ngram:0-2"])), "groups[0].draft", "1 <= MIN"),
+    ("ngram not numbers", tiny_suite(group(draft=["ngram:a-b"])), "groups[0].draft", "MIN-MAX"),
+    ("ngram one number", tiny_suite(group(draft=["ngram:3"])), "groups[0].draft", "MIN-MAX"),
     (
-        "oracle not a number",
-        BASE + GROUP.replace('["draft-xs"]', '["oracle:high"]'),
-        "groups[0].draft",
-        "[0, 1]",
+        "model named ngram",
+        tiny_suite(models=MODELS | {"ngram": {"zoo": "moe"}}),
+        "models.ngram",
+        "bad model name",
     ),
-    (
-        "ngram max < min",
-        BASE + GROUP.replace('["draft-xs"]', '["ngram:3-1"]'),
-        "groups[0].draft",
-        "ngram:1-3",
-    ),
-    ("ngram zero", BASE + GROUP.replace('["draft-xs"]', '["ngram:0-2"]'), "groups[0].draft", "1 <= MIN"),
-    (
-        "ngram not numbers",
-        BASE + GROUP.replace('["draft-xs"]', '["ngram:a-b"]'),
-        "groups[0].draft",
-        "MIN-MAX",
-    ),
-    ("ngram one number", BASE + GROUP.replace('["draft-xs"]', '["ngram:3"]'), "groups[0].draft", "MIN-MAX"),
-    ("model named ngram", BASE + '\n[models.ngram]\nzoo = "moe"\n' + GROUP, "models.ngram", "bad model name"),
     (
         "oracle cost undefined",
-        BASE + GROUP.replace('["draft-xs"]', '["oracle:0.5"]') + 'oracle_cost = "nano"\n',
+        tiny_suite(group(draft=["oracle:0.5"], oracle_cost="nano")),
         "groups[0].oracle_cost",
         "[models.nano]",
     ),
-    (
-        "gamma without draft",
-        BASE + '[[groups]]\nname = "g"\ntarget = ["moe"]\ngamma = [4]\n',
-        "groups[0].gamma",
-        "no draft",
-    ),
-    ("drafts without gamma", BASE + GROUP.replace("gamma = [2, 4]\n", ""), "groups[0].gamma", "needs gamma"),
+    ("gamma without draft", tiny_suite(group("draft", gamma=[4])), "groups[0].gamma", "no draft"),
+    ("drafts without gamma", tiny_suite(group("gamma")), "groups[0].gamma", "needs gamma"),
     (
         "top-k on dense",
-        BASE + GROUP.replace('["moe"]', '["dense-s"]') + "moe_top_k = [1]\n",
+        tiny_suite(group(target=["dense-s"], moe_top_k=[1])),
         "groups[0].moe_top_k",
         "dense",
     ),
-    ("top-k too big", BASE + GROUP + "moe_top_k = [64]\n", "groups[0].moe_top_k", "<= 32"),
-    ("empty axis", BASE + GROUP + "batch_size = []\n", "groups[0].batch_size", "must not be empty"),
-    ("no groups", BASE, "groups", "at least one"),
-    ("group without name", BASE + GROUP.replace('name = "g"\n', ""), "groups[0].name", "needs a name"),
-    ("duplicate group", BASE + GROUP + GROUP, "groups[1].name", "duplicate"),
+    ("top-k too big", tiny_suite(group(moe_top_k=[64])), "groups[0].moe_top_k", "<= 32"),
+    ("empty axis", tiny_suite(group(batch_size=[])), "groups[0].batch_size", "must not be empty"),
+    ("no groups", tiny_suite(groups=None), "groups", "at least one"),
+    ("group without name", tiny_suite(group("name")), "groups[0].name", "needs a name"),
+    ("duplicate group", tiny_suite(GROUP, GROUP), "groups[1].name", "duplicate"),
     (
         "prompt set and length",
-        BASE + GROUP + 'prompt_set = "code"\nprompt_length = 8\n',
+        tiny_suite(group(prompt_set="code", prompt_length=8)),
         "groups[0].prompt_length",
         "not both",
     ),
-    ("unknown dtype", BASE + GROUP + 'dtype = "bf16"\n', "groups[0].dtype", "bfloat16"),
-    ("unknown device", BASE + GROUP + 'device = "gpu"\n', "groups[0].device", "cuda"),
-    ("zoo without preset", BASE.replace('preset = "tiny"', "seed = 0") + GROUP, "models.moe.zoo", "[zoo]"),
-    ("unknown preset", BASE.replace('"tiny"', '"tyni"') + GROUP, "zoo.preset", "available: tiny, bench"),
-    ("preset typo", BASE.replace('"tiny"', '"tin"') + GROUP, "zoo.preset", "did you mean 'tiny'"),
-    (
-        "second group bad",
-        BASE + GROUP + GROUP.replace('"g"', '"h"').replace("[2, 4]", "[0]"),
-        "groups[1].gamma",
-        "got 0",
-    ),
+    ("unknown dtype", tiny_suite(group(dtype="bf16")), "groups[0].dtype", "bfloat16"),
+    ("unknown device", tiny_suite(group(device="gpu")), "groups[0].device", "cuda"),
+    ("zoo without preset", tiny_suite(zoo={"seed": 0}), "models.moe.zoo", "[zoo]"),
+    ("unknown preset", tiny_suite(zoo={"preset": "tyni"}), "zoo.preset", "available: tiny, bench"),
+    ("preset typo", tiny_suite(zoo={"preset": "tin"}), "zoo.preset", "did you mean 'tiny'"),
+    ("second group bad", tiny_suite(GROUP, group(name="h", gamma=[0])), "groups[1].gamma", "got 0"),
 ]
 
 
@@ -402,9 +366,41 @@ def test_bad_suite_is_one_line_naming_file_and_key(tmp_path, text, key, fragment
     assert fragment in message, message
 
 
+# Literal text, not `tiny_suite()`: the expected line numbers count its lines.
+BASE = """\
+schema = 1
+name = "t"
+
+[zoo]
+preset = "tiny"
+
+[defaults]
+prompts = 1
+repeats = 2
+max_new_tokens = 16
+
+[models.moe]
+zoo = "moe"
+
+[models.dense-s]
+zoo = "dense-s"
+
+[models.draft-xs]
+zoo = "draft-xs"
+"""
+
+GROUP_TEXT = """
+[[groups]]
+name = "g"
+target = ["moe"]
+draft = ["draft-xs"]
+gamma = [2, 4]
+"""
+
+
 @pytest.mark.parametrize(
     ("text", "line"),
-    [(BASE + "oops = = 1\n" + GROUP, "line 20"), (BASE + GROUP + "gamma = [2,\n", "line 26")],
+    [(BASE + "oops = = 1\n" + GROUP_TEXT, "line 20"), (BASE + GROUP_TEXT + "gamma = [2,\n", "line 26")],
 )
 def test_toml_syntax_error_names_the_line(tmp_path, text, line):
     path = write(tmp_path, text)
@@ -422,23 +418,23 @@ def test_missing_suite_file_is_one_line(tmp_path):
 
 
 def test_compile_is_a_setting_in_the_key_only_when_set(tmp_path):
-    eager = expand(load_text(tmp_path, BASE + GROUP))
-    compiled = expand(load_text(tmp_path, BASE.replace("[defaults]", "[defaults]\ncompile = true") + GROUP))
+    eager = expand(load_text(tmp_path, tiny_suite()))
+    compiled = expand(load_text(tmp_path, tiny_suite(defaults=defaults(compile=True))))
     assert all(s.compile for s in compiled) and not any(s.compile for s in eager)
     assert {s.run_id for s in eager}.isdisjoint(s.run_id for s in compiled)
     assert eager[0].config_key == replace(compiled[0], compile=False).config_key
     with pytest.raises(SpecmoeError, match="compile must be true or false"):
-        load_text(tmp_path, BASE.replace("[defaults]", '[defaults]\ncompile = "yes"') + GROUP)
+        load_text(tmp_path, tiny_suite(defaults=defaults(compile="yes")))
 
 
 def test_chat_is_a_setting_refused_with_synthetic_prompts(tmp_path):
-    chat = expand(load_text(tmp_path, BASE.replace("[defaults]", "[defaults]\nchat = true") + GROUP))
+    chat = expand(load_text(tmp_path, tiny_suite(defaults=defaults(chat=True))))
     assert all(s.chat for s in chat)
     assert (
         chat[0].config_key
         == replace(chat[0], chat=True).config_key
         != replace(chat[0], chat=False).config_key
     )
-    text = BASE.replace("[defaults]", "[defaults]\nchat = true") + GROUP + "prompt_length = [8]\n"
+    text = tiny_suite(group(prompt_length=[8]), defaults=defaults(chat=True))
     with pytest.raises(SpecmoeError, match="no text to template"):
         load_text(tmp_path, text)

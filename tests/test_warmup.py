@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from suite_files import TINY_ZOO, write_suite, zoo_models
+
 import specmoe.bench.runner as runner_module
 from specmoe.bench.runner import SETTLE_MAX_RUNS, ModelPool, Runner, settled
 from specmoe.bench.suite_expand import expand
@@ -18,32 +20,17 @@ def test_settled_needs_two_agreeing_runs_or_the_cap():
     assert settled([float(i) for i in range(1, SETTLE_MAX_RUNS + 1)])
 
 
-SUITE = """\
-schema = 1
-name = "w"
-
-[zoo]
-preset = "tiny"
-
-[defaults]
-prompts = 1
-repeats = 2
-warmup = 1
-max_new_tokens = 4
-
-[models.moe]
-zoo = "moe"
-
-[[groups]]
-name = "g"
-target = ["moe"]
-prompt_set = ["factual", "code"]
-"""
+SUITE = {
+    "name": "w",
+    "zoo": TINY_ZOO,
+    "defaults": {"prompts": 1, "repeats": 2, "warmup": 1, "max_new_tokens": 4},
+    "models": zoo_models("moe"),
+    "groups": [{"name": "g", "target": ["moe"], "prompt_set": ["factual", "code"]}],
+}
 
 
 def test_first_configuration_of_a_model_warms_up_until_settled(tmp_path, tiny_zoo, monkeypatch):
-    (tmp_path / "w.toml").write_text(SUITE)
-    suite = load_suite(tmp_path / "w.toml")
+    suite = load_suite(write_suite(tmp_path, **SUITE))
     specs = expand(suite)
     durations = iter([3.0, 2.0, 1.0, 1.0, 5.0, 5.0, 5.0, 5.0, 5.0])  # settles on the 4th warm-up
     calls = []
