@@ -222,8 +222,14 @@ def test_server_rows_get_ttft_and_tpot_percentiles_per_arm_and_concurrency():
             rows += pair(
                 "srv", b, concurrency, 1.5, trace=trace, concurrency=concurrency, requests=concurrency
             )
-    for row in rows:  # one cell per arm and concurrency, as the suite's keys make them
-        row.config["cell_key"] += f"-c{row.config['concurrency']}"
+    # One cell per arm and concurrency, as the suite's keys make them (a new row, so its typed
+    # settings are parsed from the new key too).
+    rows = [
+        replace(
+            row, config={**row.config, "cell_key": f"{row.config['cell_key']}-c{row.config['concurrency']}"}
+        )
+        for row in rows
+    ]
     latency = served_latency(rows)
     assert [(s.config["draft"], s.config["concurrency"], s.requests) for s in latency] == [
         (None, 1, 2),

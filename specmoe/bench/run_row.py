@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from specmoe.bench.run_config import RunConfig
 from specmoe.bench.suite import ARMS
 from specmoe.metrics import RunCounts, RunTimes, run_acceptance
 
@@ -44,6 +45,9 @@ class RunRow:
     # threads, the machine's load (other_cpu, steal, load_avg), step_spread, attempts, noise reason.
     measure: dict[str, Any] = field(default_factory=dict)
     noisy: bool = False  # the noise guard could not get an undisturbed measurement (measure["noise"])
+    # `config` as one typed value, parsed once here; `config` stays the stored (and exported) dict.
+    # Parsed at construction: a changed config is a new row (`dataclasses.replace`), never an edit.
+    settings: RunConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # A malformed row is a bug in the caller: refuse it before it reaches the file.
@@ -53,6 +57,7 @@ class RunRow:
             raise TypeError(f"counts and times must be RunCounts and RunTimes, got {self.counts!r}")
         if not math.isfinite(self.tokens_per_s):
             raise ValueError(f"tokens_per_s must be finite, got {self.tokens_per_s}")
+        object.__setattr__(self, "settings", RunConfig.from_dict(self.config))  # frozen: set once
 
 
 def run_row(

@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
 from specmoe.bench.audit import impossible_speedup
+from specmoe.bench.run_config import RunConfig
 from specmoe.bench.store import RunRow
 from specmoe.metrics import acceptance_rate, speedup, target_efficiency_measured
 from specmoe.prompts import original_id
@@ -29,6 +30,7 @@ class Comparison:
     """One SD cell against its baseline, over paired units (prompt batch × repeat)."""
 
     config: dict
+    settings: RunConfig  # `config` typed (`RunRow.settings` of the same row)
     category: str | None  # the prompts' category when broken down by it (`compare(by_category=True)`)
     units: int  # paired units behind the numbers (noisy ones left out)
     prompts: int  # distinct prompts those units decoded (a numbered copy counts as its original)
@@ -56,7 +58,8 @@ class Comparison:
 
 def cell_key(row: RunRow) -> str:
     """The row's configuration across prompt batches (rows stored before batches existed: its key)."""
-    return row.config.get("cell_key", row.config_key)
+    cell = row.settings.cell_key
+    return row.config_key if cell is None else cell
 
 
 def batch_category(row: RunRow) -> str:
@@ -138,6 +141,7 @@ def _unmeasured(pairs: list[tuple[RunRow, RunRow]], category: str | None) -> Com
     nan = math.nan
     return Comparison(
         config=pairs[0][0].config,
+        settings=pairs[0][0].settings,
         category=category,
         units=0,
         prompts=0,
@@ -183,6 +187,7 @@ def _comparison(
     prompts = {original_id(p["prompt_id"]) for s, _ in clean for p in s.prompts}
     return Comparison(
         config=clean[0][0].config,
+        settings=clean[0][0].settings,
         category=category,
         units=len(clean),
         prompts=len(prompts),
@@ -215,7 +220,7 @@ def selection_copies(pairs: list[tuple[RunRow, RunRow]]) -> int:
         by_cell[cell_key(sd)].append(sd)
     copies = 0
     for rows in by_cell.values():
-        selected = rows[0].config.get("prompts")
+        selected = rows[0].settings.prompts
         distinct = {original_id(p["prompt_id"]) for row in rows for p in row.prompts}
         if isinstance(selected, int) and distinct:
             copies += max(0, selected - len(distinct))
@@ -232,7 +237,7 @@ def impossible_units(pairs: list[tuple[RunRow, RunRow]]) -> str:
     """
     for sd, base in pairs:
         rate = sd.tokens_per_s / base.tokens_per_s if base.tokens_per_s else math.inf
-        gamma = sd.config.get("gamma")
+        gamma = sd.settings.gamma
         why = impossible_speedup(
             rate, gamma if isinstance(gamma, int) else None, sd.counts.accepted, sd.counts.drafted
         )
