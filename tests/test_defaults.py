@@ -8,6 +8,7 @@ from pathlib import Path
 from test_report import build_store, spec
 
 from specmoe.bench.quick import QuickArgs
+from specmoe.bench.run_config import RunConfig
 from specmoe.bench.suite_schema import GridAxes
 from specmoe.cli import _parser
 from specmoe.dtypes import DEFAULT_DTYPE
@@ -28,7 +29,7 @@ def test_generate_profile_bench_quick_and_suites_share_one_default_dtype():
 
 
 def test_a_fit_matches_its_model_in_its_dtype_only():
-    configs = [{"target": "moe", "draft": "draft-xs", "dtype": "float32"}]
+    configs = [RunConfig.from_dict({"target": "moe", "draft": "draft-xs", "dtype": "float32"})]
     assert unmatched_fit("moe", "float32", configs) == ""
     assert unmatched_fit("draft-xs", "float32", configs) == ""
     assert "fitted in bfloat16 but the runs used it in float32" in unmatched_fit("moe", "bfloat16", configs)

@@ -150,7 +150,7 @@ def test_the_model_pick_is_what_specmoe_advise_picks():
     fits = tuple(_load_fit(FITS / f"{name}-float32.json") for name in ("moe", "draft-xs"))
     results = replace(results_of(GRID_SPECS), fits=fits)
     (grid,), _ = speedup_grids(results, fits)
-    pair = modelled_pair(results.sd[0].config, fits)
+    pair = modelled_pair(results.sd[0].settings, fits)
     alpha = pair_alpha([r for r in results.sd])
     advice = advise(pair.target, [pair.draft], [alpha], [1, 4], 4, gammas=[2, 3, 4])  # the γ run
     assert grid.picks == {row["batch"]: row["best"]["gamma"] for row in advice["rows"]}

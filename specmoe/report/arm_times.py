@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specmoe.bench.run_config import RunConfig
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import cell_key, noise_reason
 from specmoe.metrics import decode_split_per_token, local_time_to_first_token
@@ -27,6 +28,7 @@ from specmoe.report.slices import sorted_by_config
 @dataclass(frozen=True)
 class ArmTiming:
     config: dict[str, Any]
+    settings: RunConfig  # `config` typed
     arm: str  # "baseline" | "sd"
     runs: int  # clean runs behind the numbers
     noisy: int  # runs the noise guard flagged, left out
@@ -44,7 +46,7 @@ def arm_timings(rows: Sequence[RunRow]) -> list[ArmTiming]:
     clean: dict[str, list[RunRow]] = defaultdict(list)
     flagged: dict[str, list[RunRow]] = defaultdict(list)
     for row in rows:
-        if row.config.get("concurrency") is None:  # local runs only: a server times neither part
+        if row.settings.concurrency is None:  # local runs only: a server times neither part
             (flagged if row.noisy else clean)[cell_key(row)].append(row)
     timings = [_timing(group, len(flagged.get(key, ()))) for key, group in clean.items()]
     timings += [_unmeasured(group) for key, group in flagged.items() if key not in clean]
@@ -55,6 +57,7 @@ def _timing(rows: list[RunRow], noisy: int) -> ArmTiming:
     ttft = [first_token_s(r) for r in rows]
     return ArmTiming(
         config=rows[0].config,
+        settings=rows[0].settings,
         arm=rows[0].arm,
         runs=len(rows),
         noisy=noisy,
@@ -67,6 +70,7 @@ def _timing(rows: list[RunRow], noisy: int) -> ArmTiming:
 def _unmeasured(rows: list[RunRow]) -> ArmTiming:
     return ArmTiming(
         config=rows[0].config,
+        settings=rows[0].settings,
         arm=rows[0].arm,
         runs=0,
         noisy=len(rows),

@@ -86,8 +86,8 @@ def position_series(results: Results) -> tuple[list[PositionSeries], dict]:
     if chosen is None:
         return [], {}
     series = []
-    for gamma in sorted({r.config["gamma"] for r in chosen.items}):
-        for group in group_by([r for r in chosen.items if r.config["gamma"] == gamma], PAIR):
+    for gamma in sorted({r.settings.gamma for r in chosen.items}):
+        for group in group_by([r for r in chosen.items if r.settings.gamma == gamma], PAIR):
             r: SdResult = group[0]
             series.append(PositionSeries(label(r.config, PAIR), gamma, r.position_acceptance, r.oracle_p))
     return series, chosen.fixed

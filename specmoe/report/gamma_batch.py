@@ -18,6 +18,7 @@ import numpy as np
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.patches import Patch, Rectangle
 
+from specmoe.bench.run_config import RunConfig
 from specmoe.report.figures import PAIR, Drawn, Omitted, Outcome, fixed_phrase, new_figure
 from specmoe.report.intervals import Interval
 from specmoe.report.modelled import modelled_pair, pair_alpha
@@ -49,6 +50,7 @@ class GridCell:
 class SpeedupGrid:
     label: str  # the target/draft pair
     config: dict[str, Any]  # a configuration of the pair (target, draft, dtype: to name and model it)
+    settings: RunConfig  # `config` typed
     gammas: tuple[int, ...]  # rows: the γ values run, ascending
     batches: tuple[int, ...]  # columns: the batch sizes run, ascending
     cells: tuple[tuple[GridCell | None, ...], ...]  # [γ row][B column]; None: not run
@@ -87,8 +89,8 @@ def speedup_grids(
     ]
     grids = []
     for group in group_by(chosen.items, PAIR):
-        gammas = {r.config["gamma"] for r in group}
-        batches = {r.config["batch_size"] for r in group}
+        gammas = {r.settings.gamma for r in group}
+        batches = {r.settings.batch_size for r in group}
         if len(gammas) >= 2 and len(batches) >= 2:
             pair = [
                 u
@@ -101,17 +103,18 @@ def speedup_grids(
 
 def _grid(group: Sequence[SdResult], noisy: Sequence[Any], fits) -> SpeedupGrid:
     cell: dict[tuple[int, int], GridCell] = {
-        (r.config["gamma"], r.config["batch_size"]): GridCell(r.speedup, r.unstable) for r in group
+        (r.settings.gamma, r.settings.batch_size): GridCell(r.speedup, r.unstable) for r in group
     }
     for u in noisy:
-        cell.setdefault((u.config["gamma"], u.config["batch_size"]), GridCell(None, no_number=u.why))
+        cell.setdefault((u.settings.gamma, u.settings.batch_size), GridCell(None, no_number=u.why))
     gammas = sorted({g for g, _ in cell})
     batches = sorted({b for _, b in cell})
     alpha = pair_alpha(group)
-    picks, no_pay = model_picks(group[0].config, fits, alpha, batches, gammas)
+    picks, no_pay = model_picks(group[0].settings, fits, alpha, batches, gammas)
     return SpeedupGrid(
         label=label(group[0].config, PAIR),
         config=group[0].config,
+        settings=group[0].settings,
         gammas=tuple(gammas),
         batches=tuple(batches),
         cells=tuple(tuple(cell.get((g, b)) for b in batches) for g in gammas),
@@ -122,7 +125,7 @@ def _grid(group: Sequence[SdResult], noisy: Sequence[Any], fits) -> SpeedupGrid:
 
 
 def model_picks(
-    config: dict[str, Any],
+    settings: RunConfig,
     fits: Sequence[tuple[str, str, Any]],
     alpha: float,
     batches: list[int],
@@ -132,7 +135,7 @@ def model_picks(
     that pick is predicted below 1×); both empty without the pair's fits."""
     from specmoe.perf.advise import advise
 
-    pair = modelled_pair(config, fits)
+    pair = modelled_pair(settings, fits)
     if pair is None:
         return {}, frozenset()
     advice = advise(pair.target, [pair.draft], [alpha], batches, max(gammas), gammas=gammas)
@@ -297,7 +300,7 @@ def _add_cell(rows: Rows, grid: SpeedupGrid, gamma: int, batch: int, cell: GridC
         config,
         (
             format_axis("target", axis_value(config, "target")),
-            str(config.get("draft")),
+            str(grid.settings.draft_name),
             str(gamma),
             str(batch),
             cell.speedup.format(2, "×") if cell.speedup else cell.no_number,
@@ -306,8 +309,8 @@ def _add_cell(rows: Rows, grid: SpeedupGrid, gamma: int, batch: int, cell: GridC
             status_cell(0, cell.unstable) if cell.speedup else "–",
         ),
         {
-            "target": config.get("target"),
-            "draft": config.get("draft"),
+            "target": grid.settings.target,
+            "draft": grid.settings.draft_name,
             "gamma": gamma,
             "batch_size": batch,
             **csv_settings(config),

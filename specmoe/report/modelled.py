@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specmoe.engine.draft_spec import NgramDraft, OracleDraft, draft_of
+from specmoe.bench.run_config import RunConfig
+from specmoe.engine.draft_spec import NgramDraft, OracleDraft
 from specmoe.report.results import SdResult
 from specmoe.theory import per_token_alpha
 
@@ -38,34 +39,33 @@ class ModelledPair:
     draft: Any  # ModelTimes or FreeDraft
 
 
-def modelled_pair(config: dict[str, Any], fits: Sequence[tuple[str, str, Any]]) -> ModelledPair | None:
+def modelled_pair(settings: RunConfig, fits: Sequence[tuple[str, str, Any]]) -> ModelledPair | None:
     """The fitted target and draft of a run's configuration; None when a fit is missing."""
     from specmoe.perf.predict import with_top_k
 
     by_name = {(name, dtype): times for name, dtype, times in fits}
-    target = by_name.get((config["target"], config["dtype"]))
+    target = by_name.get((settings.target, settings.dtype))
     if target is None:
         return None
-    top_k = config.get("moe_top_k")
+    top_k = settings.moe_top_k
     if top_k and target.shape.num_experts and top_k != target.shape.top_k:
         target = replace(target, shape=with_top_k(target.shape, top_k, "report"))
-    draft_name = str(config["draft"])
-    spec = draft_of(draft_name)
-    if isinstance(spec, NgramDraft):
+    draft_name = str(settings.draft_name)
+    if isinstance(settings.draft, NgramDraft):
         return ModelledPair(target, FreeDraft(draft_name))
-    cost_model = config.get("oracle_cost") if isinstance(spec, OracleDraft) else draft_name
-    draft = by_name.get((cost_model, config["dtype"]))
+    cost_model = settings.oracle_cost if isinstance(settings.draft, OracleDraft) else draft_name
+    draft = by_name.get((cost_model, settings.dtype))
     return None if draft is None else ModelledPair(target, draft)
 
 
-def unmatched_fit(name: str, dtype: str, configs: Sequence[dict[str, Any]]) -> str:
+def unmatched_fit(name: str, dtype: str, configs: Sequence[RunConfig]) -> str:
     """Why a fit of model `name` in `dtype` draws nothing beside these runs' configurations, or ""
     when some run uses that model (as target, draft or oracle cost model) in that dtype."""
     used = {
-        (config.get(role), config.get("dtype"))
+        (model, config.dtype)
         for config in configs
-        for role in ("target", "draft", "oracle_cost")
-        if config.get(role) is not None
+        for model in (config.target, config.draft_name, config.oracle_cost)
+        if model is not None
     }
     if (name, dtype) in used:
         return ""
@@ -82,8 +82,8 @@ def unmatched_fit(name: str, dtype: str, configs: Sequence[dict[str, Any]]) -> s
 def pair_alpha(group: Sequence[SdResult]) -> float:
     """The per-position α of one target/draft pair: an oracle's dialed p, else the mean over the
     group's configurations of the α their measured acceptance rate implies (`per_token_alpha`)."""
-    dialed = draft_of(group[0].config.get("draft"))
-    if isinstance(dialed, OracleDraft):
-        return min(dialed.acceptance, MAX_ALPHA)
-    alphas = [per_token_alpha(r.acceptance_rate, int(r.config["gamma"])) for r in group]
+    dialed = group[0].settings.oracle_p
+    if dialed is not None:
+        return min(dialed, MAX_ALPHA)
+    alphas = [per_token_alpha(r.acceptance_rate, int(r.settings.gamma)) for r in group]
     return min(sum(alphas) / len(alphas), MAX_ALPHA)

@@ -74,12 +74,12 @@ def _model_curves(ax, items: Sequence[SdResult], fits) -> bool:
     drawn = False
     for index, group in enumerate(group_by(items, PAIR)):
         config = group[0].config
-        pair = modelled_pair(config, fits)
+        pair = modelled_pair(group[0].settings, fits)
         if pair is None:
             continue
-        gamma = config["gamma"]
+        gamma = group[0].settings.gamma
         alpha = pair_alpha(group)
-        batches = sorted(r.config["batch_size"] for r in group)
+        batches = sorted(r.settings.batch_size for r in group)
         grid = np.unique(np.geomspace(batches[0], batches[-1], 32).round()).astype(int)
         draft = charged_draft(pair.draft)
         speedups = [expected_speedup(pair.target, draft, alpha, gamma, int(b)) for b in grid]
@@ -98,9 +98,9 @@ def efficiency_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
     fig = new_figure()
     ax = fig.add_subplot()
     for index, group in enumerate(group_by(chosen.items, PAIR)):
-        group = sorted(group, key=lambda r: r.config["batch_size"])
+        group = sorted(group, key=lambda r: r.settings.batch_size)
         ax.plot(
-            [r.config["batch_size"] for r in group],
+            [r.settings.batch_size for r in group],
             [r.target_efficiency for r in group],
             marker="o",
             color=series_color(index),
@@ -128,7 +128,7 @@ def efficiency_vs_batch(results: Results, varying: Sequence[str]) -> Outcome:
 
 
 def _batch_axis(ax, items: Sequence[SdResult]) -> None:
-    sizes = [r.config["batch_size"] for r in items]
+    sizes = [r.settings.batch_size for r in items]
     if max(sizes) / min(sizes) >= 8:
         ax.set_xscale("log", base=2)
     integer_ticks(ax, sizes)
@@ -171,10 +171,10 @@ def oracle_speedup(results: Results, varying: Sequence[str]) -> Outcome:
         times = _mean_times(group)
         if times is not None:
             curve = sd_speedup(
-                alphas, int(group[0].config["gamma"]), times.target_step_s, times.verify_s, times.draft_step_s
+                alphas, int(group[0].settings.gamma), times.target_step_s, times.verify_s, times.draft_step_s
             )
             ax.plot(alphas, curve, color=color, linestyle="--", linewidth=1, label=f"{name}, analytic")
-            gamma = int(group[0].config["gamma"])
+            gamma = int(group[0].settings.gamma)
             for r in group:
                 at_p = sd_speedup(r.oracle_p, gamma, times.target_step_s, times.verify_s, times.draft_step_s)
                 compared.append((r.speedup, float(at_p)))
@@ -223,15 +223,15 @@ def accepted_length_histogram(results: Results, varying: Sequence[str]) -> Outco
         return Omitted(title, "no SD run carries a per-round trace (rounds_trace)")
     chosen = best_slice(traced, x="gamma", series=PAIR)
     assert chosen is not None  # min_x=1 keeps every non-empty group
-    gammas = sorted({r.config["gamma"] for r in chosen.items})
+    gammas = sorted({r.settings.gamma for r in chosen.items})
     cols = min(3, len(gammas))
     rows = math.ceil(len(gammas) / cols)
     # Legends sit under their panels (bars would hide them), so the height grows with the entries.
-    entries = max(sum(r.config["gamma"] == g for r in chosen.items) for g in gammas)
+    entries = max(sum(r.settings.gamma == g for r in chosen.items) for g in gammas)
     fig = new_figure(4.2 * cols, (3.0 + 0.17 * entries) * rows)
     axes = np.atleast_1d(fig.subplots(rows, cols, squeeze=False)).ravel()
     for ax, gamma in zip(axes, gammas, strict=False):
-        _histogram_panel(ax, [r for r in chosen.items if r.config["gamma"] == gamma], gamma)
+        _histogram_panel(ax, [r for r in chosen.items if r.settings.gamma == gamma], gamma)
     for ax in axes[len(gammas) :]:
         ax.set_visible(False)
     at = fixed_phrase(chosen.fixed, varying)

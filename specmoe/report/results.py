@@ -13,9 +13,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from specmoe.bench.run_config import RunConfig
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import Comparison, cell_key, compare_by, known_sum, noise_reason
-from specmoe.engine.draft_spec import OracleDraft, draft_of
 from specmoe.metrics import mean_accepted_length, position_acceptance, time_shares_of
 from specmoe.report.intervals import Interval, mean_interval
 from specmoe.report.sizes import ModelSize, is_moe_target, target_size
@@ -38,6 +38,7 @@ class StepTimes:
 @dataclass(frozen=True)
 class BaselineResult:
     config: dict[str, Any]
+    settings: RunConfig  # `config` typed
     config_key: str  # the cell key: the configuration over all its prompt batches
     repeats: int  # runs (prompt batches × repeats) behind the numbers, noisy ones left out
     tokens_per_s: Interval  # decode tokens/s
@@ -51,6 +52,7 @@ class Unmeasured:
     """A cell every run (or every pair) of which the noise guard flagged: listed, with no number."""
 
     config: dict[str, Any]
+    settings: RunConfig  # `config` typed
     arm: str  # "baseline" or "sd"
     noisy: int  # flagged runs of the cell (for an SD cell, of either arm)
     why: str  # "all 6 runs flagged noisy: no number"
@@ -60,6 +62,7 @@ class Unmeasured:
 @dataclass(frozen=True)
 class SdResult:
     config: dict[str, Any]
+    settings: RunConfig  # `config` typed
     baseline_key: str  # the baseline's cell key
     repeats: int  # paired units (prompt batch × repeat) behind the numbers, noisy ones left out
     baseline_tokens_per_s: Interval
@@ -90,8 +93,7 @@ class SdResult:
     @property
     def oracle_p(self) -> float | None:
         """The per-position acceptance an "oracle:P" draft was set to; None for model drafts."""
-        draft = draft_of(self.config.get("draft"))
-        return draft.acceptance if isinstance(draft, OracleDraft) else None
+        return self.settings.oracle_p
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,7 @@ def collect(rows: list[RunRow]) -> Results:
     unmeasured = tuple(
         Unmeasured(
             group[0].config,
+            group[0].settings,
             "baseline",
             len(group),
             f"all {len(group)} runs flagged noisy: no number",
@@ -131,23 +134,29 @@ def collect(rows: list[RunRow]) -> Results:
         )
         for key, group in flagged.items()
         if group[0].arm == "baseline" and key not in by_key
-    ) + tuple(Unmeasured(c.config, "sd", c.noisy, c.no_number, c.noise_reason) for c in cells if c.no_number)
+    ) + tuple(
+        Unmeasured(c.config, c.settings, "sd", c.noisy, c.no_number, c.noise_reason)
+        for c in cells
+        if c.no_number
+    )
     return Results(rows=tuple(rows), baselines=baselines, sd=sd, unmeasured=unmeasured)
 
 
 def _baseline_key(row: RunRow) -> str:
-    return row.config.get("baseline_cell_key", row.baseline_key)
+    cell = row.settings.baseline_cell_key
+    return row.baseline_key if cell is None else cell
 
 
 def _baseline_result(rows: list[RunRow], noisy: int) -> BaselineResult:
-    config = rows[0].config
+    config, settings = rows[0].config, rows[0].settings
     return BaselineResult(
         config=config,
+        settings=settings,
         config_key=cell_key(rows[0]),
         repeats=len(rows),
         tokens_per_s=mean_interval([r.tokens_per_s for r in rows]),
-        size=target_size(config),
-        moe=is_moe_target(config),
+        size=target_size(settings),
+        moe=is_moe_target(settings),
         noisy=noisy,
     )
 
@@ -157,9 +166,11 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
     base_rows = by_key[_baseline_key(sd_rows[0])]
     accepted = known_sum(r.counts.accepted for r in sd_rows)
     rounds = known_sum(r.counts.rounds for r in sd_rows)
-    config = comparison.config
+    config, settings = comparison.config, comparison.settings
+    gamma = int(settings.gamma or 0)
     return SdResult(
         config=config,
+        settings=settings,
         baseline_key=_baseline_key(sd_rows[0]),
         repeats=comparison.units,
         baseline_tokens_per_s=mean_interval([r.tokens_per_s for r in base_rows]),
@@ -169,10 +180,10 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
         mean_accepted_length=None if accepted is None else mean_accepted_length(accepted, rounds or 0),
         target_efficiency=comparison.target_efficiency,
         audit_failures=comparison.audit_failures,
-        size=target_size(config),
-        moe=is_moe_target(config),
-        accepted_counts=accepted_histogram(sd_rows, int(config.get("gamma") or 0)),
-        step_times=step_times(base_rows, sd_rows, int(config.get("gamma") or 0)),
+        size=target_size(settings),
+        moe=is_moe_target(settings),
+        accepted_counts=accepted_histogram(sd_rows, gamma),
+        step_times=step_times(base_rows, sd_rows, gamma),
         time_shares=decode_time_shares(sd_rows),
         position_acceptance=tuple(position_acceptance(*position_counts(sd_rows))),
         impossible=comparison.impossible,
@@ -182,7 +193,7 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
 
 
 def _config_key(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> str:
-    key = comparison.config.get("cell_key", comparison.config.get("config_key"))
+    key = comparison.settings.cell
     if key in by_key:
         return key
     # Rows from outside the runner may lack the derived keys in their config; compare() hands back
@@ -235,7 +246,7 @@ def position_counts(rows: list[RunRow]) -> tuple[list[int], int]:
     if rows and all(r.prompts for r in rows):
         records = [p for r in rows for p in r.prompts]
         return _summed([p["accepted_by_position"] for p in records]), sum(p["rounds"] for p in records)
-    gamma = int(rows[0].config.get("gamma") or 0) if rows else 0
+    gamma = int(rows[0].settings.gamma or 0) if rows else 0
     histogram = accepted_histogram(rows, gamma)
     if histogram:
         tail = [sum(histogram[j:]) for j in range(1, len(histogram))]

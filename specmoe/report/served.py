@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from specmoe.bench.latency import request_records
+from specmoe.bench.run_config import RunConfig
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import cell_key
 from specmoe.metrics import LATENCY_PERCENTILES, latency_percentiles
@@ -32,6 +33,7 @@ NO_SERVER_RUNS = "no server runs (suites whose models have a url)"
 @dataclass(frozen=True)
 class ServedArm:
     config: dict[str, Any]  # the configuration of the arm's first run
+    settings: RunConfig  # `config` typed
     arm: str  # "baseline" | "sd"
     runs: int
     ttft_s: tuple[float, ...]  # every request's time to first token, seconds, in store order
@@ -42,7 +44,7 @@ def served_arms(rows: Iterable[RunRow]) -> dict[str, ServedArm]:
     """Cell key -> the arm's pooled request latencies, for every server run (concurrency set)."""
     by_cell: dict[str, list[RunRow]] = defaultdict(list)
     for row in rows:
-        if not row.noisy and row.config.get("concurrency") is not None:
+        if not row.noisy and row.settings.concurrency is not None:
             by_cell[cell_key(row)].append(row)
     return {key: _arm(group) for key, group in by_cell.items()}
 
@@ -51,6 +53,7 @@ def _arm(rows: list[RunRow]) -> ServedArm:
     requests = [t for row in rows for t in request_records(row)]
     return ServedArm(
         config=rows[0].config,
+        settings=rows[0].settings,
         arm=rows[0].arm,
         runs=len(rows),
         ttft_s=tuple(r["ttft_s"] for r in requests if r.get("ttft_s") is not None),
@@ -70,9 +73,9 @@ def percentiles(values: Sequence[float], qs: Sequence[float] = PERCENTILES) -> t
     return tuple(found.get(f"p{q:g}") for q in qs)
 
 
-def sd_cell_key(config: dict[str, Any]) -> str:
+def sd_cell_key(settings: RunConfig) -> str | None:
     """The cell key an SD result's configuration names (rows from outside the runner: its key)."""
-    return config.get("cell_key", config.get("config_key"))
+    return settings.cell
 
 
 def arm_pairs(results: Results) -> list[tuple[ServedArm, ServedArm]]:
@@ -80,7 +83,7 @@ def arm_pairs(results: Results) -> list[tuple[ServedArm, ServedArm]]:
     arms = served_arms(results.rows)
     pairs = []
     for r in results.sd:
-        sd, base = arms.get(sd_cell_key(r.config)), arms.get(r.baseline_key)
+        sd, base = arms.get(sd_cell_key(r.settings)), arms.get(r.baseline_key)
         if sd is not None and base is not None:
             pairs.append((base, sd))
     return pairs
@@ -108,10 +111,10 @@ def serving_table(results: Results) -> Table | Omitted:
             cells.append(
                 (
                     format_axis("target", axis_value(config, "target")),
-                    str(config.get("draft")),
+                    str(sd.settings.draft_name),
                     *(format_axis(a, axis_value(config, a)) or "–" for a in shown),
                     "SD" if arm.arm == "sd" else "baseline",
-                    str(arm.config.get("concurrency")),
+                    str(arm.settings.concurrency),
                     str(len(arm.ttft_s)),
                     *(_ms(v) for v in ttft),
                     *(_ms(v) for v in tpot),
@@ -119,10 +122,10 @@ def serving_table(results: Results) -> Table | Omitted:
             )
             records.append(
                 {
-                    "target": config.get("target"),
-                    "draft": config.get("draft"),
+                    "target": sd.settings.target,
+                    "draft": sd.settings.draft_name,
                     "arm": arm.arm,
-                    "concurrency": arm.config.get("concurrency"),
+                    "concurrency": arm.settings.concurrency,
                     **{axis: config.get(axis) for axis in _SETTINGS},
                     "runs": arm.runs,
                     "requests": len(arm.ttft_s),

@@ -32,11 +32,11 @@ from specmoe.report.slices import Slice, best_slice, label
 
 
 def _served(results: Results) -> list[SdResult]:
-    return [r for r in results.sd if r.config.get("concurrency") is not None]
+    return [r for r in results.sd if r.settings.concurrency is not None]
 
 
 def _concurrency_axis(ax, items: Sequence[SdResult]) -> None:
-    levels = [r.config["concurrency"] for r in items]
+    levels = [r.settings.concurrency for r in items]
     if max(levels) / min(levels) >= 8:
         ax.set_xscale("log", base=2)
     integer_ticks(ax, levels)
@@ -78,15 +78,15 @@ def latency_curves(results: Results) -> tuple[list[LatencyCurve], Slice[SdResult
     chosen = best_slice(_served(results), x="concurrency", series=PAIR)
     if chosen is None:
         return [], None
-    arms = {sd_cell_key(sd.config): (base, sd) for base, sd in arm_pairs(results)}
+    arms = {sd_cell_key(sd.settings): (base, sd) for base, sd in arm_pairs(results)}
     curves = []
-    for r in sorted(chosen.items, key=lambda r: r.config["concurrency"]):
-        both: tuple[ServedArm, ServedArm] | None = arms.get(sd_cell_key(r.config))
+    for r in sorted(chosen.items, key=lambda r: r.settings.concurrency):
+        both: tuple[ServedArm, ServedArm] | None = arms.get(sd_cell_key(r.settings))
         for arm in both or ():
             if arm.ttft_s and arm.tpot_s:
                 pair = label(r.config, PAIR)
                 curves.append(
-                    LatencyCurve(pair, r.config["concurrency"], arm.arm, ecdf(arm.ttft_s), ecdf(arm.tpot_s))
+                    LatencyCurve(pair, r.settings.concurrency, arm.arm, ecdf(arm.ttft_s), ecdf(arm.tpot_s))
                 )
     return curves, chosen
 

@@ -8,9 +8,10 @@ the report then omits the figure that needs them and says why.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from specmoe.bench.run_config import RunConfig
 from specmoe.errors import SpecmoeError
 from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import get_preset
@@ -23,12 +24,12 @@ class ModelSize:
     is_moe: bool
 
 
-def target_size(config: dict[str, Any]) -> ModelSize | None:
+def target_size(settings: RunConfig) -> ModelSize | None:
     """Counts of the run's target, or None when the config does not name a zoo model we can size."""
-    model = config.get("target_model")
-    if not isinstance(model, dict) or not model.get("zoo") or not model.get("zoo_preset"):
+    model = settings.target_model
+    if not isinstance(model, Mapping) or not model.get("zoo") or not model.get("zoo_preset"):
         return None
-    top_k = config.get("moe_top_k")
+    top_k = settings.moe_top_k
     try:
         preset = get_preset(model["zoo_preset"])
         shape = preset.model(model["zoo"])
@@ -42,7 +43,7 @@ def target_size(config: dict[str, Any]) -> ModelSize | None:
     return ModelSize(total_params=counts.total, active_params=counts.active, is_moe=shape.is_moe)
 
 
-def is_moe_target(config: dict[str, Any]) -> bool:
+def is_moe_target(settings: RunConfig) -> bool:
     """MoE by its counts when known, else by the top-k the suite set (explicit only for MoE targets)."""
-    size = target_size(config)
-    return size.is_moe if size is not None else config.get("moe_top_k") is not None
+    size = target_size(settings)
+    return size.is_moe if size is not None else settings.moe_top_k is not None

@@ -54,7 +54,7 @@ def speedup_vs_active_params(results: Results, varying: Sequence[str]) -> Outcom
     if not candidates:
         return Omitted(title, "no SD configuration with a model draft and a matching baseline")
     sized = [r for r in candidates if r.size is not None]
-    unsized = sorted({str(r.config.get("target")) for r in candidates if r.size is None})
+    unsized = sorted({str(r.settings.target) for r in candidates if r.size is None})
     if not sized:
         return Omitted(
             title,
@@ -86,7 +86,7 @@ def _param_points(ax: Axes, items: Sequence[SdResult], scale: float) -> list[Lin
     handles = []
     for index, group in enumerate(group_by(items, ["draft"])):
         color = series_color(index)
-        draft = group[0].config["draft"]
+        draft = group[0].settings.draft_name
         handles.append(Line2D([], [], color=color, marker="s", linestyle="", label=f"draft {draft}"))
         for r in group:
             ax.errorbar(
@@ -203,15 +203,15 @@ def acceptance_vs_gamma(results: Results, varying: Sequence[str]) -> Outcome:
     fig = new_figure()
     ax = fig.add_subplot()
     for index, group in enumerate(group_by(chosen.items, PAIR)):
-        group = sorted(group, key=lambda r: r.config["gamma"])
+        group = sorted(group, key=lambda r: r.settings.gamma)
         ax.plot(
-            [r.config["gamma"] for r in group],
+            [r.settings.gamma for r in group],
             [100 * r.acceptance_rate for r in group],
             marker="o",
             color=series_color(index),
             label=label(group[0].config, PAIR),
         )
-    integer_ticks(ax, [r.config["gamma"] for r in chosen.items])
+    integer_ticks(ax, [r.settings.gamma for r in chosen.items])
     # The whole range: an autoscaled axis turns a 0.1-point wobble near zero into a swing.
     ax.set_ylim(0, 100)
     ax.set_xlabel("draft length γ (tokens drafted per round)")
@@ -224,14 +224,14 @@ def acceptance_vs_gamma(results: Results, varying: Sequence[str]) -> Outcome:
 
 def prompt_length_sweep(results: Results, varying: Sequence[str]) -> Outcome:
     title = "Throughput and speedup vs prompt length"
-    synthetic = [r for r in model_drafts(results) if r.config.get("prompt_length") is not None]
+    synthetic = [r for r in model_drafts(results) if r.settings.prompt_length is not None]
     if not synthetic:
         return Omitted(title, "no SD runs with a synthetic prompt length (prompt_length)")
     chosen = best_slice(synthetic, x="prompt_length", series=PAIR, min_x=2)
     if chosen is None:
         return Omitted(title, "no target/draft pair was run at two or more prompt lengths")
     fig, left, right = throughput_and_speedup(chosen.items, "prompt_length", baseline_series=["target"])
-    lengths = [r.config["prompt_length"] for r in chosen.items]
+    lengths = [r.settings.prompt_length for r in chosen.items]
     for ax in (left, right):
         integer_ticks(ax, lengths)
         ax.set_xlabel("prompt length (tokens)")
@@ -253,7 +253,7 @@ def speedup_vs_gamma(results: Results, varying: Sequence[str]) -> Outcome:
     fig = new_figure()
     ax = fig.add_subplot()
     plot_speedup_per_pair(ax, chosen.items, "gamma")
-    integer_ticks(ax, [r.config["gamma"] for r in chosen.items])
+    integer_ticks(ax, [r.settings.gamma for r in chosen.items])
     ax.axhline(1.0, **NO_SPEEDUP_STYLE)
     ax.set_xlabel("draft length γ (tokens drafted per round)")
     ax.set_ylabel(SPEEDUP_LABEL)

@@ -155,7 +155,7 @@ def baseline_table(results: Results) -> Table | Omitted:
                 b.tokens_per_s.format(1),
             ),
             {
-                "target": b.config.get("target"),
+                "target": b.settings.target,
                 "moe": b.moe,
                 "active_params": b.size.active_params if b.size else None,
                 "total_params": b.size.total_params if b.size else None,
@@ -167,7 +167,7 @@ def baseline_table(results: Results) -> Table | Omitted:
             },
         )
     for u in unmeasured:
-        size = target_size(u.config)
+        size = target_size(u.settings)
         active, total = (
             ("unknown", "unknown") if size is None else (f"{size.active_params:,}", f"{size.total_params:,}")
         )
@@ -175,7 +175,7 @@ def baseline_table(results: Results) -> Table | Omitted:
             u.config,
             (
                 format_axis("target", axis_value(u.config, "target")),
-                "MoE" if is_moe_target(u.config) else "dense",
+                "MoE" if is_moe_target(u.settings) else "dense",
                 active,
                 total,
                 *setting_cells(u.config, shown),
@@ -183,8 +183,8 @@ def baseline_table(results: Results) -> Table | Omitted:
                 f"{u.why} ({u.reason})",
             ),
             {
-                "target": u.config.get("target"),
-                "moe": is_moe_target(u.config),
+                "target": u.settings.target,
+                "moe": is_moe_target(u.settings),
                 "active_params": size.active_params if size else None,
                 "total_params": size.total_params if size else None,
                 **csv_settings(u.config),
@@ -221,8 +221,8 @@ def sd_table(results: Results) -> Table | Omitted:
             r.config,
             (
                 format_axis("target", axis_value(r.config, "target")),
-                str(r.config.get("draft")),
-                str(r.config.get("gamma")),
+                str(r.settings.draft_name),
+                str(r.settings.gamma),
                 *setting_cells(r.config, shown),
                 count_cell(r.repeats, r.noisy),
                 r.baseline_tokens_per_s.format(1),
@@ -234,9 +234,9 @@ def sd_table(results: Results) -> Table | Omitted:
                 status_cell(r.audit_failures, r.unstable),
             ),
             {
-                "target": r.config.get("target"),
-                "draft": r.config.get("draft"),
-                "gamma": r.config.get("gamma"),
+                "target": r.settings.target,
+                "draft": r.settings.draft_name,
+                "gamma": r.settings.gamma,
                 **csv_settings(r.config),
                 "units": r.repeats,
                 **interval_fields("baseline_tokens_per_s", r.baseline_tokens_per_s),
@@ -256,8 +256,8 @@ def sd_table(results: Results) -> Table | Omitted:
             u.config,
             (
                 format_axis("target", axis_value(u.config, "target")),
-                str(u.config.get("draft")),
-                str(u.config.get("gamma")),
+                str(u.settings.draft_name),
+                str(u.settings.gamma),
                 *setting_cells(u.config, shown),
                 count_cell(0, u.noisy),
                 "–",
@@ -269,9 +269,9 @@ def sd_table(results: Results) -> Table | Omitted:
                 "–",
             ),
             {
-                "target": u.config.get("target"),
-                "draft": u.config.get("draft"),
-                "gamma": u.config.get("gamma"),
+                "target": u.settings.target,
+                "draft": u.settings.draft_name,
+                "gamma": u.settings.gamma,
                 **csv_settings(u.config),
                 "units": 0,
                 **no_number_fields("baseline_tokens_per_s", "sd_tokens_per_s", "speedup"),
@@ -332,7 +332,7 @@ def draft_table(results: Results) -> Table | Omitted:
     model_drafts = [r for r in results.sd if r.oracle_p is None]
     others = [a for a in AXES if a != "draft"]
     others_sorted = [a for a in SORT_AXES if a != "draft"]
-    groups = [g for g in group_by(model_drafts, others) if len({r.config.get("draft") for r in g}) > 1]
+    groups = [g for g in group_by(model_drafts, others) if len({r.settings.draft_name for r in g}) > 1]
     if not groups:
         return Omitted(title, "no target was run with two or more draft models under the same settings")
     shown = shown_axes(varying_axes(r.config for g in groups for r in g))
@@ -345,19 +345,19 @@ def draft_table(results: Results) -> Table | Omitted:
                 r.config,
                 (
                     format_axis("target", axis_value(r.config, "target")),
-                    str(r.config.get("gamma")),
+                    str(r.settings.gamma),
                     *setting_cells(r.config, shown),
-                    str(r.config.get("draft")),
+                    str(r.settings.draft_name),
                     _speedup_cell(r),
                     f"{r.acceptance_rate:.1%}",
                     r.sd_tokens_per_s.format(1),
                     "✓" if r is best else "",
                 ),
                 {
-                    "target": r.config.get("target"),
-                    "gamma": r.config.get("gamma"),
+                    "target": r.settings.target,
+                    "gamma": r.settings.gamma,
                     **csv_settings(r.config),
-                    "draft": r.config.get("draft"),
+                    "draft": r.settings.draft_name,
                     **_speedup_fields(r),
                     "acceptance_rate": r.acceptance_rate,
                     **interval_fields("sd_tokens_per_s", r.sd_tokens_per_s),

@@ -79,7 +79,7 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
         fits=tuple(_load_fit(Path(f)) for f in fits),
     )
     for path, (name, dtype, _) in zip(fits, results.fits, strict=True):
-        if why := unmatched_fit(name, dtype, [r.config for r in rows]):
+        if why := unmatched_fit(name, dtype, [r.settings for r in rows]):
             log.warning("--fit %s draws no model curve: %s", path, why)
         if (error := fit_error(load_fit(Path(path)))) > FIT_WARNING:
             log.warning(
