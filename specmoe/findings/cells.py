@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from specmoe.bench.run_config import RunConfig
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import cell_key, compare
 
 
-def prompt_of(config: dict) -> str:
+def prompt_of(settings: RunConfig) -> str:
     """A cell's prompts: the prompt set as the suite named it, or len<N> for synthetic prompts."""
-    return str(config.get("prompt_set") or f"len{config.get('prompt_length')}")
+    return str(settings.prompt_set or f"len{settings.prompt_length}")
 
 
 @dataclass(frozen=True)
@@ -97,17 +98,17 @@ def cells(rows: Iterable[RunRow]) -> list[Cell]:
     step = _per(rows, "baseline", lambda r: r.times.decode_s, lambda r: r.counts.target_forwards)
     out = []
     for c in compare(rows):
-        config = c.config
+        config = c.settings
         out.append(
             Cell(
-                group=str(config["group"]),
-                target=str(config["target"]),
-                draft=str(config["draft"]),
-                gamma=int(config["gamma"]),
+                group=str(config.group),
+                target=str(config.target),
+                draft=str(config.draft_name),
+                gamma=int(config.gamma),
                 prompt=prompt_of(config),
-                batch=int(config["batch_size"]),
-                top_k=config.get("moe_top_k"),
-                preset=(config.get("target_model") or {}).get("zoo_preset"),
+                batch=int(config.batch_size),
+                top_k=config.moe_top_k,
+                preset=config.target_field("zoo_preset"),
                 speedup=c.speedup.value,
                 low=c.speedup.low,
                 high=c.speedup.high,
@@ -116,9 +117,9 @@ def cells(rows: Iterable[RunRow]) -> list[Cell]:
                 repeats=c.units,
                 level=c.speedup.level,
                 unstable=bool(c.unstable),
-                round_s=per_round.get(config.get("cell_key", config["config_key"])),
-                draft_round_s=draft_per_round.get(config.get("cell_key", config["config_key"])),
-                step_s=step.get(config.get("baseline_cell_key", config.get("baseline_key", ""))),
+                round_s=per_round.get(config.cell),
+                draft_round_s=draft_per_round.get(config.cell),
+                step_s=step.get(config.baseline_cell or ""),
             )
         )
     return sorted(out, key=lambda x: (x.group, x.target, x.draft, x.gamma, x.prompt, x.batch, x.top_k or 0))

@@ -86,9 +86,9 @@ def _run_values(name: str, rows: list) -> dict[str, str]:
         f"{name}.envs": "; ".join(
             f"{cpu}, {threads} thread(s), torch {torch}" for cpu, threads, torch in sorted(envs, key=str)
         ),
-        f"{name}.tokens": ", ".join(sorted({str(r.config.get("max_new_tokens")) for r in rows})),
+        f"{name}.tokens": ", ".join(sorted({str(r.settings.max_new_tokens) for r in rows})),
         f"{name}.repeats": str(max((r.repeat for r in rows), default=-1) + 1),
-        f"{name}.dtype": ", ".join(sorted({str(r.config.get("dtype")) for r in rows})),
+        f"{name}.dtype": ", ".join(sorted({str(r.settings.dtype) for r in rows})),
         f"{name}.units": (f"{units[0]}–{units[-1]}" if len(units) > 1 else str(units[0])) if units else "–",
     }
 

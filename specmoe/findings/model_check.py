@@ -28,9 +28,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from specmoe.bench.run_config import RunConfig
 from specmoe.bench.store import RunRow
 from specmoe.bench.summary import cell_key, compare
-from specmoe.engine.draft_spec import NgramDraft, OracleDraft, draft_of
+from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_of
 from specmoe.findings.cells import prompt_of
 from specmoe.metrics import acceptance_rate
 from specmoe.perf.advise import advise
@@ -39,7 +40,7 @@ from specmoe.stats import ratio_of_means
 from specmoe.theory import per_token_alpha
 
 ForwardModel = object  # anything with time(batch, tokens) -> seconds (specmoe.perf.compose.ForwardTimes)
-Models = Callable[[dict], tuple[ForwardModel, ForwardModel | None] | None]  # config -> (target, draft)
+Models = Callable[[RunConfig], tuple[ForwardModel, ForwardModel | None] | None]  # -> (target, draft)
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Checked:
     host_s: float  # median host seconds per SD round (drafting without a model included)
     plain_host_s: float  # median host seconds per plain step
     routed: float | None = None  # experts per MoE layer per verify, traced from the runs; None: N(n)
-    config: dict = field(repr=False, compare=False, default_factory=dict)  # a run config of the cell
+    settings: RunConfig = field(repr=False, compare=False, default_factory=RunConfig)  # a run's, of the cell
 
     @property
     def error(self) -> float:
@@ -109,17 +110,17 @@ class AdviceCheck:
     lost: float  # 1 − measured speedup at the advised γ / measured speedup at the best γ
 
 
-def is_free_drafter(draft: str) -> bool:
+def is_free_drafter(draft: DraftSpec | None) -> bool:
     """Whether a stored run's draft runs no model (an n-gram draft), so costs nothing to model."""
-    return isinstance(draft_of(draft), NgramDraft)
+    return isinstance(draft, NgramDraft)
 
 
 def sd_schedule(row: RunRow, active: float | None = None) -> SDSchedule:
     """The rounds an SD run went through, from its trace, or estimated from its counts; `active`,
     the experts per MoE layer its verify passes activated (traced), when known."""
-    gamma = int(row.config["gamma"])
+    gamma = int(row.settings.gamma)
     forwards = row.counts.target_forwards
-    draft_host = row.times.draft_s / forwards if is_free_drafter(str(row.config["draft"])) else 0.0
+    draft_host = row.times.draft_s / forwards if is_free_drafter(row.settings.draft) else 0.0
     host = row.times.overhead_s / forwards
     groups = trace_rounds(row.rounds_trace, gamma) if row.rounds_trace else counted_rounds(row, gamma)
     if active is not None:
@@ -158,7 +159,7 @@ def counted_rounds(row: RunRow, gamma: int) -> tuple[Rounds, ...]:
 def plain_schedule(row: RunRow) -> PlainSchedule:
     steps = row.counts.target_forwards
     host = (row.times.overhead_s + (row.times.draft_s or 0.0)) / steps
-    return PlainSchedule(float(row.config["batch_size"]), float(steps), float(row.counts.emitted), host)
+    return PlainSchedule(float(row.settings.batch_size), float(steps), float(row.counts.emitted), host)
 
 
 def _paired_units(rows: Sequence[RunRow]) -> dict[str, list[tuple[RunRow, RunRow]]]:
@@ -199,9 +200,9 @@ def check_rows(
     units = _paired_units(rows)
     out = []
     for comparison in compare(list(rows)):
-        config = comparison.config
+        config = comparison.settings
         found = models(config)
-        pairs = units.get(config.get("cell_key", config["config_key"]), [])
+        pairs = units.get(config.cell, [])
         if found is None or not pairs:
             continue
         target, draft = found
@@ -225,13 +226,13 @@ def check_rows(
         out.append(
             Checked(
                 engine=engine,
-                suite=str(config["suite"]),
-                target=str(config["target"]),
-                draft=str(config["draft"]),
-                dtype=str((config.get("target_model") or {}).get("gguf") or config["dtype"]),
-                gamma=int(config["gamma"]),
-                batch=int(config["batch_size"]),
-                top_k=config.get("moe_top_k"),
+                suite=str(config.suite),
+                target=str(config.target),
+                draft=str(config.draft_name),
+                dtype=str(config.target_field("gguf") or config.dtype),
+                gamma=int(config.gamma),
+                batch=int(config.batch_size),
+                top_k=config.moe_top_k,
                 prompt=prompt_of(config),
                 measured=measured.value,
                 low=measured.low,
@@ -250,7 +251,7 @@ def check_rows(
                 host_s=statistics.median(s.host_s + s.draft_host_s for s, _ in schedules),
                 plain_host_s=statistics.median(b.host_s for _, b in schedules),
                 routed=statistics.fmean(routing[s.run_id] for s, _ in pairs) if traced else None,
-                config=config,
+                settings=config,
             )
         )
     return out
@@ -277,7 +278,7 @@ def check_advice(checked: Sequence[Checked], models: Models) -> list[AdviceCheck
     for key, cells in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         if len(cells) < 2:
             continue
-        target, draft = models(cells[0].config)
+        target, draft = models(cells[0].settings)
         gammas = sorted(c.gamma for c in cells)
         advice = advise(
             target,
@@ -365,19 +366,16 @@ class ModelLibrary:
         built = fit["shape"].get("top_k") or None
         return fit_times(fit, path.name, top_k if top_k and built and top_k != built else None)
 
-    def __call__(self, config: dict):
-        target_model = config.get("target_model") or {}
-        preset = target_model.get("zoo_preset")
+    def __call__(self, config: RunConfig):
+        preset = config.target_field("zoo_preset")
         # A GGUF model is named by its weight type (q8_0): llama.cpp ignores the run's dtype.
-        dtype = str(target_model.get("gguf") or config["dtype"])
-        target = self._times(preset, str(config["target"]), dtype, config.get("moe_top_k"))
-        draft_name = str(config["draft"])
+        dtype = str(config.target_field("gguf") or config.dtype)
+        target = self._times(preset, str(config.target), dtype, config.moe_top_k)
         if target is None:
             return None
-        if is_free_drafter(draft_name):
+        if is_free_drafter(config.draft):
             return target, None
-        draft_model = config.get("draft_model") or {}
-        name = config.get("oracle_cost") if isinstance(draft_of(draft_name), OracleDraft) else draft_name
-        draft_dtype = str(draft_model.get("gguf") or config["dtype"])
-        draft = self._times(draft_model.get("zoo_preset"), str(name), draft_dtype)
+        name = config.oracle_cost if isinstance(config.draft, OracleDraft) else config.draft_name
+        draft_dtype = str(config.draft_field("gguf") or config.dtype)
+        draft = self._times(config.draft_field("zoo_preset"), str(name), draft_dtype)
         return None if draft is None else (target, draft)

@@ -23,7 +23,7 @@ def repeat_ratios(rows: Sequence[RunRow], target: str) -> list[float]:
     """Second repeat's tokens/s over the first's, per baseline configuration of `target`."""
     by_config: dict[str, dict[int, float]] = defaultdict(dict)
     for row in rows:
-        if row.arm == "baseline" and row.config.get("target") == target:
+        if row.arm == "baseline" and row.settings.target == target:
             by_config[row.config_key][row.repeat] = row.tokens_per_s
     return sorted(r[1] / r[0] for r in by_config.values() if 0 in r and 1 in r)
 
@@ -39,9 +39,9 @@ def _baseline_ms(rows: Sequence[RunRow], target: str, batch: int) -> str:
         r.times.verify_s / r.counts.target_forwards
         for r in rows
         if r.arm == "baseline"
-        and r.config.get("group") == "batch"
-        and r.config.get("target") == target
-        and r.config.get("batch_size") == batch
+        and r.settings.group == "batch"
+        and r.settings.target == target
+        and r.settings.batch_size == batch
     ]
     return f"{1e3 * median(found):.0f} ms" if found else "–"
 

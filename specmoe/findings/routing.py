@@ -27,7 +27,7 @@ from specmoe.bench.run_row import RunRow
 from specmoe.bench.runner import ModelPool
 from specmoe.bench.suite import RunSpec
 from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.draft_spec import OracleDraft, draft_of, make_drafter
+from specmoe.engine.draft_spec import OracleDraft, make_drafter
 from specmoe.metrics import totals
 
 
@@ -47,13 +47,13 @@ class Routed:
 def replayable(row: RunRow) -> bool:
     """A greedy SD run of a transformers target with a model or n-gram draft: what a replay
     reproduces and can trace (an oracle draft would need the target's continuation first)."""
-    target = row.config.get("target_model") or {}
+    settings = row.settings
     return (
         row.arm == "sd"
-        and float(row.config.get("temperature") or 0.0) == 0.0
-        and (target.get("backend") or "hf") == "hf"
-        and not target.get("gguf")
-        and not isinstance(draft_of(str(row.config.get("draft"))), OracleDraft)
+        and float(settings.temperature or 0.0) == 0.0
+        and (settings.target_field("backend") or "hf") == "hf"
+        and not settings.target_field("gguf")
+        and not isinstance(settings.draft, OracleDraft)
     )
 
 
