@@ -63,6 +63,24 @@ class ModelSpec:
 
 
 @dataclass(frozen=True)
+class PlainSetting:
+    """A group setting that flows unchanged from the suite file to each run of the group and into
+    its stored config, and only when set: unset (None), it is in neither a run's key nor its stored
+    config, so declaring a new one changes no run already stored. `keyed`: part of the run's key,
+    for a setting that decides the measured work; otherwise only recorded beside the run."""
+
+    name: str
+    keyed: bool = False
+
+
+# Settings with no rule of their own, each declared in three places: its field in the suite schema
+# (`suite_schema.GroupSettings`, default None), its line here, and its field of the stored config's
+# typed view (`run_config.RunConfig`). The group merge, the expansion into runs, the run key and the
+# stored config carry them from this table.
+PLAIN_SETTINGS: tuple[PlainSetting, ...] = ()
+
+
+@dataclass(frozen=True)
 class Group:
     """One experiment of a suite, with [defaults] already merged in; axes are tuples of values."""
 
@@ -90,6 +108,7 @@ class Group:
     prompts: int | None = None  # prompts measured per grid point; None: all of the set
     compile: bool = False  # compiled static-shape forwards for every model of the group
     chat: bool = False  # prompts go through the target tokenizer's chat template
+    plain: tuple[tuple[str, Any], ...] = ()  # (name, value) of each PLAIN_SETTINGS the group sets
 
     @property
     def served(self) -> bool:
@@ -154,6 +173,7 @@ class RunSpec:
     # whose content ships with the package, and for runs a store holds from before files were keyed
     # by content (`specmoe.bench.legacy_keys`).
     prompt_digest: str | None = None
+    plain: tuple[tuple[str, Any], ...] = ()  # (name, value) of each PLAIN_SETTINGS set, from its group
 
     def __post_init__(self) -> None:
         # A spelling given directly (a test's or a script's RunSpec) is parsed here, so every RunSpec
@@ -226,6 +246,8 @@ class RunSpec:
             fields["chat"] = True
         if self.prompt_digest is not None:  # file prompt sets only: built-in sets keep their keys
             fields["prompt_digest"] = self.prompt_digest
+        keyed = {setting.name for setting in PLAIN_SETTINGS if setting.keyed}
+        fields.update((name, value) for name, value in self.plain if name in keyed)
         return fields
 
     @property
@@ -262,10 +284,14 @@ class RunSpec:
         return self.baseline().config_key
 
     def as_dict(self) -> dict[str, Any]:
-        """Every field plus the derived keys, JSON-ready (for the store's `config` column)."""
+        """Every field plus the derived keys, JSON-ready (for the store's `config` column); each
+        plain setting set is a key of its own, and an unset one is absent."""
+        fields = asdict(self)
+        del fields["plain"]
         return {
-            **asdict(self),
+            **fields,
             "draft": draft_spelling(self.draft),  # asdict would spell a typed draft as its fields
+            **dict(self.plain),
             # JSON has no infinity: an all-at-once rate is stored as "inf", as the suite spells it.
             "request_rate": None if self.request_rate is None else rate_text(self.request_rate),
             "config_key": self.config_key,
@@ -291,9 +317,11 @@ def zoo_shape(spec: ModelSpec):
 __all__ = [
     "ARMS",
     "LLAMACPP_BACKEND",
+    "PLAIN_SETTINGS",
     "SERVING_BACKEND",
     "Group",
     "ModelSpec",
+    "PlainSetting",
     "RunSpec",
     "Suite",
     "rate_text",

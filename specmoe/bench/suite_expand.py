@@ -108,6 +108,7 @@ def _grid(suite: Suite, group: Group):
             compile=group.compile and concurrency is None,
             chat=group.chat and concurrency is None,
             prompt_digest=None if prompt_set is None else digests[prompt_set],
+            plain=group.plain,
         )
 
 

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.suite import Group, ModelSpec, zoo_shape
+from specmoe.bench.suite import PLAIN_SETTINGS, Group, ModelSpec, zoo_shape
 from specmoe.bench.suite_errors import SuiteContext, suggest
 from specmoe.bench.suite_schema import GroupSettings, GroupTable
 from specmoe.engine.draft_spec import DraftSpec, ModelDraft, OracleDraft
@@ -100,6 +100,7 @@ def parse_group(
         compile=merged["compile"],
         chat=merged["chat"],
         gpus=merged["gpus"],
+        plain=tuple((s.name, merged[s.name]) for s in PLAIN_SETTINGS if merged[s.name] is not None),
     )
 
 
