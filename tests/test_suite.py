@@ -14,6 +14,7 @@ import pytest
 from suite_files import TINY_ZOO, suite_toml, without, zoo_models
 
 from specmoe.bench.plan import plan
+from specmoe.bench.run_config import RunConfig
 from specmoe.bench.suite import ModelSpec, RunSpec
 from specmoe.bench.suite_expand import expand
 from specmoe.bench.suite_load import SUITES_DIR, builtin_suite_path, load_suite, resolve_suite_path
@@ -425,6 +426,15 @@ def test_compile_is_a_setting_in_the_key_only_when_set(tmp_path):
     assert eager[0].config_key == replace(compiled[0], compile=False).config_key
     with pytest.raises(SpecmoeError, match="compile must be true or false"):
         load_text(tmp_path, tiny_suite(defaults=defaults(compile="yes")))
+
+
+def test_a_note_is_stored_with_each_run_and_left_out_of_its_key(tmp_path):
+    plain = expand(load_text(tmp_path, tiny_suite()))
+    noted = expand(load_text(tmp_path, tiny_suite(defaults=defaults(note="first try"))))
+    assert [s.run_id for s in noted] == [s.run_id for s in plain]
+    assert all(s.as_dict()["note"] == "first try" for s in noted)
+    assert all("note" not in s.as_dict() for s in plain)  # unset: stored configs as before
+    assert RunConfig.from_dict(noted[0].as_dict()).note == "first try"
 
 
 def test_chat_is_a_setting_refused_with_synthetic_prompts(tmp_path):

@@ -56,6 +56,7 @@ class RunConfig:
     compile: bool = False
     chat: bool = False
     prompt_digest: str | None = None
+    note: str | None = None  # the suite's free-text label for the run's group
     # The keys `RunSpec.as_dict` derives; rows from outside the runner may lack them.
     config_key: str | None = None
     run_id: str | None = None

@@ -77,7 +77,7 @@ class PlainSetting:
 # (`suite_schema.GroupSettings`, default None), its line here, and its field of the stored config's
 # typed view (`run_config.RunConfig`). The group merge, the expansion into runs, the run key and the
 # stored config carry them from this table.
-PLAIN_SETTINGS: tuple[PlainSetting, ...] = ()
+PLAIN_SETTINGS: tuple[PlainSetting, ...] = (PlainSetting("note"),)
 
 
 @dataclass(frozen=True)

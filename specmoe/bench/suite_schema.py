@@ -171,6 +171,7 @@ class GroupSettings(GridAxes):
     )
     compile: bool = Field(False, description="compiled static-shape forwards (hf backend)")
     chat: bool = Field(False, description="prompts wrapped in the target tokenizer's chat template")
+    note: str | None = Field(None, description="a free-text label stored with each run; not in the run key")
 
     @model_validator(mode="after")
     def _one_kind_of_prompt(self) -> GroupSettings:
