@@ -687,23 +687,17 @@ def _run_advise(args) -> int:
 
 def _run_bench(args) -> int:
     from specmoe.bench.cli import run_bench
+    from specmoe.bench.executors import make_executor
     from specmoe.bench.overrides import SuiteOverrides, parse_assignment
 
     overrides = SuiteOverrides(tuple(parse_assignment(s) for s in args.settings), tuple(args.groups))
-    executor = None
-    if args.executor == "ray":
-        from specmoe.bench.executors import RayExecutor
-
-        executor = RayExecutor(address=args.address, max_retries=max(args.max_retries, 0))
-    elif args.address is not None:
-        raise SpecmoeError("--address is the Ray cluster's; add --executor ray")
     return run_bench(
         args.suite,
         args.db,
         args.zoo,
         progress=not args.quiet,
         overrides=overrides,
-        executor=executor,
+        executor=make_executor(args.executor, args.address, args.max_retries),
         threads=args.threads,
         by_category=args.by_category,
     )
@@ -735,9 +729,9 @@ def _run_bench_quick(args) -> int:
 def _run_export(args) -> int:
     from specmoe.bench.per_prompt import export_per_prompt
     from specmoe.bench.store import export
+    from specmoe.bench.store_export import default_export_path
 
-    suffix = (".prompts." if args.per_prompt else ".") + args.format
-    out = args.out or args.db.with_suffix(suffix)
+    out = args.out or default_export_path(args.db, args.format, args.per_prompt)
     (export_per_prompt if args.per_prompt else export)(args.db, out, args.format)
     if str(out) != "-":  # `--out -` wrote the records themselves to stdout
         print(f"wrote {out}")
@@ -853,43 +847,20 @@ def _format_report(report: dict) -> str:
 
 
 def _run_zoo_build(args) -> int:
-    from specmoe.zoo import build_zoo, get_preset
-    from specmoe.zoo.cache import default_zoo_dir
+    from specmoe.zoo.preset_build import build_preset
 
-    if args.preset == "smollm2-draft":
-        return _run_draft_build(args)
-    if args.wheel is not None:
-        raise SpecmoeError("--wheel applies to --preset smollm2-draft only; remove it")
-    trained = get_preset(args.preset).training is not None
-    out = build_zoo(
+    built = build_preset(
         args.preset,
-        args.out or Path("zoo"),
+        args.out,
         seed=args.seed,
         num_experts=args.num_experts,
         top_k=args.top_k,
         train_steps=args.train_steps,
-        progress=log.info,
-        # A trained family takes minutes: the one `specmoe demo` or a suite cached is copied instead
-        # when it was built with the same arguments.
-        reuse=default_zoo_dir(args.preset, args.seed) if trained else None,
-    )
-    print(f"zoo ready in {out}")
-    return 0
-
-
-def _run_draft_build(args) -> int:
-    from specmoe.zoo.smollm2_draft import build_draft
-
-    if args.num_experts is not None or args.top_k is not None:
-        raise SpecmoeError("--num-experts and --top-k apply to MoE presets; smollm2-draft is dense")
-    build = build_draft(
-        args.out,
-        seed=args.seed,
-        train_steps=args.train_steps,
         wheel=args.wheel,
         progress=log.info,
     )
-    print(f"zoo ready in {build.root} (models: smollm2, draft)")
+    models = f" (models: {', '.join(built.named_models)})" if built.named_models else ""
+    print(f"zoo ready in {built.root}{models}")
     return 0
 
 
