@@ -2,8 +2,8 @@
 
 Layers, top to bottom; an import may point sideways (within one layer) or down, never up:
 
-    0  cli                      the command line: specmoe/cli.py and every module named cli.py
-                                (bench/cli.py, perf/cli.py), whatever package holds it
+    0  cli                      the command line: the specmoe/cli/ package, one module per
+                                command group
     1  findings                 the studies' claims checked on measured runs
     2  report                   the HTML report
     3  bench                    suites, runs (local and served), the results store
@@ -19,9 +19,9 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
                                 small shared modules that import no other specmoe module: the error
                                 type, interval statistics, terminal output, dtype names, canonical JSON
 
-A sub-command's cli.py sits on the top floor rather than in its package's because a command line
-wires the layers together. specmoe/__init__.py, which holds only the version, sits on the bottom
-floor.
+Every command's parser and run function live in specmoe/cli/, on the top floor, because a command
+line wires the layers together; no other package holds a command line. specmoe/__init__.py, which
+holds only the version, sits on the bottom floor.
 
 An import inside a function (or under `if TYPE_CHECKING:`) runs later than module import, so it
 cannot close an import-time circle; it still couples the layers, so it is checked for direction too
@@ -192,12 +192,10 @@ def build_graph(package_dir: Path) -> Graph:
 
 
 def layer_of(module: str) -> str:
-    """The layer name of a dotted module name (`specmoe.bench.cli` -> `cli`)."""
+    """The layer name of a dotted module name (`specmoe.cli.bench` -> `cli`)."""
     parts = module.split(".")[1:]
     if not parts:
         return "errors"  # the package's own __init__ holds only the version
-    if parts[-1] == "cli":
-        return "cli"
     return parts[0]
 
 

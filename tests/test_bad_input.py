@@ -306,7 +306,7 @@ def _boom(args):
 
 def test_an_unexpected_error_is_one_line_pointing_to_the_traceback(monkeypatch, capsys):
     monkeypatch.delenv("SPECMOE_DEBUG", raising=False)
-    monkeypatch.setattr("specmoe.cli._run_zoo_list", _boom)
+    monkeypatch.setattr("specmoe.cli.zoo.run_zoo_list", _boom)
     assert main(["zoo", "list"]) == 2
     err = capsys.readouterr().err
     assert err.strip().splitlines() == [
@@ -317,7 +317,7 @@ def test_an_unexpected_error_is_one_line_pointing_to_the_traceback(monkeypatch, 
 
 @pytest.mark.parametrize("debug", ["-v", "SPECMOE_DEBUG"])
 def test_the_traceback_is_one_switch_away(monkeypatch, debug):
-    monkeypatch.setattr("specmoe.cli._run_zoo_list", _boom)
+    monkeypatch.setattr("specmoe.cli.zoo.run_zoo_list", _boom)
     argv = ["zoo", "list"]
     if debug == "-v":
         argv.insert(0, "-v")

@@ -26,6 +26,12 @@ def test_every_module_has_a_layer():
     assert GRAPH.unknown_layers(_graph()) == []
 
 
+def test_the_command_line_lives_in_the_cli_package_only():
+    # A `cli` module elsewhere would sit in its package's layer and look like part of it.
+    stray = [m for m in _graph().modules if m.split(".")[-1] == "cli" and m != "specmoe.cli"]
+    assert stray == []
+
+
 def test_no_import_points_up_a_layer_unless_written_down():
     assert [f"{e.source} -> {e.target}" for e in GRAPH.unwritten_upward(_graph())] == []
 

@@ -187,9 +187,9 @@ def test_the_audit_line_of_the_studys_published_rows():
 
 def test_the_demo_tells_each_group_the_shipped_sweep_and_the_audit(monkeypatch, tmp_path):
     import specmoe.zoo.manifest as manifest
-    from specmoe.bench.cli import demo_story
     from specmoe.bench.shipped import MOESD_ROWS, STUDY_ROWS
     from specmoe.bench.suite_load import builtin_suite_path, load_suite
+    from specmoe.cli.demo import demo_story
 
     shapes = {"moe": {"experts": 32, "top_k": 2}, "draft-xs": {"experts": None, "top_k": None}}
     monkeypatch.setattr(manifest, "load_manifest", lambda zoo: {"models": shapes})

@@ -11,7 +11,6 @@ from dataclasses import replace
 
 import pytest
 
-from specmoe.bench import cli as bench_cli
 from specmoe.bench.latency import served_latency
 from specmoe.bench.store import RunRow, Store
 from specmoe.bench.summary_table import (
@@ -25,6 +24,7 @@ from specmoe.bench.summary_table import (
     to_json,
 )
 from specmoe.cli import main
+from specmoe.cli import summary as summary_cli
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
 from specmoe.metrics import latency_percentiles as percentiles
@@ -169,9 +169,9 @@ def test_an_unknown_column_is_one_line_with_a_near_match():
 
 
 def test_the_help_of_by_names_every_column():
-    assert (bench_cli.CONFIG, bench_cli.CATEGORY) == (CONFIG, CATEGORY)
+    assert (summary_cli.CONFIG, summary_cli.CATEGORY) == (CONFIG, CATEGORY)
     for name in BY_CHOICES:
-        assert name in bench_cli.BY_HELP
+        assert name in summary_cli.BY_HELP
 
 
 @pytest.mark.parametrize(

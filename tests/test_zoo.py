@@ -251,11 +251,11 @@ def test_a_finished_build_of_the_same_arguments_is_copied_not_built_again(tiny_z
 
 
 def test_zoo_build_of_a_trained_preset_offers_the_user_cache(tmp_path, monkeypatch):
-    import specmoe.zoo as zoo
+    import specmoe.zoo.preset_build as preset_build
     from specmoe.cli import main
 
     calls = []
-    monkeypatch.setattr(zoo, "build_zoo", lambda *args, **kwargs: calls.append(kwargs) or args[1])
+    monkeypatch.setattr(preset_build, "build_zoo", lambda *args, **kwargs: calls.append(kwargs) or args[1])
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert main(["zoo", "build", "--preset", "trained", "--out", str(tmp_path / "t"), "--seed", "3"]) == 0
     assert main(["zoo", "build", "--preset", "tiny", "--out", str(tmp_path / "z")]) == 0

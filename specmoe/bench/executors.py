@@ -120,6 +120,20 @@ class RayExecutor:
                 ray.shutdown()
 
 
+def make_executor(
+    kind: str = "local", address: str | None = None, max_retries: int = DEFAULT_MAX_RETRIES
+) -> Executor:
+    """The executor named `kind` (one of EXECUTORS). `address` and `max_retries` are Ray's: an
+    address given for a local run is refused rather than ignored; a negative retry count is none."""
+    if kind == "ray":
+        return RayExecutor(address=address, max_retries=max(max_retries, 0))
+    if kind != "local":
+        raise SpecmoeError(f"unknown executor '{kind}'; available: {', '.join(EXECUTORS)}")
+    if address is not None:
+        raise SpecmoeError("--address is the Ray cluster's; add --executor ray")
+    return LocalExecutor()
+
+
 def import_ray():
     try:
         import ray

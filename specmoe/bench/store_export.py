@@ -74,6 +74,12 @@ def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]
 STDOUT = Path("-")  # `--out -`: write to standard output, as most command-line tools read it
 
 
+def default_export_path(db_path: Path, fmt: str, per_prompt: bool = False) -> Path:
+    """Where an export goes when no path is given: beside the store, named after it
+    (`results.db` -> `results.csv`, or `results.prompts.csv` for the per-prompt records)."""
+    return db_path.with_suffix((".prompts." if per_prompt else ".") + fmt)
+
+
 def write_records(out_path: Path, columns: list[str], records: list[dict[str, Any]], fmt: str) -> None:
     """Flat records as a CSV or Parquet file, columns in the given order; CSV to stdout for `-`."""
     if fmt == "csv" and out_path == STDOUT:

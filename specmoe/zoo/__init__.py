@@ -6,9 +6,10 @@ models sharing one locally trained tokenizer: an MoE target (`moe`), two dense t
 sized as a scaled-down Qwen3.5-35B-A3B family.
 Weights are random but routing-aware (see `specmoe.zoo.init` and docs/zoo.md).
 
-Modules: presets (shapes), params (counting), tokenizer, init, build (writing), manifest (reading,
-listing, name resolution), routing (distinct-expert statistics); train (the `trained` preset's
-weights, see its docstring for its own modules) and agreement (greedy acceptance per prompt kind).
+Modules: presets (shapes), params (counting), tokenizer, init, build (writing), preset_build (which
+builder makes which preset, real-weight ones included), manifest (reading, listing, name resolution),
+routing (distinct-expert statistics); train (the `trained` preset's weights, see its docstring for
+its own modules) and agreement (greedy acceptance per prompt kind).
 
 Real weights: smollm2 (SmolLM2-135M-Instruct fetched from the package registry, converted for
 transformers), smollm2_draft (the `smollm2-draft` preset: a draft cut from it and distilled) and

@@ -1,122 +1,20 @@
-"""The performance-model subcommands: `hw`, `profile`, `model fit`, `model check`, `model predict`,
-`advise`.
-
-Each function takes the parsed arguments from `specmoe.cli`, calls into the package and prints.
-"""
+"""`specmoe advise`: will speculative decoding pay here? The best draft and gamma per batch size, the
+break-even acceptance and a verdict, from a measured fit or from model configs and an engine profile
+with no timing (`specmoe.perf.advise`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 from pathlib import Path
 
-from specmoe.perf.files import write_json
 
-log = logging.getLogger(__name__)
-
-
-def run_hw(args) -> int:
-    from specmoe.perf.hardware import measure_hardware
-
-    hardware = measure_hardware(
-        args.device, read_mib=args.read_mib, repeats=args.repeats, threads=args.threads
+def add_advise(commands) -> None:
+    p = commands.add_parser(
+        "advise", help="will SD pay here? best draft and gamma per batch size, break-even acceptance, verdict"
     )
-    if args.out:
-        print(f"wrote {write_json(args.out, hardware)}")
-    flops = ", ".join(f"{dtype} {rate / 1e9:.1f} GFLOP/s" for dtype, rate in hardware["flops_per_s"].items())
-    bandwidth = hardware["bandwidth_bytes_per_s"] / 1e9
-    print(f"{hardware['name']} ({hardware['device']}): read {bandwidth:.1f} GB/s, {flops}")
-    return 0
-
-
-def run_profile(args) -> int:
-    from specmoe.perf.hardware import load_hardware
-    from specmoe.perf.profile import profile_model
-    from specmoe.zoo.manifest import resolve_model_file
-
-    profile = profile_model(
-        resolve_model_file(args.model, args.zoo),
-        args.batch,
-        args.tokens,
-        context=args.context,
-        dtype=args.dtype,
-        device=args.device,
-        repeats=args.repeats,
-        warmup=args.warmup,
-        passes=args.passes,
-        moe_top_k=args.moe_top_k,
-        progress=None if args.quiet else log.info,
-        threads=args.threads,
-        hardware=_hardware_json(args.hw, load_hardware),
-        experts_implementation=args.experts_implementation,
-        allow_pickle=args.allow_pickle,
-        trust_remote_code=args.trust_remote_code,
-    )
-    print(f"wrote {write_json(args.out, profile)} ({len(profile['points'])} points)")
-    return 0
-
-
-def _hardware_json(path, load_hardware) -> dict | None:
-    """The `specmoe hw` file as JSON, validated by the hardware loader first (one-line errors)."""
-    if path is None:
-        return None
-    load_hardware(path)
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-def run_fit(args) -> int:
-    from specmoe.perf.fit import fit_profile
-    from specmoe.perf.profile import load_profile
-    from specmoe.perf.report import format_fit
-
-    fit = fit_profile(load_profile(args.profile), args.max_points, where=str(args.profile))
-    write_json(args.out, fit)
-    print(format_fit(fit))
-    print(f"wrote {args.out}")
-    return 0
-
-
-def run_check(args) -> int:
-    from dataclasses import asdict
-
-    from specmoe.backends import backend_for
-    from specmoe.perf.drift import check_points, compare, format_check
-    from specmoe.perf.fit import load_fit
-    from specmoe.perf.profile import profile_model
-    from specmoe.zoo.manifest import resolve_model_file
-
-    fit = load_fit(args.fit)
-    batches, tokens = check_points(fit["grid"])
-    model = resolve_model_file(args.model, args.zoo)
-    gguf = backend_for(model) == "llamacpp"
-    profile = profile_model(
-        model,
-        args.batch or batches,
-        args.tokens or tokens,
-        context=int(fit.get("context", 64)),
-        dtype=None if gguf else (args.dtype or fit["model"].get("dtype")),
-        device=args.device,
-        repeats=args.repeats,
-        threads=args.threads,
-        trace_samples=1,
-    )
-    check = compare(fit, profile)
-    if args.json:
-        payload = asdict(check) | {"current": check.current, "median_ratio": check.median_ratio}
-        print(json.dumps(payload, indent=1))
-    else:
-        print(format_check(check, str(args.fit)))
-    return 1 if args.fail_on_drift and not check.current else 0
-
-
-def run_predict(args) -> int:
-    from specmoe.perf.predict import predict_from_args
-    from specmoe.perf.report import format_prediction
-
-    prediction = predict_from_args(args)
-    print(json.dumps(prediction, indent=1) if args.json else format_prediction(prediction))
-    return 0
+    add_advise_arguments(p)
+    p.set_defaults(run=run_advise)
 
 
 def add_advise_arguments(p: argparse.ArgumentParser) -> None:
