@@ -12,6 +12,7 @@ each:
   read by meaning rather than by line position.
 - `vllm`: vLLM's serving-benchmark results (`vllm bench serve --save-result`), paired by setting.
 - `sglang`: SGLang's `bench_speculative.py` records, paired by batch size within one sweep.
+- `study_csv`: the study's results CSV read, refusing empty, header-only and wrongly separated files.
 - `inputs`: what `specmoe audit PATH` reads: each file sent to the reader its content fits, under
   a size cap.
 """

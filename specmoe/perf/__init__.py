@@ -16,6 +16,10 @@ Modules, one concept each:
     predict         target efficiency and SD speedup tables from any of the above
     advise          the best draft and γ per batch size, or a plain "SD will not pay"; from configs:
                     break-even acceptance and GO / NO-GO / DEPENDS ON ACCEPTANCE (advise_cli)
+    drift           does a fit still describe this machine? a few of its points timed again
+    floor           a forward's bandwidth floor: the weights it touches, read once
+    gguf_bytes      what a profile needs from a GGUF file: weight type, MoE shape, weight bytes
+    files           the model's JSON files; report: plain-text renderings for the terminal
 See docs/perf-model.md.
 """
 

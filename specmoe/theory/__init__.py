@@ -1,6 +1,8 @@
 """Closed-form MoESD theory: expert activation under top-K routing and SD speedup algebra.
 
-Pure functions on floats and numpy arrays; inputs out of range raise `SpecmoeError`.
+Pure functions on floats and numpy arrays; inputs out of range raise `SpecmoeError`. Modules:
+`moe` (distinct experts under top-K routing, the load per expert) and `speedup` (tokens per round,
+the speedup and its timing-free bound, target efficiency).
 """
 
 from specmoe.theory.moe import expected_active_experts, full_activation_threshold, mean_expert_load

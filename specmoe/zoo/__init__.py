@@ -12,8 +12,14 @@ routing (distinct-expert statistics); train (the `trained` preset's weights, see
 its own modules) and agreement (greedy acceptance per prompt kind).
 
 Real weights: smollm2 (SmolLM2-135M-Instruct fetched from the package registry, converted for
-transformers), smollm2_draft (the `smollm2-draft` preset: a draft cut from it and distilled) and
-gguf_derive (GGUF files made from its GGUF: the draft's twin, a dequantized copy).
+transformers), smollm2_draft (the `smollm2-draft` preset: a draft cut from it and distilled, from
+chat_requests and chat_transcripts, resumable through checkpoint) and gguf_derive (GGUF files made
+from its GGUF: the draft's twin, a dequantized copy).
+
+Around them: hf_config (a shape as a transformers config), files (writing and fingerprinting),
+cache (the per-user cache), hub_cache (hub IDs found locally, never downloaded), gguf and
+gguf_quantize (GGUF exports, K-quants through llama.cpp), synthetic (the generated training text),
+distill, train_data, train_loop and train_experts (the trained preset's training, see `train`).
 """
 
 from specmoe.zoo.build import build_zoo, zoo_model
