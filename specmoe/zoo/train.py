@@ -110,12 +110,16 @@ def train_family(
         for model in distilled.values():
             _report(progress, model)
         trained.update(distilled)
+        worker_cpu = 0.0
         if elsewhere is not None:
-            for model in elsewhere.result():
+            models, worker_cpu = elsewhere.result()
+            for model in models:
                 _report(progress, model)
                 trained[model.name] = model
     ordered = {name: trained[name] for name in zoo.model_names}
-    return TrainedFamily(ordered, plan, data, teacher_clock.wall, teacher_clock.cpu, total.wall, total.cpu)
+    # CPU seconds of both processes: this one's clock cannot see the worker's.
+    total_cpu = total.cpu + worker_cpu
+    return TrainedFamily(ordered, plan, data, teacher_clock.wall, teacher_clock.cpu, total.wall, total_cpu)
 
 
 @contextmanager
@@ -137,10 +141,13 @@ def _usable_cpus() -> int:
 
 def _train_targets(
     shapes: list[ModelShape], zoo: ZooPreset, seed: int, data: TrainingData, order: torch.Tensor
-) -> list[TrainedModel]:
-    """Targets trained one after another in a worker process, as `train_family` would train them."""
-    with reproducible():
-        return [train_target(shape, zoo, seed, data, order) for shape in shapes]
+) -> tuple[list[TrainedModel], float]:
+    """Targets trained one after another in a worker process, as `train_family` would train them,
+    and the worker's CPU seconds for them."""
+    clock = Clock()
+    with reproducible(), clock.timing():
+        models = [train_target(shape, zoo, seed, data, order) for shape in shapes]
+    return models, clock.cpu
 
 
 def _report(progress: Callable[[str], None] | None, model: TrainedModel) -> None:
