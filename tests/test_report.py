@@ -12,7 +12,7 @@ import pytest
 
 from specmoe.bench.store import RunRow, Store, run_row
 from specmoe.bench.suite import ModelSpec, RunSpec
-from specmoe.engine.draft_spec import OracleDraft
+from specmoe.engine.draft_spec import OracleDraft, draft_of
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import RunCounts, RunTimes
 from specmoe.report import write_report
@@ -77,7 +77,7 @@ def spec(
         group=group,
         arm="baseline" if draft is None else "sd",
         target=target,
-        draft=draft,
+        draft=draft_of(draft),
         gamma=gamma if draft else 0,
         prompt_set=None if length else "factual",
         prompt_length=length,
@@ -169,8 +169,8 @@ def study_specs() -> list[RunSpec]:
 
 
 def acceptance_of(s: RunSpec) -> float:
-    if isinstance(s.draft_spec, OracleDraft):
-        return s.draft_spec.acceptance
+    if isinstance(s.draft, OracleDraft):
+        return s.draft.acceptance
     return 0.5 if s.draft == "draft-s" else 0.3
 
 

@@ -16,6 +16,7 @@ from test_report import (
 from specmoe.bench.served_rows import served_row
 from specmoe.bench.store import Store
 from specmoe.bench.suite import ModelSpec, RunSpec
+from specmoe.engine.draft_spec import ModelDraft
 from specmoe.metrics import position_acceptance, time_shares_of
 from specmoe.perf.advise import advise
 from specmoe.report import write_report
@@ -222,7 +223,7 @@ def served_spec(draft: bool, concurrency: int, repeat: int) -> RunSpec:
         group="g",
         arm="sd",
         target="plain",
-        draft="eagle",
+        draft=ModelDraft("eagle"),
         gamma=3,
         prompt_set="factual",
         prompt_length=None,

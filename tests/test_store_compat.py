@@ -34,7 +34,7 @@ def _columns(db: Path) -> dict[str, tuple]:
 
 
 def _oracle(spec) -> bool:
-    return isinstance(spec.draft_spec, OracleDraft)
+    return isinstance(spec.draft, OracleDraft)
 
 
 class _OnlyOracleToRun(LocalExecutor):

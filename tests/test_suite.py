@@ -100,7 +100,7 @@ def test_moesd_uses_oracle_drafts_and_sweeps_batch_and_sparsity():
     sd = [s for s in specs if s.arm == "sd"]
     assert {s.batch_size for s in specs} == {1, 2, 4, 8, 16, 32, 64}
     assert {s.gamma for s in sd} == {1, 2, 3, 4}
-    assert {s.draft_spec for s in sd} == {OracleDraft(0.6), OracleDraft(0.9)}
+    assert {s.draft for s in sd} == {OracleDraft(0.6), OracleDraft(0.9)}
     assert all(s.oracle_cost == "draft-xs" and s.draft_model.zoo == "draft-xs" for s in sd)
     assert {s.moe_top_k for s in specs if s.target == "moe"} == {1, 2, 4, 8}
     assert {s.moe_top_k for s in specs if s.target == "dense-s"} == {None}
@@ -209,7 +209,7 @@ def test_ngram_drafts_are_canonical_runs_without_a_draft_model(tmp_path):
     text = tiny_suite(group(draft=["ngram", "ngram:1-3", "ngram:01-3", "ngram:2-4"]))
     sd = [s for s in expand(load_text(tmp_path, text)) if s.arm == "sd"]
     assert sorted({s.draft for s in sd}) == ["ngram:1-3", "ngram:2-4"]
-    assert {s.draft_spec for s in sd} == {NgramDraft(1, 3), NgramDraft(2, 4)}
+    assert {s.draft for s in sd} == {NgramDraft(1, 3), NgramDraft(2, 4)}
     assert all(s.draft_model is None and s.oracle_cost is None for s in sd)
     # The sizes are part of the run's identity.
     assert len({s.config_key for s in sd}) == 2 * 2  # 2 n-gram specs x 2 gammas

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specmoe.canonical import short_key
-from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_spelling, parse_draft
+from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_spelling
 from specmoe.errors import SpecmoeError
 from specmoe.serving.spec import ServerSpec
 
@@ -174,17 +174,6 @@ class RunSpec:
     # by content (`specmoe.bench.legacy_keys`).
     prompt_digest: str | None = None
     plain: tuple[tuple[str, Any], ...] = ()  # (name, value) of each PLAIN_SETTINGS set, from its group
-
-    def __post_init__(self) -> None:
-        # A spelling given directly (a test's or a script's RunSpec) is parsed here, so every RunSpec
-        # holds a typed draft; a suite's expansion hands over drafts parsed when the file was read.
-        if isinstance(self.draft, str):
-            object.__setattr__(self, "draft", parse_draft(self.draft))
-
-    @property
-    def draft_spec(self) -> DraftSpec | None:
-        """The typed draft, as `draft` is now; kept for callers written when `draft` was a string."""
-        return self.draft
 
     @property
     def model_names(self) -> list[str]:
