@@ -7,7 +7,7 @@ Counts are summed over sequences: a *sequence-round* is one sequence taking part
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 import numpy as np
@@ -42,9 +42,13 @@ class RunCounts:
 class RunTimes:
     """A run's wall-clock seconds: what the results store keeps as `times`.
 
-    decode_s = draft_s + verify_s + overhead_s for a local run (`engine.records.RoundRecord`);
-    wall_s = prefill_s + decode_s (plus compile time the engine adds). A server run stores None for
-    the per-round parts only the server could time.
+    decode_s = draft_s + verify_s + overhead_s + state_s for a local run
+    (`engine.records.RoundRecord`); wall_s = prefill_s + decode_s (plus compile time the engine
+    adds). A server run stores None for the per-round parts only the server could time.
+
+    state_s, rolling back hybrid models' linear-attention state, is 0 for every other model; the
+    store keeps it only where it is not (`to_dict`), so a run of a model without such state, and a
+    store written before it existed, hold exactly the other six keys.
     """
 
     prefill_s: float
@@ -53,15 +57,27 @@ class RunTimes:
     verify_s: float | None
     overhead_s: float | None
     wall_s: float
+    state_s: float | None = 0.0
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> RunTimes:
-        """From the store's JSON object, which holds exactly these keys."""
-        return cls(**_exact_keys("times", values, TIME_KEYS))
+        """From the store's JSON object: the TIME_KEYS, and state_s where it was spent (absent: 0,
+        or None for a server run)."""
+        state = values.get("state_s", None if values.get("overhead_s") is None else 0.0)
+        required = {k: v for k, v in values.items() if k != "state_s"}
+        return cls(**_exact_keys("times", required, TIME_KEYS), state_s=state)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The store's JSON object: state_s only where the run spent any."""
+        values = asdict(self)
+        if not values["state_s"]:
+            del values["state_s"]
+        return values
 
 
 COUNT_KEYS = tuple(f.name for f in fields(RunCounts))  # the store's order (CSV columns)
-TIME_KEYS = tuple(f.name for f in fields(RunTimes))
+TIME_KEYS = tuple(f.name for f in fields(RunTimes) if f.name != "state_s")  # what every stored run holds
+EXPORT_TIME_KEYS = (*TIME_KEYS, "state_s")  # an export's columns: state_s too, 0 where none was spent
 
 
 def _exact_keys(name: str, values: dict[str, Any], expected: tuple[str, ...]) -> dict[str, Any]:
@@ -106,6 +122,7 @@ def run_times(result: DecodeResult) -> RunTimes:
         verify_s=sum(r.verify_s for r in result.rounds),
         overhead_s=sum(r.overhead_s for r in result.rounds),
         wall_s=result.wall_s,
+        state_s=sum(r.state_s for r in result.rounds),
     )
 
 
@@ -187,27 +204,40 @@ def position_acceptance(accepted_by_position: Sequence[int], rounds: int) -> lis
 
 
 def time_shares(result: DecodeResult) -> dict[str, float]:
-    """Shares of decode wall time spent drafting, verifying, and in host overhead."""
+    """Shares of decode wall time spent drafting, verifying, rolling back state, and in host overhead."""
     return time_shares_of(
         sum(r.draft_s for r in result.rounds),
         sum(r.verify_s for r in result.rounds),
         sum(r.overhead_s for r in result.rounds),
+        sum(r.state_s for r in result.rounds),
     )
 
 
-def time_shares_of(draft_s: float, verify_s: float, overhead_s: float) -> dict[str, float]:
-    """Shares of draft, verify and host-overhead seconds in their sum (all zero when it is zero).
+def time_shares_of(
+    draft_s: float, verify_s: float, overhead_s: float, state_s: float = 0.0
+) -> dict[str, float]:
+    """Shares of draft, verify, host-overhead (and state-rollback) seconds in their sum (all zero when
+    it is zero); the "state" share is there only when some state time was spent.
 
-    The decode time of an SD run is exactly these three parts (`engine.records.RoundRecord`), so the
+    The decode time of an SD run is exactly these parts (`engine.records.RoundRecord`), so the
     shares of stored `times` (summed over runs) are the shares of decode time.
     """
-    total = draft_s + verify_s + overhead_s
-    if total <= 0:
-        return {"draft": 0.0, "verify": 0.0, "overhead": 0.0}
-    return {"draft": draft_s / total, "verify": verify_s / total, "overhead": overhead_s / total}
+    seconds = {"draft": draft_s, "verify": verify_s, "overhead": overhead_s}
+    if state_s > 0:
+        seconds[STATE_PART] = state_s
+    total = sum(seconds.values())
+    return {part: (s / total if total > 0 else 0.0) for part, s in seconds.items()}
 
 
 DECODE_PARTS = ("draft", "verify", "overhead")  # the parts of decode_s, in stacking order
+# Rolling back hybrid models' linear-attention state (state_s): a part of its own, shown only where a
+# run spent any, since every other model spends none.
+STATE_PART = "state"
+
+
+def decode_parts(with_state: bool) -> tuple[str, ...]:
+    """The parts of decode time in stacking order, the state rollback among them when it was spent."""
+    return ("draft", "verify", STATE_PART, "overhead") if with_state else DECODE_PARTS
 
 
 def ms_per_output_token(seconds: Sequence[float], emitted: Sequence[int]) -> Estimate:
@@ -225,13 +255,14 @@ def decode_split_per_token(times: Sequence[RunTimes], emitted: Sequence[int]) ->
     """The decode milliseconds per output token of one configuration's runs, split into its parts.
 
     Keys: "draft", "verify", "overhead" (`DECODE_PARTS`, from each run's draft_s, verify_s and
-    overhead_s) and "decode" (decode_s, their sum). A baseline's draft part is zero: it has no
-    drafter. None when a part is unknown (server runs) or no run emitted a token.
+    overhead_s), "state" where some run spent state_s (`decode_parts`), and "decode" (decode_s,
+    their sum). A baseline's draft part is zero: it has no drafter. None when a part is unknown
+    (server runs) or no run emitted a token.
     """
     if not times or sum(emitted) <= 0:
         return None
     split = {}
-    for part in DECODE_PARTS:
+    for part in decode_parts(any((t.state_s or 0.0) > 0 for t in times)):
         seconds = [getattr(t, f"{part}_s") for t in times]
         if any(s is None for s in seconds):
             return None
@@ -322,6 +353,7 @@ def summary(result: DecodeResult) -> dict[str, float | int | None]:
         "draft_s": s.draft_s,
         "verify_s": s.verify_s,
         "overhead_s": s.overhead_s,
+        "state_s": s.state_s,
         "wall_s": s.wall_s,
         "decode_tokens_per_s": decode_tokens_per_s(t.emitted, result.decode_s),
         "acceptance_rate": acceptance_rate(t.accepted, t.drafted),
@@ -358,11 +390,12 @@ class RoundCost:
     gamma: int
     draft: float  # the drafter's γ proposals (draft_s), in steps: γ × a draft step's cost
     verify: float  # the target's pass over γ + 1 tokens per sequence (verify_s): 1 ÷ target efficiency
-    overhead: float  # acceptance, bookkeeping and cache rollback (overhead_s)
+    overhead: float  # acceptance, bookkeeping and KV cache rollback (overhead_s)
+    state: float = 0.0  # rolling back a hybrid model's linear-attention state (state_s)
 
     @property
     def total(self) -> float:
-        return self.draft + self.verify + self.overhead
+        return self.draft + self.verify + self.overhead + self.state
 
     @property
     def draft_step(self) -> float:
@@ -374,14 +407,13 @@ def round_cost(
     gamma: int,
     baseline_decode_s: float,
     baseline_forwards: int,
-    sd_times: tuple[float, float, float],
+    sd_times: tuple[float, ...],
     sd_forwards: int,
 ) -> RoundCost:
     """The RoundCost of summed measurements: the baseline's decode seconds and target forwards, the
-    SD arm's (draft_s, verify_s, overhead_s) and target forwards (its rounds of the batch)."""
+    SD arm's (draft_s, verify_s, overhead_s[, state_s]) and target forwards (its rounds of the batch)."""
     step = baseline_decode_s / baseline_forwards
-    draft, verify, overhead = (seconds / sd_forwards / step for seconds in sd_times)
-    return RoundCost(gamma, draft, verify, overhead)
+    return RoundCost(gamma, *(seconds / sd_forwards / step for seconds in sd_times))
 
 
 # --- runs against a server (specmoe.serving) -------------------------------------------------------

@@ -333,7 +333,7 @@ def test_csv_export_columns(tmp_path):
         "counts.rounds", "counts.target_forwards", "counts.drafted", "counts.accepted", "counts.emitted",
         "counts.truncated",
         "times.prefill_s", "times.decode_s", "times.draft_s", "times.verify_s", "times.overhead_s",
-        "times.wall_s",
+        "times.wall_s", "times.state_s",
         "tokens_per_s", "acceptance_rate", "noisy", "audit_verdict", "audit_reason", "created_at",
     ]  # fmt: skip
     assert "rounds_trace" not in columns

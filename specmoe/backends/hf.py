@@ -12,6 +12,11 @@ token of that row. Rows differ in length (ragged prompts, ragged acceptance), so
 
 Masking beats rewriting the cache on every round (a copy of the whole cache per round); holes cost
 attention work, so when they outgrow the live tokens the cache is compacted once (`_compact`).
+
+Hybrid models (Qwen3-Next, Qwen3.5) also keep a linear-attention state per row that no mask can
+edit; `hf_recurrent.LinearStates` checkpoints it and re-advances rows that dropped tokens, and its
+seconds are this backend's `state_s`. A model whose cache can neither be masked nor rolled back is
+refused when it loads (`hf_recurrent.cache_layout`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import torch
 
 from specmoe.backends import hf_experts
 from specmoe.backends.hf_model import MOE_CONFIG_KEYS, set_model_facts
+from specmoe.backends.hf_recurrent import LinearStates, cache_layout
 from specmoe.backends.tokenizer_digest import tokenizer_digest
 from specmoe.backends.weights import check_safetensors_dir, read_config
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES, torch_dtype
@@ -236,6 +242,8 @@ class HFBackend:
 
         set_model_facts(self, model, name, device)
         config = model.config
+        layout = cache_layout(model, name)  # refuses a cache that cannot drop a rejected suffix
+        self._linear = LinearStates(model, layout) if layout.is_hybrid else None
         self._new_cache = lambda: DynamicCache(config=config)
         self._cache = self._new_cache()
         self._valid = torch.zeros(0, 0, dtype=torch.bool, device=device)  # [B, L]
@@ -248,6 +256,8 @@ class HFBackend:
         batch = len(prompts)
         width = max((len(p) for p in prompts), default=0)
         self._cache = self._new_cache()
+        if self._linear is not None:
+            self._linear.end()
         ids = torch.zeros(batch, width, dtype=torch.long)  # [B, L] left-padded; pad ids are never seen
         valid = torch.zeros(batch, width, dtype=torch.bool)  # [B, L]
         for row, prompt in enumerate(prompts):
@@ -256,21 +266,24 @@ class HFBackend:
                 valid[row, width - len(prompt) :] = True
         self._valid = valid.to(self.device)
         self._lengths = self._valid.sum(1)
-        if width == 0:
-            return
-        positions = (self._valid.cumsum(1) - 1).clamp(min=0)  # [B, L]
-        self.model(
-            input_ids=ids.to(self.device),
-            attention_mask=self._valid,
-            position_ids=positions,
-            past_key_values=self._cache,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        if width:
+            positions = (self._valid.cumsum(1) - 1).clamp(min=0)  # [B, L]
+            self.model(
+                input_ids=ids.to(self.device),
+                attention_mask=self._valid,
+                position_ids=positions,
+                past_key_values=self._cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        if self._linear is not None:
+            self._linear.begin(self._cache, batch, self.device)
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         batch, t = tokens.shape  # [B, t]
+        if self._linear is not None:
+            self._linear.reserve(t)
         positions = self._lengths[:, None] + torch.arange(t, device=self.device)  # [B, t]
         valid = torch.cat([self._valid, torch.ones(batch, t, dtype=torch.bool, device=self.device)], 1)
         out = self.model(
@@ -282,9 +295,19 @@ class HFBackend:
         )
         self._valid = valid
         self._lengths = self._lengths + t
+        if self._linear is not None:
+            self._linear.advanced(t)
         return out.logits  # [B, t, V]
 
+    @property
+    def state_s(self) -> float:
+        """Seconds spent checkpointing and re-advancing linear-attention state (0 without any)."""
+        return self._linear.seconds if self._linear is not None else 0.0
+
+    @torch.inference_mode()
     def rollback(self, lengths: Sequence[int]) -> None:
+        if self._linear is not None:
+            self._linear.rollback([n - k for n, k in zip(self._lengths.tolist(), lengths, strict=True)])
         keep = torch.as_tensor(lengths, dtype=torch.long, device=self.device)  # [B]
         rank = self._valid.cumsum(1)  # [B, L] live tokens up to and including each slot
         self._valid = self._valid & (rank <= keep[:, None])
@@ -294,6 +317,8 @@ class HFBackend:
     def retain(self, rows: Sequence[int]) -> None:
         index = torch.as_tensor(rows, dtype=torch.long, device=self.device)
         self._apply(lambda kv: kv[index])
+        if self._linear is not None:
+            self._linear.retain(index, in_place=False)
         self._valid = self._valid[index]
         self._lengths = self._lengths[index]
         self._trim()

@@ -21,6 +21,10 @@ The first call of each shape compiles it. That call runs once as a warm-up whose
 (its writes sit past the pointer and are masked), and its seconds go to `compile_s`, so the engine
 can keep compile time out of decode time. Prefill runs eagerly: its length varies per batch.
 
+Hybrid models' linear-attention layers keep a state per row, not slots: `hf_recurrent.LinearStates`
+logs their inputs into static buffers from inside the graphs and rolls rows back outside them;
+the warm-up calls' writes into those states are undone from a copy.
+
 Kernels on CPU, chosen by measurement (docs/engine.md): an MoE's experts run the gathered
 contraction of `hf_experts.py` (the loader's default with compile), and a dense model's one-row
 matmuls are written by inductor rather than called from BLAS (`_one_row_matmuls_fused`).
@@ -34,6 +38,7 @@ from collections.abc import Sequence
 import torch
 
 from specmoe.backends.hf_model import set_model_facts
+from specmoe.backends.hf_recurrent import LinearStates, cache_layout
 from specmoe.errors import SpecmoeError
 
 SLOT_STEP = 256  # static cache slots grow in steps of this many
@@ -58,6 +63,9 @@ class StaticHFBackend:
         compiler: str = "inductor",
     ) -> None:
         set_model_facts(self, model, name, device)
+        layout = cache_layout(model, name)  # refuses a cache that cannot drop a rejected suffix
+        self._kv_layers = layout.kv_layers
+        self._linear = LinearStates(model, layout) if layout.is_hybrid else None
         self.compiled = compile
         self.compile_s = 0.0  # seconds spent compiling new shapes, summed over the backend's life
         self._clone_logits = mode == "reduce-overhead"  # a CUDA graph overwrites its output buffer
@@ -80,15 +88,20 @@ class StaticHFBackend:
         """The forward over a block: [S, t] ids and positions, [S, L] valid -> [S, t, V] logits."""
         model, fmin = self.model, torch.finfo(self.dtype).min
 
-        def step(ids: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, cache) -> torch.Tensor:
+        first_kv = self._kv_layers[0]
+
+        def step(ids: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, cache, padding=None):
             # ids, positions [S, t]; valid [S, L]. Slot k is visible to query j of row r when it is
-            # valid for r and not past the query's own slot (pointer + j).
+            # valid for r and not past the query's own slot (pointer + j). padding [S, t] (prefill of
+            # a hybrid model only): which block positions are real tokens, for the linear layers.
             t, slots = ids.shape[1], valid.shape[1]
-            query_slot = cache.layers[0].cumulative_length + torch.arange(t, device=ids.device)  # [t]
+            query_slot = cache.layers[first_kv].cumulative_length + torch.arange(t, device=ids.device)  # [t]
             causal = torch.arange(slots, device=ids.device)[None, :] <= query_slot[:, None]  # [t, L]
             allowed = valid[:, None, None, :] & causal[None, None]  # [S, 1, t, L]
             zero = torch.zeros((), dtype=self.dtype, device=ids.device)
             mask = torch.where(allowed, zero, torch.full_like(zero, fmin))  # additive, finite
+            if padding is not None:  # a 4D mask alone would leave left padding in the linear states
+                mask = {"full_attention": mask, "linear_attention": padding}
             out = model(
                 input_ids=ids,
                 attention_mask=mask,
@@ -130,10 +143,18 @@ class StaticHFBackend:
         self._valid.copy_(valid)
         self._lengths = self._valid.sum(1)
         self._set_pointer(0)
+        padding = None
+        if self._linear is not None:
+            self._linear.end()
+            for index in self._linear.layers:
+                self._cache.layers[index].reset()  # a reused cache still holds the last batch's states
+            padding = self._valid[:, :width]
         if width:
             positions = (self._valid[:, :width].cumsum(1) - 1).clamp(min=0)  # [S, W]
-            self._eager_step(ids.to(self.device), positions, self._valid, self._cache)
+            self._eager_step(ids.to(self.device), positions, self._valid, self._cache, padding)
         self._set_pointer(width)
+        if self._linear is not None:
+            self._linear.begin(self._cache, self._rows, self.device, static=True)
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -142,6 +163,8 @@ class StaticHFBackend:
             raise RuntimeError(f"forward got {live} rows, the batch has {self._live}")
         if self._pointer + t > self._slots:
             self._make_room(t)
+        if self._linear is not None:
+            self._linear.reserve(t)
         ids = torch.zeros(self._rows, t, dtype=torch.long, device=self.device)  # [S, t]
         ids[:live] = tokens
         positions = self._lengths[:, None] + torch.arange(t, device=self.device)  # [S, t]
@@ -152,10 +175,20 @@ class StaticHFBackend:
         logits = self._run(ids, positions, compiled=True)
         self._lengths = self._lengths + t
         self._pointer += t
+        if self._linear is not None:
+            self._linear.advanced(t)
         return logits[:live]  # [B, t, V]
+
+    @property
+    def state_s(self) -> float:
+        """Seconds spent checkpointing and re-advancing linear-attention state (0 without any)."""
+        return self._linear.seconds if self._linear is not None else 0.0
 
     @torch.inference_mode()
     def rollback(self, lengths: Sequence[int]) -> None:
+        if self._linear is not None:
+            now = self._lengths[: len(lengths)].tolist()
+            self._linear.rollback([n - k for n, k in zip(now, lengths, strict=True)])
         keep = torch.zeros(self._rows, dtype=torch.long, device=self.device)  # padded rows keep 0
         keep[: len(lengths)] = torch.as_tensor(lengths, dtype=torch.long, device=self.device)
         rank = self._valid.cumsum(1)  # [S, L] live tokens up to and including each slot
@@ -166,9 +199,11 @@ class StaticHFBackend:
     @torch.inference_mode()
     def retain(self, rows: Sequence[int]) -> None:
         index = torch.as_tensor([*rows, *[rows[0]] * (self._rows - len(rows))], device=self.device)  # [S]
-        for layer in self._cache.layers:
+        for layer in self._kv():
             layer.keys.copy_(layer.keys[index])
             layer.values.copy_(layer.values[index])
+        if self._linear is not None:
+            self._linear.retain(index, in_place=True)
         self._valid.copy_(self._valid[index])
         self._valid[len(rows) :] = False
         self._lengths = self._lengths[index]
@@ -199,10 +234,13 @@ class StaticHFBackend:
         """Compile this shape on throwaway calls: their writes land past the pointer and are undone."""
         self.synchronize()
         start = time.perf_counter()
+        states = self._linear.snapshot() if self._linear is not None else None
         for _ in range(self._warm_calls):
             self._run(ids, positions, compiled=True)
             self._valid[:, self._pointer :] = False
             self._set_pointer(self._pointer)
+            if states is not None:
+                self._linear.restore(states)
         self.synchronize()
         self.compile_s += time.perf_counter() - start
 
@@ -222,16 +260,20 @@ class StaticHFBackend:
         torch._dynamo.mark_static_address(self._valid)
         if old is not None and old_valid.shape[0] == rows:  # growing L mid-decode: keep the contents
             used = old_valid.shape[1]
-            for new_layer, old_layer in zip(cache.layers, old.layers, strict=True):
-                new_layer.keys[:, :, :used].copy_(old_layer.keys)
-                new_layer.values[:, :, :used].copy_(old_layer.values)
+            for index in self._kv_layers:
+                cache.layers[index].keys[:, :, :used].copy_(old.layers[index].keys)
+                cache.layers[index].values[:, :, :used].copy_(old.layers[index].values)
+            for index in self._linear.layers if self._linear is not None else ():
+                cache.layers[index] = old.layers[index]  # no slots: the state object carries over
             self._valid[:, :used].copy_(old_valid)
+            if self._linear is not None:
+                self._linear.rebind(cache)
 
     def _make_room(self, t: int) -> None:
         """Compact each row's live slots to the left; grow L if the longest row still does not fit."""
         longest = int(self._lengths.max())
         order = torch.sort((~self._valid).to(torch.int8), dim=1, stable=True).indices  # [S, L] live first
-        for layer in self._cache.layers:
+        for layer in self._kv():
             for kv in (layer.keys, layer.values):
                 kv.copy_(kv.gather(2, order[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])))
         self._valid.copy_(torch.arange(self._slots, device=self.device)[None, :] < self._lengths[:, None])
@@ -244,10 +286,14 @@ class StaticHFBackend:
         return int((self._valid.any(0) * slots).max()) if self._slots else 0
 
     def _set_pointer(self, pointer: int) -> None:
-        """Move the shared write position of every layer (in place: graphs read these tensors)."""
+        """Move the shared write position of every KV layer (in place: graphs read these tensors)."""
         self._pointer = pointer
-        for layer in self._cache.layers:
+        for layer in self._kv():
             layer.cumulative_length.fill_(pointer)
+
+    def _kv(self) -> list:
+        """The cache layers that keep keys and values in slots."""
+        return [self._cache.layers[index] for index in self._kv_layers]
 
 
 def _one_row_matmuls_fused() -> dict:

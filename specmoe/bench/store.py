@@ -191,7 +191,7 @@ class Store:
             canonical_json(row.config),
             canonical_json(row.env),
             canonical_json(asdict(row.counts)),
-            canonical_json(asdict(row.times)),
+            canonical_json(row.times.to_dict()),
             row.tokens_per_s,
             row.acceptance_rate,
             canonical_json(row.rounds_trace),

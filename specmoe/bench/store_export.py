@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from specmoe.bench.run_row import RunRow
 from specmoe.canonical import canonical_json
 from specmoe.errors import SpecmoeError
-from specmoe.metrics import COUNT_KEYS, TIME_KEYS
+from specmoe.metrics import COUNT_KEYS, EXPORT_TIME_KEYS
 
 EXPORT_FORMATS = ("csv", "parquet")
 _LEAD_COLUMNS = ("run_id", "config_key", "baseline_key", "suite", "group", "arm", "repeat")
@@ -45,7 +45,7 @@ def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]
     """Columns and one flat record per run (traces omitted).
 
     Column order is fixed: identity, then config.*, env.* and measure.* (sorted), counts.* and times.* (in
-    COUNT_KEYS / TIME_KEYS order), then the scalars.
+    COUNT_KEYS / EXPORT_TIME_KEYS order), then the scalars.
     """
     records = []
     for row in rows:
@@ -54,7 +54,7 @@ def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]
         record.update(flatten("env", row.env))
         record.update(flatten("measure", row.measure))
         record.update({f"counts.{k}": getattr(row.counts, k) for k in COUNT_KEYS})
-        record.update({f"times.{k}": getattr(row.times, k) for k in TIME_KEYS})
+        record.update({f"times.{k}": getattr(row.times, k) for k in EXPORT_TIME_KEYS})
         record.update({name: getattr(row, name) for name in _TAIL_COLUMNS})
         record["noisy"] = int(row.noisy)
         records.append(record)
@@ -65,7 +65,7 @@ def export_records(rows: list[RunRow]) -> tuple[list[str], list[dict[str, Any]]]
         *config_cols,
         *env_cols,
         *(f"counts.{k}" for k in COUNT_KEYS),
-        *(f"times.{k}" for k in TIME_KEYS),
+        *(f"times.{k}" for k in EXPORT_TIME_KEYS),
         *_TAIL_COLUMNS,
     ]
     return columns, records

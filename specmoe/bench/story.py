@@ -95,7 +95,9 @@ def cell_cost(pairs: list[tuple[RunRow, RunRow]]) -> RoundCost | None:
     if not isinstance(gamma, int) or any(v is None for v in sums) or not (sums[0] and sums[1] and sums[5]):
         return None
     base_s, base_forwards, draft_s, verify_s, overhead_s, sd_forwards = sums
-    return round_cost(gamma, base_s, base_forwards, (draft_s, verify_s, overhead_s), sd_forwards)  # type: ignore[arg-type]
+    state_s = sum(s.times.state_s or 0.0 for s, _ in pairs)
+    parts = (draft_s, verify_s, overhead_s, state_s)
+    return round_cost(gamma, base_s, base_forwards, parts, sd_forwards)  # type: ignore[arg-type]
 
 
 # --- one sentence per configuration -------------------------------------------------------------
@@ -113,7 +115,8 @@ def label(config: dict) -> str:
 def cost_text(cost: RoundCost) -> str:
     return (
         f"a round cost {cost.total:.2f} plain steps ({cost.gamma} draft steps at {cost.draft_step:.2f} "
-        f"each, a verify of {cost.gamma + 1} tokens at {cost.verify:.2f}, bookkeeping {cost.overhead:.2f})"
+        f"each, a verify of {cost.gamma + 1} tokens at {cost.verify:.2f}, bookkeeping {cost.overhead:.2f}"
+        + (f", linear-attention state rollback {cost.state:.2f})" if cost.state > 0 else ")")
     )
 
 

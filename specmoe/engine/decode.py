@@ -57,13 +57,16 @@ def decode(
     decode_start = time.perf_counter()
     while batch.live:
         round_start = time.perf_counter()
+        draft_state, target_state = _state_s(drafter), _state_s(target)
         draft_compile = _compile_s(drafter)
         if drafter is not None:
             proposal = drafter.propose(batch.live_sequences(), gamma, config.sampling, generator)
             drafter.synchronize()
         draft_end = time.perf_counter()
         draft_compile = _compile_s(drafter) - draft_compile
+        draft_state = _state_s(drafter) - draft_state
         verify_compile = _compile_s(target)
+        verify_state = _state_s(target)
 
         last = torch.tensor([[s[-1]] for s in batch.live_sequences()], device=target.device)  # [B, 1]
         block = last if drafter is None else torch.cat([last, proposal.tokens], 1)  # [B, 1 + G]
@@ -71,6 +74,7 @@ def decode(
         target.synchronize()
         verify_end = time.perf_counter()
         verify_compile = _compile_s(target) - verify_compile
+        verify_state = _state_s(target) - verify_state  # a checkpoint made to log a long block
 
         if drafter is None:
             next_token = pick(logits[:, 0], config.sampling, generator)[0]  # [B]
@@ -91,10 +95,14 @@ def decode(
             if drafter is not None:
                 drafter.retain(keep)
         round_end = time.perf_counter()
+        target_state = _state_s(target) - target_state
         # Compiling a new shape is a one-off cost, reported apart and kept out of every decode time.
         compile_total += draft_compile + verify_compile
-        draft_s = draft_end - round_start - draft_compile
-        verify_s = verify_end - draft_end - verify_compile
+        # The round's seconds are draft_s + verify_s + state_s + overhead_s exactly.
+        round_s = round_end - round_start - draft_compile - verify_compile
+        draft_s = draft_end - round_start - draft_compile - draft_state
+        verify_s = verify_end - draft_end - verify_compile - verify_state
+        state_s = draft_state + target_state
         rounds.append(
             RoundRecord(
                 rows=rows,
@@ -103,7 +111,8 @@ def decode(
                 emitted=tuple(emitted),
                 draft_s=draft_s,
                 verify_s=verify_s,
-                overhead_s=round_end - round_start - draft_compile - verify_compile - draft_s - verify_s,
+                overhead_s=round_s - draft_s - verify_s - state_s,
+                state_s=state_s,
             )
         )
     decode_s = time.perf_counter() - decode_start - compile_total
@@ -113,6 +122,12 @@ def decode(
 def _compile_s(part: Backend | Drafter | None) -> float:
     """Seconds a backend (or a drafter's backend) has spent compiling shapes; 0 for eager ones."""
     return getattr(part, "compile_s", 0.0) if part is not None else 0.0
+
+
+def _state_s(part: Backend | Drafter | None) -> float:
+    """Seconds a backend (or a drafter's backend) has spent rolling back linear-attention state;
+    0 for models without any."""
+    return getattr(part, "state_s", 0.0) if part is not None else 0.0
 
 
 def _verify(proposal, logits: torch.Tensor, params: SamplingParams, generator):

@@ -79,6 +79,11 @@ class ModelDrafter:
         """Seconds the backend spent compiling new shapes (0 for an eager backend)."""
         return getattr(self.backend, "compile_s", 0.0)
 
+    @property
+    def state_s(self) -> float:
+        """Seconds the backend spent rolling back linear-attention state (0 without any)."""
+        return getattr(self.backend, "state_s", 0.0)
+
     def propose(self, sequences, gamma, params, generator) -> Proposal:
         tokens, probs = self.run(sequences, gamma, lambda step, logits: pick(logits, params, generator))
         return Proposal(tokens, None if params.greedy else torch.stack(probs, 1))  # probs [B, G, V]

@@ -20,7 +20,10 @@ class RoundRecord:
     emitted: tuple[int, ...]  # tokens appended to the output (accepted + 1, less any truncation)
     draft_s: float  # the drafter's propose call: its forwards and its own sampling
     verify_s: float  # the target's forward over the block
-    overhead_s: float  # the rest of the round: acceptance, bookkeeping, cache rollback
+    overhead_s: float  # the rest of the round: acceptance, bookkeeping, KV cache rollback
+    # Rolling linear-attention state back to the committed tokens (hybrid models, target and draft;
+    # `backends.hf_recurrent`), taken out of draft_s and overhead_s where it happened; 0 otherwise.
+    state_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,8 @@ from specmoe.report.figures import PAIR, Drawn, Omitted, Outcome, fixed_phrase, 
 from specmoe.report.results import Results, SdResult
 from specmoe.report.slices import SORT_AXES, best_slice, group_by, label, sorted_by_config
 
-TIME_PARTS = ("draft", "verify", "overhead")  # the keys of metrics.time_shares_of, in stacking order
-TIME_COLORS = {"draft": "#fdb863", "verify": "#5e3c99", "overhead": "#b2abd2"}
+TIME_PARTS = ("draft", "verify", "state", "overhead")  # metrics.time_shares_of's keys, in stacking order
+TIME_COLORS = {"draft": "#fdb863", "verify": "#5e3c99", "state": "#e66101", "overhead": "#b2abd2"}
 
 
 @dataclass(frozen=True)
@@ -49,8 +49,9 @@ def time_split(results: Results, varying: Sequence[str]) -> Outcome:
     ax = fig.add_subplot()
     ys = np.arange(len(bars))
     left = np.zeros(len(bars))
-    for part in TIME_PARTS:
-        widths = np.array([100 * b.shares[part] for b in bars])
+    parts = [p for p in TIME_PARTS if any(p in b.shares for b in bars)]  # "state": hybrid models only
+    for part in parts:
+        widths = np.array([100 * b.shares.get(part, 0.0) for b in bars])
         ax.barh(ys, widths, left=left, color=TIME_COLORS[part], label=part)
         left += widths
     ax.set_yticks(ys, [f"{b.label}  ({b.speedup:.2f}×)" for b in bars])
@@ -64,6 +65,11 @@ def time_split(results: Results, varying: Sequence[str]) -> Outcome:
         "(the target's forwards over γ+1 tokens) and host overhead (acceptance, bookkeeping, cache "
         "rollback), summed over its runs; the mean speedup is in brackets. A large verify share at a low "
         "speedup points at the target's efficiency; a large draft share at the draft's cost."
+        + (
+            " Hybrid models add the rollback of their linear-attention state (state)."
+            if "state" in parts
+            else ""
+        )
     )
     return Drawn("time_split", title, caption, fig)
 

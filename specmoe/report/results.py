@@ -227,13 +227,14 @@ def step_times(base_rows: list[RunRow], sd_rows: list[RunRow], gamma: int) -> St
 
 
 def decode_time_shares(rows: list[RunRow]) -> dict[str, float] | None:
-    """Draft / verify / overhead shares of the rows' summed decode time; None when any is unknown."""
+    """Draft / verify / overhead (/ state) shares of the rows' summed decode time; None when any is
+    unknown."""
     draft, verify, overhead = (
         known_sum(getattr(r.times, key) for r in rows) for key in ("draft_s", "verify_s", "overhead_s")
     )
     if draft is None or verify is None or overhead is None or draft + verify + overhead <= 0:
         return None
-    return time_shares_of(draft, verify, overhead)
+    return time_shares_of(draft, verify, overhead, sum(r.times.state_s or 0.0 for r in rows))
 
 
 def position_counts(rows: list[RunRow]) -> tuple[list[int], int]:

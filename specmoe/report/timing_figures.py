@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from matplotlib.axes import Axes
 
-from specmoe.metrics import DECODE_PARTS
+from specmoe.metrics import DECODE_PARTS, decode_parts
 from specmoe.report.arm_times import ArmTiming, arm_timings
 from specmoe.report.explain_figures import TIME_COLORS
 from specmoe.report.figures import RUNS, Drawn, Omitted, Outcome, error_bars, interval_note, new_figure
@@ -38,7 +38,9 @@ def largest_parts(timings: Sequence[ArmTiming]) -> dict[str, int]:
     for t in timings:
         if t.arm == "sd" and t.per_token_ms:
             split = t.per_token_ms
-            counts[max(DECODE_PARTS, key=lambda part: split[part].value)] += 1
+            parts = decode_parts("state" in split)
+            largest = max(parts, key=lambda part: split[part].value)
+            counts[largest] = counts.get(largest, 0) + 1
     return counts
 
 
@@ -53,8 +55,13 @@ def decode_ms_per_token(results: Results, varying: Sequence[str]) -> Outcome:
     ys = np.arange(len(timings))
     left = np.zeros(len(timings))
     alphas = [BASELINE_ALPHA if t.arm == "baseline" else 1.0 for t in timings]
-    for part in DECODE_PARTS:
-        widths = np.array([t.per_token_ms[part].value if t.per_token_ms else 0.0 for t in timings])
+    for part in decode_parts(any("state" in (t.per_token_ms or {}) for t in timings)):
+        widths = np.array(
+            [
+                t.per_token_ms[part].value if t.per_token_ms and part in t.per_token_ms else 0.0
+                for t in timings
+            ]
+        )
         colors = [(TIME_COLORS[part], a) for a in alphas]
         ax.barh(ys, widths, left=left, color=colors, label=part)
         left += widths

@@ -6,9 +6,10 @@ token). One row per configuration, baselines and SD arms alike, in the report's 
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from specmoe.metrics import DECODE_PARTS
+from specmoe.metrics import decode_parts
 from specmoe.report.arm_times import ArmTiming, arm_timings
 from specmoe.report.figures import Omitted
 from specmoe.report.results import Results
@@ -25,7 +26,6 @@ from specmoe.report.tables import (
     shown_axes,
 )
 
-SPLIT_PARTS = (*DECODE_PARTS, "decode")  # the split's columns: its parts, then their sum
 NO_LOCAL_RUNS = "no local runs (server runs time neither the per-round parts nor a local prompt phase)"
 INTERVAL_NOTE = (
     "Intervals over the arm's runs (one prompt batch in one repeat each): a t-interval at the level "
@@ -38,23 +38,34 @@ def decode_split_table(results: Results) -> Table | Omitted:
     timings = [t for t in arm_timings(results.rows) if t.per_token_ms is not None or t.no_number]
     if not timings:
         return Omitted(title, NO_LOCAL_RUNS)
-    columns = tuple(f"{part} ms/token [interval] (level, n)" for part in SPLIT_PARTS)
+    # the split's columns: its parts (the state rollback only where spent), then their sum
+    parts = (*decode_parts(any("state" in (t.per_token_ms or {}) for t in timings)), "decode")
+    columns = tuple(f"{part} ms/token [interval] (level, n)" for part in parts)
     caption = (
         "Milliseconds of decode per output token, split into drafting, verifying and host overhead "
         "(Σ part seconds ÷ Σ emitted tokens over the configuration's runs, metrics.decode_split_per_token); "
         "the decode column is their sum, the reciprocal of the arm's pooled decode tokens/s. A baseline "
-        "has no drafter: its draft part is zero. " + INTERVAL_NOTE + NOISY_NOTE
+        "has no drafter: its draft part is zero. "
+        + ("The state column is hybrid models' linear-attention state rollback. " if "state" in parts else "")
+        + INTERVAL_NOTE
+        + NOISY_NOTE
     )
-    empty = no_number_fields(*(f"{part}_ms" for part in SPLIT_PARTS))
-    return _arm_table("decode_ms_per_token", title, caption, timings, columns, _split_values, empty)
+    empty = no_number_fields(*(f"{part}_ms" for part in parts))
+    values = partial(_split_values, parts)
+    return _arm_table("decode_ms_per_token", title, caption, timings, columns, values, empty)
 
 
-def _split_values(t: ArmTiming) -> tuple[tuple[str, ...], dict[str, Any]]:
+def _split_values(parts: tuple[str, ...], t: ArmTiming) -> tuple[tuple[str, ...], dict[str, Any]]:
     split = t.per_token_ms or {}
+    zero = split["draft"].scaled(0.0) if "draft" in split else None  # a dense arm among hybrid ones
+
+    def part_of(part: str):
+        return split.get(part, zero)
+
     cells = tuple(
-        "–" if t.arm == "baseline" and part == "draft" else split[part].format(3) for part in SPLIT_PARTS
+        "–" if t.arm == "baseline" and part == "draft" else part_of(part).format(3) for part in parts
     )
-    fields = {k: v for part in SPLIT_PARTS for k, v in interval_fields(f"{part}_ms", split[part]).items()}
+    fields = {k: v for part in parts for k, v in interval_fields(f"{part}_ms", part_of(part)).items()}
     return cells, fields
 
 

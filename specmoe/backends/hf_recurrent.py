@@ -1,0 +1,303 @@
+"""Rolling back the linear-attention state of hybrid transformers models (Qwen3-Next, Qwen3.5).
+
+Shape legend: B batch rows (the static backend's padded S rows included), t tokens in one block,
+N logged positions (capacity), H hidden size, C conv channels, K conv kernel, Hv value heads,
+Dk / Dv key / value head dims.
+
+Three of every four layers of these models are gated-DeltaNet linear attention. Such a layer keeps no
+keys and values: it folds every token it sees into a recurrent state [B, Hv, Dk, Dv] and a short
+convolution window [B, C, K]. Masking a rejected draft token's KV slots (the backends' rollback)
+therefore leaves it inside these states, and every later token is computed from a wrong past.
+
+The method here, a per-layer re-advance:
+
+- *checkpoint*: after prefill and after every rollback, each linear layer's conv and recurrent
+  state is copied aside, with each row's cached length;
+- *log*: every later forward records each linear layer's input (its hidden states after the
+  layer's input norm, [B, t, H]) into a static buffer [B, N, H] at the log position;
+- *rollback*: a row that keeps every logged token keeps its state as it is. A row that keeps k of
+  the T logged tokens (k < T) gets its checkpointed state back and is advanced through its first
+  k logged inputs by the layer's own forward (rows that keep the same k go together). Then the
+  checkpoint moves to the new state and the log empties.
+
+Exact: in a causal model a layer's input at position j depends on tokens up to j only, and the
+kept tokens are a prefix of the logged ones, so the re-advanced state is the state the layer would
+hold had it seen only the kept tokens (tests/test_hybrid.py checks SD against plain decoding in
+float64, token for token). The layers are independent given their logged inputs, so each is
+re-advanced alone: no attention layer, MLP or expert runs again.
+
+Cost (`seconds`, reported per round as the engine's `state_s`): one copy of every linear layer's
+state per rollback, plus, for rows that rejected drafts, those layers' projections, convolution
+and delta rule over the kept tokens. For comparison, vLLM and SGLang keep the per-position states
+their verify kernels compute and pick each row's (no recompute, γ + 1 states of memory per row);
+llama.cpp checkpoints a sequence's recurrent state and decodes the kept tokens again through the
+whole model (`llamacpp.py`).
+
+Only mixers whose cache calls have been checked are accepted (`LINEAR_MIXERS`); any other cache
+layer that cannot drop a suffix is refused when the model loads (`cache_layout`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from specmoe.errors import SpecmoeError
+
+# Gated-DeltaNet mixers whose transformers forward reads and writes its state only through the
+# cache calls `_RowStates` answers; each is covered by tests/test_hybrid.py.
+LINEAR_MIXERS = frozenset({"Qwen3NextGatedDeltaNet", "Qwen3_5GatedDeltaNet", "Qwen3_5MoeGatedDeltaNet"})
+SUPPORTED_HYBRIDS = "qwen3_next, qwen3_5, qwen3_5_moe"
+LOG_CAPACITY = 64  # logged positions; a longer run of forwards without a rollback moves the checkpoint
+
+# transformers cache layer classes -> what they are, for the refusal line.
+_LAYER_KINDS = {
+    "DynamicSlidingWindowLayer": "sliding-window attention (old keys are dropped by position)",
+    "StaticSlidingWindowLayer": "sliding-window attention (old keys are dropped by position)",
+    "LinearAttentionLayer": "a recurrent or convolution state",
+    "LinearAttentionAndFullAttentionLayer": "a recurrent state beside attention",
+    "LinearAttentionAndSlidingWindowAttentionLayer": "a recurrent state beside sliding-window attention",
+    "DynamicIndexedLayer": "an indexed sparse-attention cache",
+    "DummyLayer": "a shared or absent cache",
+}
+
+
+@dataclass(frozen=True)
+class CacheLayout:
+    """Which decoder layers keep keys and values, and which keep a linear-attention state."""
+
+    kv_layers: tuple[int, ...]
+    linear_layers: tuple[int, ...]
+
+    @property
+    def is_hybrid(self) -> bool:
+        return bool(self.linear_layers)
+
+
+def cache_layout(model, name: str) -> CacheLayout:
+    """The model's cache layout, or a one-line refusal when some layer's cache cannot drop a
+    rejected suffix: SD on it would be silently wrong, so it never runs."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
+
+    model_type = getattr(model.config, "model_type", "?")
+    fix = f"use a transformer or a supported hybrid ({SUPPORTED_HYBRIDS}), or its GGUF through llama.cpp"
+    if "past_key_values" not in inspect.signature(model.forward).parameters:
+        raise SpecmoeError(
+            f"'{name}' is a {model_type} model, which keeps its past outside transformers' Cache; specmoe "
+            f"cannot drop rejected draft tokens from it, so it is refused (SD would be silently wrong); {fix}"
+        )
+    mixers = {m.layer_idx: m for m in model.modules() if type(m).__name__ in LINEAR_MIXERS}
+    kv, linear = [], []
+    for index, layer in enumerate(DynamicCache(config=model.config).layers):
+        if type(layer) is DynamicLayer:
+            kv.append(index)
+        elif type(layer) is LinearAttentionLayer and index in mixers:
+            linear.append(index)
+        else:
+            kind = _LAYER_KINDS.get(type(layer).__name__, type(layer).__name__)
+            raise SpecmoeError(
+                f"'{name}' is a {model_type} model whose layer {index} keeps {kind}, which specmoe's "
+                f"transformers backend cannot roll back; it is refused (SD would be silently wrong); {fix}"
+            )
+    return CacheLayout(tuple(kv), tuple(linear))
+
+
+class _RowStates:
+    """One linear layer's conv and recurrent state for some rows, answering the cache calls a
+    gated-DeltaNet forward makes (transformers' linear-attention `Cache` methods)."""
+
+    def __init__(self, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
+        self.conv = conv  # [b, C, K]
+        self.recurrent = recurrent  # [b, Hv, Dk, Dv]
+
+    def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor:
+        return self.conv
+
+    def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor:
+        return self.recurrent
+
+    def is_recording_past(self, layer_idx: int) -> bool:
+        return False
+
+    def has_previous_state(self, layer_idx: int | None = None, state_idx: int | None = None) -> bool:
+        return True
+
+    def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, **kwargs) -> torch.Tensor:
+        full = torch.cat([self.conv, conv_states], dim=-1)  # [b, C, K + t]: the causal conv's left context
+        self.conv = full[..., -self.conv.shape[-1] :]
+        return full
+
+    def update_recurrent_state(
+        self, recurrent_states: torch.Tensor, layer_idx: int, **kwargs
+    ) -> torch.Tensor:
+        self.recurrent = recurrent_states
+        return recurrent_states
+
+
+class LinearStates:
+    """The linear layers' states of one batch in a transformers cache, with a checkpoint and a log
+    of layer inputs that let any row go back to any length since the checkpoint."""
+
+    def __init__(self, model, layout: CacheLayout, capacity: int = LOG_CAPACITY) -> None:
+        self._mixers = {m.layer_idx: m for m in model.modules() if type(m).__name__ in LINEAR_MIXERS}
+        self.layers = self._layers = layout.linear_layers
+        self._hidden = int(model.config.get_text_config().hidden_size)
+        self._dtype = next(model.parameters()).dtype
+        self.capacity = capacity
+        self.seconds = 0.0  # checkpoint copies and re-advances, summed over the backend's life
+        self._recording = False
+        self._cache = None
+        self._log: dict[int, torch.Tensor] = {}  # layer -> [B, N, H] inputs since the checkpoint
+        self._saved: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # layer -> conv, recurrent
+        self._logged = 0  # positions logged since the checkpoint (every row feeds the same t)
+        self._position: torch.Tensor | None = None  # [] the log position, read inside compiled graphs
+        self._steps: torch.Tensor | None = None  # [N] 0..N-1
+        for index in self._layers:
+            self._mixers[index].register_forward_pre_hook(self._record, with_kwargs=True)
+
+    # -- the batch's lifecycle ------------------------------------------------------------------
+    def end(self) -> None:
+        """The batch is over: a new prompt block is about to be prefilled, and not logged."""
+        self._recording = False
+
+    def begin(self, cache, rows: int, device: torch.device, static: bool = False) -> None:
+        """A new batch was prefilled into `cache`: checkpoint its states and start logging."""
+        self._cache = cache
+        self._log = {
+            i: torch.zeros(rows, self.capacity, self._hidden, dtype=self._dtype, device=device)
+            for i in self._layers
+        }
+        self._position = torch.zeros((), dtype=torch.long, device=device)
+        self._steps = torch.arange(self.capacity, device=device)
+        if static:  # graphs write the log in place; a CUDA graph needs their addresses fixed
+            for buffer in (*self._log.values(), self._position):
+                torch._dynamo.mark_static_address(buffer)
+        for index in self._layers:
+            self._zero_if_unset(index, rows, device)
+            cache.layers[index].has_previous_state[0] = True
+        self.checkpoint()
+        self._recording = True
+
+    def rebind(self, cache) -> None:
+        """The static backend moved these layers' state objects into a larger cache."""
+        self._cache = cache
+
+    def reserve(self, t: int) -> None:
+        """Make room to log t more positions; past the capacity the checkpoint moves to the current
+        state, so no rollback may reach back before it (plain decoding never rolls back)."""
+        if self._logged + t > self.capacity:
+            if t > self.capacity:
+                raise SpecmoeError(
+                    f"a block of {t} tokens is wider than the hybrid rollback log ({self.capacity}); "
+                    f"use gamma below {self.capacity}"
+                )
+            self.checkpoint()
+
+    def advanced(self, t: int) -> None:
+        """t positions were fed (and logged) for every row."""
+        self._logged += t
+        self._position.fill_(self._logged)
+
+    def checkpoint(self) -> None:
+        """The current states become the checkpoint; the log empties."""
+        start = self._clock()
+        self._saved = {i: tuple(s.clone() for s in self._states(i)) for i in self._layers}
+        self._logged = 0
+        if self._position is not None:
+            self._position.fill_(0)
+        self._stop(start)
+
+    def rollback(self, drop: Sequence[int]) -> None:
+        """Row r forgets its last drop[r] fed positions (at most those logged since the checkpoint);
+        rows past len(drop) are the static batch's padding and are left alone."""
+        start = self._clock()
+        groups: dict[int, list[int]] = {}  # kept positions -> rows
+        for row, dropped in enumerate(drop):
+            if not 0 <= dropped <= self._logged:
+                raise RuntimeError(
+                    f"hybrid rollback of {dropped} positions in row {row}, "
+                    f"{self._logged} logged since the checkpoint"
+                )
+            if dropped:
+                groups.setdefault(self._logged - dropped, []).append(row)
+        self._recording = False  # the mixers' own forwards below must not log
+        try:
+            for k, rows in groups.items():
+                self._readvance(torch.as_tensor(rows, device=self._position.device), k)
+        finally:
+            self._recording = True
+        self._stop(start)
+        self.checkpoint()
+
+    def retain(self, index: torch.Tensor, in_place: bool) -> None:
+        """Keep these rows (index [b]) of the states, the checkpoint and the log. in_place writes the
+        kept rows over the first b rows, keeping each tensor's address (the static cache)."""
+
+        def take(x: torch.Tensor) -> torch.Tensor:
+            return x.copy_(x[index]) if in_place else x[index]
+
+        for i in self._layers:
+            conv, recurrent = self._states(i)
+            layer = self._cache.layers[i]
+            layer.conv_states[0], layer.recurrent_states[0] = take(conv), take(recurrent)
+            self._saved[i] = tuple(take(s) for s in self._saved[i])
+            self._log[i] = take(self._log[i])
+
+    def snapshot(self) -> dict[int, tuple[torch.Tensor, torch.Tensor]]:
+        """A copy of the current states (the compiled path's warm-up calls write into them)."""
+        return {i: tuple(s.clone() for s in self._states(i)) for i in self._layers}
+
+    def restore(self, states: dict[int, tuple[torch.Tensor, torch.Tensor]]) -> None:
+        for i, (conv, recurrent) in states.items():
+            now_conv, now_recurrent = self._states(i)
+            now_conv.copy_(conv)
+            now_recurrent.copy_(recurrent)
+
+    # -- internals ------------------------------------------------------------------------------
+    def _zero_if_unset(self, index: int, rows: int, device: torch.device) -> None:
+        """Give a layer that saw no token yet (every prompt was one token long, so prefill fed
+        nothing) zero states, which `begin` marks as a previous state. A zero state is exactly no
+        state: the causal conv pads with zeros and the delta rule starts from zeros."""
+        layer, mixer = self._cache.layers[index], self._mixers[index]
+        if layer.is_recurrent_states_initialized[0]:
+            return
+        conv = torch.zeros(rows, mixer.conv_dim, mixer.conv_kernel_size, dtype=self._dtype, device=device)
+        # transformers' delta rules keep the state in float32 whatever the model's dtype
+        shape = (rows, mixer.num_v_heads, mixer.head_k_dim, mixer.head_v_dim)
+        layer.lazy_initialization(conv_states=conv, recurrent_states=torch.zeros(shape, device=device))
+
+    def _states(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        layer = self._cache.layers[index]
+        return layer.conv_states[0], layer.recurrent_states[0]  # [B, C, K], [B, Hv, Dk, Dv]
+
+    def _record(self, module, args, kwargs) -> None:
+        """Forward pre-hook of a linear mixer: log its input block at the log position."""
+        if not self._recording:
+            return
+        hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]  # [B, t, H]
+        slots = self._position + self._steps[: hidden.shape[1]]  # [t]
+        self._log[module.layer_idx].index_copy_(1, slots, hidden.to(self._dtype))
+
+    def _readvance(self, rows: torch.Tensor, k: int) -> None:
+        """Rows (index [b]) go back to the checkpoint and through their first k logged inputs."""
+        for i in self._layers:
+            conv, recurrent = self._states(i)
+            saved_conv, saved_recurrent = self._saved[i]
+            view = _RowStates(saved_conv[rows].clone(), saved_recurrent[rows].clone())
+            if k:
+                self._mixers[i](hidden_states=self._log[i][rows, :k], cache_params=view, attention_mask=None)
+            conv[rows] = view.conv.to(conv.dtype)
+            recurrent[rows] = view.recurrent.to(recurrent.dtype)
+
+    def _clock(self) -> float:
+        if self._position is not None and self._position.device.type == "cuda":
+            torch.cuda.synchronize(self._position.device)
+        return time.perf_counter()
+
+    def _stop(self, start: float) -> None:
+        self.seconds += self._clock() - start

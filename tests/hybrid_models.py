@@ -1,0 +1,61 @@
+"""Tiny random hybrid (gated-DeltaNet + attention) models for the lossless tests, built from their
+transformers configs in float64: Qwen3.5-MoE, Qwen3-Next and dense Qwen3.5.
+
+A draft that sometimes disagrees with its target is the target with noise added to every weight:
+the same architecture, so a hybrid draft rolls back too, and the noise sets how often it agrees."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+VOCAB = 96
+_COMMON = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    max_position_embeddings=256,
+    tie_word_embeddings=False,
+    linear_num_key_heads=2,
+    linear_num_value_heads=4,
+    linear_key_head_dim=8,
+    linear_value_head_dim=8,
+    linear_conv_kernel_dim=4,
+)
+# three linear-attention layers to one full-attention layer, as in Qwen3.5-35B-A3B and Qwen3-Next
+LAYER_TYPES = ["linear_attention"] * 3 + ["full_attention"]
+_MOE = dict(
+    num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=16
+)
+
+
+def hybrid_config(family: str):
+    import transformers as tf
+
+    layers = dict(num_hidden_layers=len(LAYER_TYPES), layer_types=LAYER_TYPES)
+    if family == "qwen3_5_moe":
+        return tf.Qwen3_5MoeTextConfig(**_MOE, **layers, **_COMMON)
+    if family == "qwen3_next":
+        return tf.Qwen3NextConfig(intermediate_size=48, **_MOE, **layers, **_COMMON)
+    if family == "qwen3_5":
+        return tf.Qwen3_5TextConfig(intermediate_size=48, **layers, **_COMMON)
+    raise ValueError(family)
+
+
+def save_hybrid(family: str, path: Path, noise: float = 0.0, seed: int = 0) -> Path:
+    """A random model of the family (seeded); noise > 0 perturbs it into a draft of the seed-0 one."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(hybrid_config(family))
+    weights, perturbation = torch.Generator().manual_seed(0), torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() > 1:  # matrices; norms, decays and biases keep transformers' init
+                param.normal_(std=1.0 if "embed" in name else 0.3, generator=weights)
+                param.add_(noise * torch.randn(param.shape, generator=perturbation))
+    model.save_pretrained(path)
+    return path
