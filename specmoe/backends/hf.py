@@ -256,8 +256,6 @@ class HFBackend:
         batch = len(prompts)
         width = max((len(p) for p in prompts), default=0)
         self._cache = self._new_cache()
-        if self._linear is not None:
-            self._linear.end()
         ids = torch.zeros(batch, width, dtype=torch.long)  # [B, L] left-padded; pad ids are never seen
         valid = torch.zeros(batch, width, dtype=torch.bool)  # [B, L]
         for row, prompt in enumerate(prompts):

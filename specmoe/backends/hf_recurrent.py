@@ -161,10 +161,6 @@ class LinearStates:
             self._mixers[index].register_forward_pre_hook(self._record, with_kwargs=True)
 
     # -- the batch's lifecycle ------------------------------------------------------------------
-    def end(self) -> None:
-        """The batch is over: a new prompt block is about to be prefilled, and not logged."""
-        self._recording = False
-
     def begin(self, cache, rows: int, device: torch.device, static: bool = False) -> None:
         """A new batch was prefilled into `cache`: checkpoint its states and start logging."""
         self._cache = cache
@@ -181,15 +177,16 @@ class LinearStates:
             self._zero_if_unset(index, rows, device)
             cache.layers[index].has_previous_state[0] = True
         self.checkpoint()
-        self._recording = True
 
     def rebind(self, cache) -> None:
         """The static backend moved these layers' state objects into a larger cache."""
         self._cache = cache
 
     def reserve(self, t: int) -> None:
-        """Make room to log t more positions; past the capacity the checkpoint moves to the current
-        state, so no rollback may reach back before it (plain decoding never rolls back)."""
+        """A forward of t positions per row follows: log it. Past the capacity the checkpoint moves
+        to the current state, so no rollback may reach back before it (plain decoding never rolls
+        back). Only this backend's own forwards log: another backend may share the model."""
+        self._recording = True
         if self._logged + t > self.capacity:
             if t > self.capacity:
                 raise SpecmoeError(
@@ -200,6 +197,7 @@ class LinearStates:
 
     def advanced(self, t: int) -> None:
         """t positions were fed (and logged) for every row."""
+        self._recording = False
         self._logged += t
         self._position.fill_(self._logged)
 
@@ -225,12 +223,8 @@ class LinearStates:
                 )
             if dropped:
                 groups.setdefault(self._logged - dropped, []).append(row)
-        self._recording = False  # the mixers' own forwards below must not log
-        try:
-            for k, rows in groups.items():
-                self._readvance(torch.as_tensor(rows, device=self._position.device), k)
-        finally:
-            self._recording = True
+        for k, rows in groups.items():  # the mixers' own forwards here do not log: not recording
+            self._readvance(torch.as_tensor(rows, device=self._position.device), k)
         self._stop(start)
         self.checkpoint()
 

@@ -145,7 +145,6 @@ class StaticHFBackend:
         self._set_pointer(0)
         padding = None
         if self._linear is not None:
-            self._linear.end()
             for index in self._linear.layers:
                 self._cache.layers[index].reset()  # a reused cache still holds the last batch's states
             padding = self._valid[:, :width]
