@@ -1,6 +1,12 @@
 """Translate a zoo `ModelShape` into the transformers config it is saved and loaded with."""
 
-from transformers import PretrainedConfig, Qwen3Config, Qwen3MoeConfig
+from transformers import (
+    PretrainedConfig,
+    Qwen3_5MoeTextConfig,
+    Qwen3_5TextConfig,
+    Qwen3Config,
+    Qwen3MoeConfig,
+)
 
 from specmoe.zoo.presets import ModelShape, ZooPreset
 from specmoe.zoo.tokenizer import EOS_TOKEN_ID
@@ -28,6 +34,8 @@ def hf_config(shape: ModelShape, preset: ZooPreset) -> PretrainedConfig:
         pad_token_id=EOS_TOKEN_ID,
         dtype="bfloat16",
     )
+    if shape.is_hybrid:
+        return _hybrid_config(shape, common)
     if not shape.is_moe:
         return Qwen3Config(
             architectures=["Qwen3ForCausalLM"], intermediate_size=shape.intermediate_size, **common
@@ -45,4 +53,33 @@ def hf_config(shape: ModelShape, preset: ZooPreset) -> PretrainedConfig:
         # sweeps do not also change the residual-stream scale.
         norm_topk_prob=True,
         **common,
+    )
+
+
+def _hybrid_config(shape: ModelShape, common: dict) -> PretrainedConfig:
+    """Qwen3.5 (dense) or Qwen3.5-MoE, text only: gated-DeltaNet layers with every n-th layer gated
+    full attention, which rotates a quarter of each head's dimensions as Qwen3.5 does."""
+    linear = shape.linear
+    assert linear is not None
+    hybrid = dict(
+        layer_types=list(shape.layer_types),
+        linear_num_key_heads=linear.key_heads,
+        linear_num_value_heads=linear.value_heads,
+        linear_key_head_dim=linear.head_dim,
+        linear_value_head_dim=linear.head_dim,
+        linear_conv_kernel_dim=linear.conv_kernel,
+        **common,
+    )
+    hybrid["rope_parameters"] = {**common["rope_parameters"], "partial_rotary_factor": 0.25}
+    if not shape.is_moe:
+        return Qwen3_5TextConfig(
+            architectures=["Qwen3_5ForCausalLM"], intermediate_size=shape.intermediate_size, **hybrid
+        )
+    return Qwen3_5MoeTextConfig(
+        architectures=["Qwen3_5MoeForCausalLM"],
+        num_experts=shape.num_experts,
+        num_experts_per_tok=shape.top_k,
+        moe_intermediate_size=shape.moe_intermediate_size,
+        shared_expert_intermediate_size=shape.shared_expert_size,
+        **hybrid,
     )

@@ -86,6 +86,21 @@ def _ones(dims, shape, scales, gen):
     return torch.ones(dims, dtype=torch.float32)
 
 
+def _zeros(dims, shape, scales, gen):
+    return torch.zeros(dims, dtype=torch.float32)
+
+
+def _conv(dims, shape, scales, gen):
+    """A depthwise causal conv [C, 1, K] over unit-scale channels: unit-scale outputs."""
+    return _normal(dims, 1.0 / math.sqrt(dims[-1]), gen)
+
+
+def _a_log(dims, shape, scales, gen):
+    """log A of each value head, A ~ U(0.01, 16) as transformers draws it: decays per token from
+    about 0.99 (long memory) to about 0 (none), so heads keep memories of many lengths."""
+    return (0.01 + 15.99 * torch.rand(dims, generator=gen, dtype=torch.float32)).log()
+
+
 def _reader(dims, shape, scales, gen):
     """Projections of a unit-rms input (q, k, v, gate, up): unit-scale outputs."""
     return _normal(dims, 1.0 / math.sqrt(dims[-1]), gen)
@@ -126,13 +141,31 @@ RULES: dict[str, InitRule] = {
     "mlp.experts.gate_up_proj": _reader,  # [E, 2 * I, H]
     "mlp.experts.down_proj": _mlp_writer,  # [E, H, I]
     "mlp.gate.weight": _router,  # [E, H]
+    # Qwen3.5 / Qwen3.5-MoE (hybrid): gated-DeltaNet layers and the MoE's shared expert
+    "linear_attn.in_proj_qkv.weight": _reader,
+    "linear_attn.in_proj_z.weight": _reader,  # the output gate
+    "linear_attn.in_proj_b.weight": _reader,  # beta = sigmoid(b): the write strength
+    "linear_attn.in_proj_a.weight": _reader,  # the decay's input
+    "linear_attn.conv1d.weight": _conv,
+    "linear_attn.dt_bias": _ones,
+    "linear_attn.A_log": _a_log,
+    "linear_attn.norm.weight": _ones,  # a plain gated RMSNorm
+    "linear_attn.out_proj.weight": _mlp_writer,  # reads norm(x) * silu(z), like a SwiGLU hidden
+    "mlp.shared_expert.gate_proj.weight": _reader,
+    "mlp.shared_expert.up_proj.weight": _reader,
+    "mlp.shared_expert.down_proj.weight": _mlp_writer,
+    "mlp.shared_expert_gate.weight": _reader,  # sigmoid(unit scale): about half the shared output
 }
+# Qwen3.5's RMSNorms scale by (1 + weight): their neutral weight is zero.
+ZERO_CENTERED_NORMS = ("layernorm.weight", "q_norm.weight", "k_norm.weight", "model.norm.weight")
 
 
-def rule_for(param_name: str) -> InitRule:
+def rule_for(param_name: str, shape: ModelShape | None = None) -> InitRule:
     matches = [suffix for suffix in RULES if param_name.endswith(suffix)]
     if len(matches) != 1:
         raise KeyError(f"no unique init rule for parameter '{param_name}' (matches: {matches})")
+    if shape is not None and shape.is_hybrid and matches[0] in ZERO_CENTERED_NORMS:
+        return _zeros
     return RULES[matches[0]]
 
 
@@ -145,7 +178,7 @@ def init_tensor(
 ) -> torch.Tensor:
     """One parameter, float32, from its own generator: the same arguments give the same bits."""
     generator = torch.Generator().manual_seed(tensor_seed(seed, shape.name, param_name))
-    return rule_for(param_name)(dims, shape, scales, generator)
+    return rule_for(param_name, shape)(dims, shape, scales, generator)
 
 
 def init_weights(

@@ -9,6 +9,11 @@ bf16, big enough for its expert weights to dominate memory traffic on real hardw
 
 `trained` has tiny's shapes, trained on text instead of left random (`TrainingPlan`, and
 `specmoe.zoo.train`): its drafts agree with its targets the way a real family's do.
+
+`hybrid` (random) and `hybrid-trained` are the study's own architecture at tiny scale: Qwen3.5's
+hybrid layers (three gated-DeltaNet linear-attention layers to one gated full-attention layer), a
+Qwen3.5-MoE target with a shared expert and many small routed experts, and dense Qwen3.5 drafts
+with the 2B's and the 0.8B's share of the target's active size.
 """
 
 from dataclasses import dataclass, replace
@@ -36,11 +41,25 @@ RATIO_TOLERANCE = 0.15  # relative
 
 
 @dataclass(frozen=True)
-class ModelShape:
-    """One decoder-only model: Qwen3 (dense) when num_experts == 0, else Qwen3-MoE.
+class LinearAttention:
+    """The gated-DeltaNet layers of a hybrid (Qwen3.5) model: key and value heads of one head size,
+    and the short causal convolution in front of them."""
 
-    Every MoE layer is sparse (no dense or shared-expert layers); `intermediate_size` is the dense
-    MLP width and is unused by MoE models.
+    key_heads: int
+    value_heads: int
+    head_dim: int
+    conv_kernel: int = 4
+    full_attention_interval: int = 4  # every n-th layer is full attention, the others linear
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """One decoder-only model: Qwen3 (dense) when num_experts == 0, else Qwen3-MoE; with
+    `linear` set, the hybrid Qwen3.5 (dense) or Qwen3.5-MoE.
+
+    Every MoE layer is sparse (no dense layers); a Qwen3.5-MoE layer adds one shared expert of
+    width `shared_expert_size` that every token uses. `intermediate_size` is the dense MLP width
+    and is unused by MoE models.
     """
 
     name: str
@@ -53,15 +72,31 @@ class ModelShape:
     num_experts: int = 0
     top_k: int = 0
     moe_intermediate_size: int = 0
+    shared_expert_size: int = 0
+    linear: LinearAttention | None = None
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
     @property
+    def is_hybrid(self) -> bool:
+        return self.linear is not None
+
+    @property
     def model_type(self) -> str:
         """The transformers `model_type` this shape is built as."""
+        if self.is_hybrid:
+            return "qwen3_5_moe_text" if self.is_moe else "qwen3_5_text"
         return "qwen3_moe" if self.is_moe else "qwen3"
+
+    @property
+    def layer_types(self) -> tuple[str, ...]:
+        """Each layer's token mixer: "linear_attention" or "full_attention"."""
+        every = self.linear.full_attention_interval if self.linear else 1
+        return tuple(
+            "full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(self.num_layers)
+        )
 
 
 @dataclass(frozen=True)
@@ -180,7 +215,46 @@ BENCH = ZooPreset(
 # tokens per model) is set so the whole family trains in under five minutes on one CPU core.
 TRAINED = ZooPreset(name="trained", models=TINY.models, training=TrainingPlan(steps=300))
 
-PRESETS: dict[str, ZooPreset] = {preset.name: preset for preset in (TINY, BENCH, TRAINED)}
+
+def _hybrid_dense(name: str, hidden: int, layers: int, linear: LinearAttention) -> ModelShape:
+    # Qwen3.5's attention layers: 4 query heads, 1 KV head of 16 here; MLP width 3x hidden.
+    return ModelShape(name, hidden, layers, 4, 1, 16, intermediate_size=3 * hidden, linear=linear)
+
+
+# Qwen3.5-35B-A3B at tiny scale. The study describes 2 routed experts of 128 (K/E = 1/64) beside a
+# shared expert three times an expert's width; at 64 experts that ratio would be top-1 routing, a
+# different router, so the target keeps top-2 of 64 (1/32) and the 3:1 shared/routed width.
+# Total/active ~10 and the drafts' active shares (0.67, 0.27) are the other presets' RATIO_TARGETS.
+_LINEAR = LinearAttention(key_heads=2, value_heads=4, head_dim=16)
+HYBRID = ZooPreset(
+    name="hybrid",
+    models=(
+        ModelShape(
+            MOE,
+            64,
+            4,
+            4,
+            1,
+            16,
+            num_experts=64,
+            top_k=2,
+            moe_intermediate_size=256,
+            shared_expert_size=768,
+            linear=_LINEAR,
+        ),
+        _hybrid_dense("draft-s", 104, 4, _LINEAR),
+        _hybrid_dense("draft-xs", 56, 4, LinearAttention(key_heads=1, value_heads=2, head_dim=16)),
+    ),
+)
+HYBRID_TRAINED = ZooPreset(
+    name="hybrid-trained",
+    models=HYBRID.models,
+    training=TrainingPlan(steps=300, drafts=("draft-s", "draft-xs")),
+)
+
+PRESETS: dict[str, ZooPreset] = {
+    preset.name: preset for preset in (TINY, BENCH, TRAINED, HYBRID, HYBRID_TRAINED)
+}
 
 
 def get_preset(
