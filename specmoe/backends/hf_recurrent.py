@@ -150,6 +150,7 @@ class LinearStates:
         self._dtype = next(model.parameters()).dtype
         self.capacity = capacity
         self.seconds = 0.0  # checkpoint copies and re-advances, summed over the backend's life
+        self.readvance_s = 0.0  # of which re-advancing rows (the rest is copying states)
         self._recording = False
         self._cache = None
         self._log: dict[int, torch.Tensor] = {}  # layer -> [B, N, H] inputs since the checkpoint
@@ -225,7 +226,7 @@ class LinearStates:
                 groups.setdefault(self._logged - dropped, []).append(row)
         for k, rows in groups.items():  # the mixers' own forwards here do not log: not recording
             self._readvance(torch.as_tensor(rows, device=self._position.device), k)
-        self._stop(start)
+        self.readvance_s += self._stop(start)
         self.checkpoint()
 
     def retain(self, index: torch.Tensor, in_place: bool) -> None:
@@ -293,5 +294,7 @@ class LinearStates:
             torch.cuda.synchronize(self._position.device)
         return time.perf_counter()
 
-    def _stop(self, start: float) -> None:
-        self.seconds += self._clock() - start
+    def _stop(self, start: float) -> float:
+        elapsed = self._clock() - start
+        self.seconds += elapsed
+        return elapsed

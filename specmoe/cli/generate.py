@@ -102,6 +102,11 @@ def format_report(report: dict) -> str:
     )
     if stats.get("compile_s"):
         lines.append(f"compiling took {stats['compile_s']:.1f} s, not counted in decode time")
+    if stats.get("state_s"):
+        share = stats["state_s"] / stats["decode_s"] if stats["decode_s"] > 0 else 0.0
+        lines.append(
+            f"rolling back linear-attention state took {stats['state_s']:.3f} s ({share:.0%} of decode)"
+        )
     for item in report.get("divergences", []):
         lines.append(
             f"sequence {item['sequence']} differs from plain decoding at generated token {item['position']}; "

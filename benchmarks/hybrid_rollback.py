@@ -1,0 +1,135 @@
+"""What rolling back linear-attention state costs a hybrid SD round, on the hybrid-trained zoo.
+
+For each (draft, γ, B): plain decoding and SD alternate over `--repeats` paired units (one prompt
+batch each, the same prompts in both arms), and every SD round's time splits into draft, verify,
+state rollback and bookkeeping (`engine.records.RoundRecord`). The state part splits further into
+copying the checkpoint and re-advancing rows that rejected drafts (`backends.hf_recurrent`).
+
+    python benchmarks/hybrid_rollback.py --out docs/results/cpu/hybrid/rollback.json
+
+Not part of the package: it measures it. The shares are of this CPU and of transformers' PyTorch
+fallback of the gated delta rule (no flash-linear-attention kernels on a CPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+from pathlib import Path
+
+import torch
+
+from specmoe.api import load_model, load_tokenizer
+from specmoe.engine.decode import DecodeConfig, decode
+from specmoe.engine.drafters import ModelDrafter
+from specmoe.metrics import acceptance_rate, decode_tokens_per_s, totals
+from specmoe.prompts import load_prompt_set
+from specmoe.stats import ratio_of_means
+from specmoe.zoo import build_zoo
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--zoo", type=Path, help="a built hybrid-trained zoo (default: build or reuse the cache)"
+    )
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--drafts", nargs="+", default=["draft-xs", "draft-s"])
+    parser.add_argument("--gammas", nargs="+", type=int, default=[4, 8])
+    parser.add_argument("--batches", nargs="+", type=int, default=[1, 4])
+    parser.add_argument("--repeats", type=int, default=6)
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--dtype", default="float32")
+    args = parser.parse_args()
+    torch.set_num_threads(1)  # one core measures; the other is left to the machine
+    zoo = args.zoo or build_zoo("hybrid-trained")
+    tokenizer = load_tokenizer(zoo / "moe")
+    prompts = [tokenizer.encode(p) for p in load_prompt_set("factual") + load_prompt_set("code")]
+    target = load_model(zoo / "moe", dtype=args.dtype)
+    cells = []
+    for draft_name in args.drafts:
+        draft = load_model(zoo / draft_name, dtype=args.dtype)
+        for gamma in args.gammas:
+            for batch in args.batches:
+                cells.append(measure(target, draft, draft_name, prompts, gamma, batch, args))
+                print(row_text(cells[-1]), flush=True)
+    record = {
+        "cpu": platform.processor() or platform.machine(),
+        "torch_threads": 1,
+        "dtype": args.dtype,
+        "tokens": args.tokens,
+        "repeats": args.repeats,
+        "cells": cells,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def measure(target, draft, draft_name: str, prompts, gamma: int, batch: int, args) -> dict:
+    config = DecodeConfig(max_new_tokens=args.tokens, gamma=gamma, ignore_eos=True)
+    drafter = ModelDrafter(draft)
+    decode(target, prompts[:batch], config, drafter)  # warm-up, untimed
+    plain_tps, sd_tps, parts, copies, readvances, counts = [], [], [], [], [], []
+    for unit in range(args.repeats):
+        chosen = [prompts[(unit * batch + i) % len(prompts)] for i in range(batch)]
+        base = decode(target, chosen, config)
+        plain_tps.append(decode_tokens_per_s(totals(base).emitted, base.decode_s))
+        before = _rollback_split(target, draft)
+        sd = decode(target, chosen, config, drafter)
+        after = _rollback_split(target, draft)
+        sd_tps.append(decode_tokens_per_s(totals(sd).emitted, sd.decode_s))
+        parts.append(
+            {
+                "draft": sum(r.draft_s for r in sd.rounds),
+                "verify": sum(r.verify_s for r in sd.rounds),
+                "state": sum(r.state_s for r in sd.rounds),
+                "overhead": sum(r.overhead_s for r in sd.rounds),
+                "rounds": len(sd.rounds),
+                "plain_step": base.decode_s / len(base.rounds),
+            }
+        )
+        copies.append(after[0] - before[0])
+        readvances.append(after[1] - before[1])
+        counts.append(totals(sd))
+    total = {key: sum(p[key] for p in parts) for key in ("draft", "verify", "state", "overhead")}
+    decode_s = sum(total.values())
+    speedup = ratio_of_means(sd_tps, plain_tps)
+    rounds = sum(p["rounds"] for p in parts)
+    plain_step = statistics.median(p["plain_step"] for p in parts)
+    return {
+        "draft": draft_name,
+        "gamma": gamma,
+        "batch": batch,
+        "units": args.repeats,
+        "acceptance": acceptance_rate(sum(c.accepted for c in counts), sum(c.drafted for c in counts)),
+        "speedup": {"value": speedup.value, "low": speedup.low, "high": speedup.high, "level": speedup.level},
+        "shares": {key: seconds / decode_s for key, seconds in total.items()},
+        "state_ms_per_round": 1000 * total["state"] / rounds,
+        "state_in_plain_steps": total["state"] / rounds / plain_step,
+        "state_copy_share": sum(copies) / max(sum(copies) + sum(readvances), 1e-12),
+    }
+
+
+def _rollback_split(target, draft) -> tuple[float, float]:
+    """(copy seconds, re-advance seconds) spent so far by both models' linear-attention states."""
+    states = [m._linear for m in (target, draft) if getattr(m, "_linear", None) is not None]
+    readvance = sum(s.readvance_s for s in states)
+    return sum(s.seconds for s in states) - readvance, readvance
+
+
+def row_text(cell: dict) -> str:
+    s, shares = cell["speedup"], cell["shares"]
+    level = f"{s['level']:.0%}" if s["level"] else "range"
+    return (
+        f"{cell['draft']:>8} γ={cell['gamma']:<2} B={cell['batch']:<2} acceptance {cell['acceptance']:.0%}  "
+        f"speedup {s['value']:.2f}× [{s['low']:.2f}, {s['high']:.2f}] ({level}, n={cell['units']})  "
+        f"draft {shares['draft']:.0%} verify {shares['verify']:.0%} state {shares['state']:.0%} "
+        f"overhead {shares['overhead']:.0%}  state {cell['state_ms_per_round']:.2f} ms/round = "
+        f"{cell['state_in_plain_steps']:.2f} plain steps, {cell['state_copy_share']:.0%} of it copying"
+    )
+
+
+if __name__ == "__main__":
+    main()
