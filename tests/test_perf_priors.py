@@ -18,7 +18,7 @@ from specmoe.perf.priors import (
 )
 
 # what a profile holds that is not a number to source: its identity and its own annotations
-_NOT_VALUES = {"name", "description", "device", "sources"}
+_NOT_VALUES = {"name", "description", "device", "sources", "band_basis", "band_rows"}
 
 
 def _set_keys(profile) -> set[str]:
