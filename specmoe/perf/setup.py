@@ -124,6 +124,7 @@ def describe(setup: SDSetup) -> dict:
     return {
         "target": setup.label,
         "drafter": drafter,
+        "method": setup.method.value,
         "engine": setup.engine.name,
         "hardware": setup.hardware.name,
         "devices": setup.hardware.device_count,
