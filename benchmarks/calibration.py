@@ -102,6 +102,21 @@ def accuracy_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) ->
     return lines
 
 
+def in_sample_table(rows: list[Measurement], results: list[Scored]) -> list[str]:
+    lines = [
+        "| rows | scored | median | p80 | worst | within 1.25× | go/no-go right |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for label, ids in _row_sets(rows):
+        s = summary(_only(results, ids))
+        lines.append(
+            f"| {label} | {s['rows']} | {_fmt(s['median_error_factor'])} | {_fmt(s['p80_error_factor'])} | "
+            f"{_fmt(s['worst_error_factor'])} | {s['within_1.25']} | "
+            f"{s['go_no_go_agree']} of {s['go_no_go_decided']} |"
+        )
+    return lines
+
+
 def go_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) -> list[str]:
     """Point estimates on the right side of 1×, on rows measured outside 0.95–1.05."""
     held = {s.row.id for s in by_rule["held out"] if s.predicted is not None}
@@ -229,10 +244,27 @@ def report(rows: list[Measurement], by_rule: dict, engines: dict, fitted: dict, 
         "model has an estimate for; (n) is how many of them the rule covers."
     )
     lines += ["", "## Accuracy: the model held out, beside the baselines", "", *accuracy_table(rows, by_rule)]
+    lines += [
+        "",
+        "## In sample: the shipped profiles on every scored row (a reconstruction, not a forecast)",
+        "",
+    ]
+    lines += in_sample_table(rows, by_rule["in sample"])
     lines += ["", "## Go/no-go: the point estimate on the measured side of 1× (rows outside 0.95–1.05×)", ""]
     lines += go_table(rows, by_rule)
     lines += ["", "## Verdicts held out (each source's band from the other sources' held-out errors)", ""]
     lines += verdict_table(held)
+    misses = [
+        s
+        for s in held
+        if (s.verdict is Verdict.NO_GO and s.row.speedup >= 1.10)
+        or (s.verdict is Verdict.GO and s.row.speedup < 0.95)
+    ]
+    lines += ["", f"Held-out verdicts that contradict the measurement: {len(misses)}"]
+    lines += [
+        f"- {s.row.id}: {s.verdict.value}, predicted {s.predicted:.2f}×, measured {s.row.speedup:.2f}×"
+        for s in misses
+    ]
     lines += [
         "",
         "## Verdicts in sample (the shipped profiles and bands)",
