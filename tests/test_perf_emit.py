@@ -39,6 +39,8 @@ def _advice(method="eagle3", engine="vllm", speedups=((1, 4, 0.9), (4, 3, 1.2), 
 def test_vllm_gets_one_batch_size_table_starting_at_one():
     rows = settings(_advice(speedups=((4, 4, 0.9), (8, 3, 1.2), (32, 2, 1.5))))
     assert vllm_schedule(rows) == [[1, 7, 0], [8, 31, 3], [32, 32, 2]]
+    same = settings(_advice(speedups=((1, 3, 1.2), (4, 3, 1.3), (16, 2, 1.5))))
+    assert vllm_schedule(same) == [[1, 15, 3], [16, 16, 2]]
     text = emit(_advice(), EngineSyntax.VLLM, "tgt", "dft")
     config = json.loads(shlex.split(text.splitlines()[-1])[-1])
     assert config == {

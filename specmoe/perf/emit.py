@@ -131,13 +131,17 @@ def check_engine(syntax: EngineSyntax, engine: str, method: DraftMethod) -> None
 
 
 def vllm_schedule(rows: list[Setting]) -> list[list[int]]:
-    """[first batch, last batch, K] ranges: each asked batch size covers up to the next one; the
-    first starts at 1 as vLLM requires; K = 0 where SD does not pay."""
-    table = []
+    """[first batch, last batch, K] ranges: each asked batch size covers up to the next one, the
+    first from 1 as vLLM requires, neighbours with the same K merged; K = 0 where SD does not pay."""
+    table: list[list[int]] = []
     for i, s in enumerate(rows):
         first = 1 if i == 0 else s.batch
         last = rows[i + 1].batch - 1 if i + 1 < len(rows) else s.batch
-        table.append([first, last, s.gamma or 0])
+        k = s.gamma or 0
+        if table and table[-1][2] == k:  # one range per K: the neighbour with the same K grows
+            table[-1][1] = last
+        else:
+            table.append([first, last, k])
     return table
 
 
