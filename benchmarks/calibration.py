@@ -1,354 +1,342 @@
-"""Score `specmoe advise --config`'s predictions against published SD measurements.
+"""Score `specmoe advise --config`'s predictions against published SD measurements, held out by source.
 
-Every row of docs/results/calibration/published.csv is one measured speedup from a paper or an
-engine's documentation, with the setup it was measured in (target, drafter, weight format, GPU,
-engine, batch size, draft length or tree) and, where the source reports it, the acceptance. Each is
-priced from configs, a hardware file and an engine profile alone, as a user's question would be:
+Every row of docs/results/calibration/published.csv is one measured speedup from a paper, a vendor
+blog, a model card or a docs page, priced from configs, a hardware file and an engine profile alone
+(`specmoe.perf.calibrate`). Three kinds of number come out:
 
-    reported   the source reports the acceptance (τ, rate or α): the prediction uses it
-    anchored   a batch-size sweep that reports no acceptance: the acceptance is the one at which the
-               model reproduces the sweep's smallest batch (its "anchor" row), and the other batch
-               sizes are predicted with it. These rows test how the speedup moves with batch size
-               (MoESD's question); the anchor itself is exact by construction and not scored.
-    excluded   left out, each with its reason (no acceptance and no sweep, a method the model does
-               not price, not lossless, configuration unknown)
+    in sample    the shipped profiles (engines.toml), whose refitted constants saw every row: a
+                 reconstruction, not a forecast
+    held out     leave-one-source-out (`specmoe.perf.heldout`): each source's rows predicted from
+                 constants refitted from the priors on the other sources alone; an engine with rows
+                 from one source only gets no held-out estimate
+    baselines    the bare roofline, c·τ (c fitted on the other sources), the sweep's anchor held
+                 constant, and "always GO", on the same rows
 
 The error of a row is the factor max(predicted/measured, measured/predicted); go/no-go agrees when
 both are on the same side of 1× (rows measured within 0.95–1.05 are listed but not counted).
 
-    python benchmarks/calibration.py                      # the shipped profiles: the error table
-    python benchmarks/calibration.py --fit sglang vllm hf-eager   # least-squares engine constants
-    python benchmarks/calibration.py --out docs/results/calibration
+    python benchmarks/calibration.py                                # tables to stdout
+    python benchmarks/calibration.py --out docs/results/calibration # calibration.md and .json
+    python benchmarks/calibration.py --fit                          # refit on every row, print TOML
 
---fit fits layer_s, round_s and the default compute share of each named engine to its rows (log
-errors, scipy least squares), prints them, and reports leave-one-group-out errors: each group of
-rows from one table or page is predicted from constants fitted without it. The shipped profiles
-hold the fitted values; the in-sample table is therefore a calibration, and the held-out column is
-the figure to quote for a setup the profiles have not seen.
+Each engine's band (`uncertainty` in engines.toml) is the 80th percentile of its held-out error
+factors where it has at least five, else the priors' 1.5; `--fit` prints both.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import math
-import statistics
 import sys
-from dataclasses import dataclass
+from collections import Counter
 from pathlib import Path
-
-import numpy as np
-from scipy.optimize import least_squares
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specmoe.perf.breakeven import AcceptanceKind, Verdict, acceptance, breakeven_alpha, verdict  # noqa: E402
-from specmoe.perf.drafts import DraftMethod  # noqa: E402
-from specmoe.perf.engines import EngineProfile, load_engines  # noqa: E402
-from specmoe.perf.firstprinciples import load_config  # noqa: E402
-from specmoe.perf.hardware import load_hardware  # noqa: E402
-from specmoe.perf.setup import configured_setup  # noqa: E402
+from specmoe.perf.breakeven import Verdict  # noqa: E402
+from specmoe.perf.calibrate import Measurement, is_moe, load_measurements  # noqa: E402
+from specmoe.perf.engines import load_engines  # noqa: E402
+from specmoe.perf.heldout import (  # noqa: E402
+    PRIOR_BAND,
+    Scored,
+    always_go,
+    anchor_constant,
+    band_of,
+    c_tau,
+    fit_all,
+    in_sample,
+    leave_one_source_out,
+    roofline,
+    summary,
+    trivial,
+)
+from specmoe.perf.priors import fitted_keys, load_priors, value_of  # noqa: E402
 
 DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
 EXAMPLES = ROOT / "docs" / "perf-examples"
-# what each engine's rows can pin down: batch sweeps show per-sequence host cost, batch-1 rows do not
-FITTED = {
-    "hf-eager": ("round_s", "compute"),
-    "sglang": ("round_s", "round_seq_s", "compute"),
-    "vllm": ("round_s", "round_seq_s", "compute"),
-}
+RULES = ("held out", "in sample", "roofline", "c·τ", "anchor", "trivial")
 
 
-@dataclass(frozen=True)
-class Row:
-    data: dict
-
-    def __getattr__(self, key):
-        return self.data[key]
-
-    @property
-    def group(self) -> str:
-        return f"{self.data['source']} / {self.data['where']}"
-
-    def int(self, key: str, default: int | None = None) -> int | None:
-        value = self.data[key]
-        return int(value) if value else default
+def _fmt(value, spec=".2f") -> str:
+    return "–" if value is None else format(value, spec)
 
 
-def load_rows(path: Path = DATA) -> list[Row]:
-    with open(path, newline="", encoding="utf-8") as f:
-        return [Row(r) for r in csv.DictReader(f)]
+def _row_sets(rows: list[Measurement]) -> list[tuple[str, set[str]]]:
+    scored = [r for r in rows if r.scored]
+    sets = [("all scored rows", {r.id for r in scored})]
+    sets.append(("  MoE targets", {r.id for r in scored if is_moe(r, EXAMPLES)}))
+    sets.append(("  dense targets", {r.id for r in scored if not is_moe(r, EXAMPLES)}))
+    for role in ("reported", "anchored"):
+        sets.append((f"  {role} acceptance", {r.id for r in scored if r.role == role}))
+    for engine in sorted({r.engine for r in scored}):
+        sets.append((f"  {engine}", {r.id for r in scored if r.engine == engine}))
+    return sets
 
 
-def _setup(row: Row, engine: EngineProfile):
-    target = load_config(EXAMPLES / f"{row.target}.json", row.target_dtype or None)
-    method = DraftMethod.parse(row.method)
-    draft = None
-    if method is DraftMethod.MODEL:
-        draft = load_config(EXAMPLES / f"{row.draft}.json", row.draft_dtype or None)
-    hardware = load_hardware(EXAMPLES / f"{row.hardware}.json")
-    gamma = row.int("gamma")
-    return configured_setup(
-        target,
-        hardware,
-        engine,
-        method,
-        draft,
-        context=float(row.context or 512),
-        gamma_for_heads=gamma,
-        tree_tokens=row.int("verify_tokens"),
-        tree_width=row.int("tree_width", 1),
+def _only(results: list[Scored], ids: set[str]) -> list[Scored]:
+    return [s for s in results if s.row.id in ids]
+
+
+def accuracy_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) -> list[str]:
+    """Median error factor of every rule on the rows the held-out model has an estimate for."""
+    head = (
+        "| rows | scored | held-out estimate | **model, held out** (median / p80 / worst) | within 1.25× "
+        "| roofline | c·τ | anchor | trivial (c·τ or anchor) | model, in sample |"
     )
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    held = {s.row.id for s in by_rule["held out"] if s.predicted is not None}
+    for label, ids in _row_sets(rows):
+        same = ids & held
+        model = summary(_only(by_rule["held out"], same))
+        cells = [label, str(len(ids)), str(len(same))]
+        cells.append(
+            f"**{_fmt(model['median_error_factor'])}** / {_fmt(model['p80_error_factor'])} / "
+            f"{_fmt(model['worst_error_factor'])}"
+        )
+        cells.append(str(model["within_1.25"]) if same else "–")
+        for rule in ("roofline", "c·τ", "anchor", "trivial", "in sample"):
+            s = summary(_only(by_rule[rule], same))
+            cells.append(f"{_fmt(s['median_error_factor'])} ({s['rows']})" if s["rows"] else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
-def _speedup_fn(row: Row, engine: EngineProfile):
-    setup = _setup(row, engine)
-    gamma, batch = row.int("gamma"), row.int("batch", 1)
-    return lambda alpha: setup.speedup(alpha, gamma, batch)
-
-
-def _anchor_alpha(anchor: Row, engine: EngineProfile) -> float:
-    """The α at which the model reproduces the anchor row's measured speedup (clipped to [0, 1])."""
-    speedup = _speedup_fn(anchor, engine)
-    target = float(anchor.speedup)
-    alpha = breakeven_alpha(lambda a: speedup(a) / target)
-    return 1.0 if alpha is None else alpha
-
-
-def predict(row: Row, engines: dict[str, EngineProfile], rows_by_id: dict[str, Row]) -> dict:
-    engine = engines[row.engine]
-    gamma = row.int("gamma")
-    if row.role == "anchored":
-        alpha = _anchor_alpha(rows_by_id[row.anchor], engine)
-    else:
-        alpha = acceptance(float(row.acceptance), AcceptanceKind(row.acceptance_kind), gamma, row.id).alpha
-    speedup = _speedup_fn(row, engine)
-    predicted = speedup(alpha)
-    measured = float(row.speedup)
-    factor = engine.uncertainty
-    call = verdict(speedup(1.0) * factor, (predicted / factor, predicted * factor))
-    return {
-        "id": row.id,
-        "role": row.role,
-        "engine": row.engine,
-        "group": row.group,
-        "alpha": alpha,
-        "measured": measured,
-        "predicted": predicted,
-        "error_factor": max(predicted / measured, measured / predicted),
-        "log_error": math.log(predicted / measured),
-        "verdict": call.value,
-    }
-
-
-def scored(rows: list[Row]) -> list[Row]:
-    return [r for r in rows if r.role in ("reported", "anchored")]
-
-
-# name: (bounds, scale); bounds keep each constant where published figures put it
-PARAMETERS = {
-    "round_s": ((0.0, 0.01), 1e-3),
-    "compute": ((0.05, 1.0), 0.1),
-    "layer_s": ((0.0, 0.001), 1e-4),
-    "round_seq_s": ((0.0, 0.001), 1e-4),
-}
-
-
-def _get(engine: EngineProfile, name: str) -> float:
-    return engine.compute_efficiency.get("default", 1.0) if name == "compute" else getattr(engine, name)
-
-
-def _with(engine: EngineProfile, names: tuple[str, ...], theta) -> EngineProfile:
-    update = {}
-    for name, value in zip(names, theta, strict=True):
-        if name == "compute":
-            update["compute_efficiency"] = {**engine.compute_efficiency, "default": float(value)}
-        else:
-            update[name] = float(value)
-    return engine.model_copy(update=update)
-
-
-def fit_engine(
-    name: str, rows: list[Row], engines: dict, rows_by_id: dict, params: tuple[str, ...]
-) -> EngineProfile:
-    """Least-squares `params` of one engine on its `rows` (log errors), within PARAMETERS' bounds."""
-    base = engines[name]
-    mine = [r for r in rows if r.engine == name]
-    low, high = zip(*(PARAMETERS[p][0] for p in params), strict=True)
-    start = np.clip([_get(base, p) for p in params], low, high)
-
-    def residuals(theta):
-        trial = {**engines, name: _with(base, params, theta)}
-        return [predict(r, trial, rows_by_id)["log_error"] for r in mine]
-
-    result = least_squares(residuals, start, bounds=(low, high), x_scale=[PARAMETERS[p][1] for p in params])
-    return _with(base, params, result.x)
-
-
-def summary(results: list[dict]) -> dict:
-    errors = [r["error_factor"] for r in results]
-    decided = [r for r in results if not 0.95 <= r["measured"] <= 1.05]
-    agree = [r for r in decided if (r["predicted"] >= 1) == (r["measured"] >= 1)]
-    return {
-        "rows": len(results),
-        "median_error_factor": statistics.median(errors) if errors else None,
-        "worst_error_factor": max(errors) if errors else None,
-        "within_1.25": sum(e <= 1.25 for e in errors),
-        "go_no_go_decided": len(decided),
-        "go_no_go_agree": len(agree),
-        "above_measured": sum(r["predicted"] > r["measured"] for r in results),
-    }
-
-
-def evaluate(rows: list[Row], engines: dict) -> list[dict]:
-    by_id = {r.id: r for r in rows}
-    return [predict(r, engines, by_id) for r in scored(rows)]
-
-
-def leave_group_out(
-    rows: list[Row], engines: dict, names: list[str], params: dict | None = None
-) -> list[dict]:
-    """Each group of an engine's rows predicted from that engine's constants fitted without it."""
-    by_id = {r.id: r for r in rows}
-    out = []
-    for name in names:
-        mine = [r for r in scored(rows) if r.engine == name]
-        for group in sorted({r.group for r in mine}):
-            train = [r for r in mine if r.group != group]
-            held = [r for r in mine if r.group == group]
-            chosen = (params or FITTED)[name]
-            fitted = {**engines, name: fit_engine(name, train, engines, by_id, chosen)} if train else engines
-            out += [predict(r, fitted, by_id) | {"held_out": True} for r in held]
-    return out
-
-
-def _table(results: list[dict]) -> list[str]:
+def in_sample_table(rows: list[Measurement], results: list[Scored]) -> list[str]:
     lines = [
-        "| row | engine | role | measured | predicted | error factor | verdict |",
+        "| rows | scored | median | p80 | worst | within 1.25× | go/no-go right |",
         "|---|---|---|---|---|---|---|",
     ]
-    for r in sorted(results, key=lambda r: (r["engine"], r["group"], r["id"])):
+    for label, ids in _row_sets(rows):
+        s = summary(_only(results, ids))
         lines.append(
-            f"| {r['id']} | {r['engine']} | {r['role']} | {r['measured']:.2f} | {r['predicted']:.2f} | "
-            f"{r['error_factor']:.2f} | {r['verdict']} |"
+            f"| {label} | {s['rows']} | {_fmt(s['median_error_factor'])} | {_fmt(s['p80_error_factor'])} | "
+            f"{_fmt(s['worst_error_factor'])} | {s['within_1.25']} | "
+            f"{s['go_no_go_agree']} of {s['go_no_go_decided']} |"
         )
     return lines
 
 
-def _summary_line(label: str, s: dict) -> str:
-    return (
-        f"| {label} | {s['rows']} | {s['median_error_factor']:.2f} | {s['worst_error_factor']:.2f} | "
-        f"{s['within_1.25']} | {s['go_no_go_agree']} of {s['go_no_go_decided']} | {s['above_measured']} |"
-    )
+def go_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) -> list[str]:
+    """Point estimates on the right side of 1×, on rows measured outside 0.95–1.05."""
+    held = {s.row.id for s in by_rule["held out"] if s.predicted is not None}
+    lines = [
+        "| rows | model, held out | roofline | trivial | always GO | model, in sample |",
+        "|---|---|---|---|---|---|",
+    ]
+    for label, ids in _row_sets(rows)[:3]:
+        same = ids & held
+        cells = [label]
+        for rule in ("held out", "roofline", "trivial"):
+            s = summary(_only(by_rule[rule], same))
+            cells.append(f"{s['go_no_go_agree']} of {s['go_no_go_decided']}")
+        decided = [s for s in _only(by_rule["always GO"], same) if not 0.95 <= s.row.speedup <= 1.05]
+        cells.append(f"{sum(s.row.speedup > 1.05 for s in decided)} of {len(decided)}")
+        s = summary(_only(by_rule["in sample"], same))
+        cells.append(f"{s['go_no_go_agree']} of {s['go_no_go_decided']}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def _outcome(measured: float) -> str:
-    return "paid (> 1.05x)" if measured > 1.05 else "did not (< 0.95x)" if measured < 0.95 else "even"
+    return "paid (≥ 1.10×)" if measured >= 1.10 else "did not (< 0.95×)" if measured < 0.95 else "about even"
 
 
-def _verdicts(results: list[dict]) -> list[str]:
-    """advise's verdict on each row (the stated acceptance being the row's, the band the engine's)
-    against what the row measured."""
-    outcomes = ("paid (> 1.05x)", "even", "did not (< 0.95x)")
-    lines = [
-        "## Verdicts against outcomes (GO / NO-GO / DEPENDS ON ACCEPTANCE at the row's acceptance)",
-        "",
-        "| verdict | " + " | ".join(outcomes) + " |",
-        "|---|---|---|---|",
-    ]
-    for call in Verdict:
-        counts = [
-            sum(r["verdict"] == call.value and _outcome(r["measured"]) == o for r in results)
-            for o in outcomes
-        ]
-        lines.append(f"| {call.value} | " + " | ".join(map(str, counts)) + " |")
+OUTCOMES = ("paid (≥ 1.10×)", "about even", "did not (< 0.95×)")
+
+
+def verdict_table(results: list[Scored]) -> list[str]:
+    """advise's verdict at each row's acceptance against what the row measured."""
+    have = [s for s in results if s.verdict is not None]
+    counts = Counter((s.verdict, _outcome(s.row.speedup)) for s in have)
+    lines = ["| verdict | " + " | ".join(OUTCOMES) + " |", "|---|---|---|---|"]
+    for v in Verdict:
+        lines.append(f"| {v.value} | " + " | ".join(str(counts[(v, o)]) for o in OUTCOMES) + " |")
     return lines
 
 
-def report(rows: list[Row], results: list[dict], held: list[dict]) -> str:
+def bands(held: list[Scored], engines: dict) -> dict[str, dict]:
+    """Each engine's band from its own held-out error factors, or the prior."""
+    out = {}
+    for name in sorted({s.row.engine for s in held}):
+        errors = [s.error_factor for s in held if s.row.engine == name and s.predicted is not None]
+        band = band_of(errors)
+        out[name] = {
+            "held_out_rows": len(errors),
+            "band": PRIOR_BAND if band is None else round(band, 2),
+            "basis": "prior" if band is None else "held-out",
+            "shipped": engines[name].uncertainty,
+        }
+    return out
+
+
+def constants_table(held: list[Scored], fitted: dict, priors: dict) -> list[str]:
+    lines = [
+        "| engine | fitted on | " + " | ".join(("round_s", "round_seq_s", "compute")) + " |",
+        "|---|---|---|---|---|",
+    ]
+    for name in sorted({s.row.engine for s in held}):
+        keys = fitted_keys(priors[name])
+        start = " | ".join(f"{priors[name][k].value:.3g}" for k in keys)
+        lines.append(f"| {name} | (the priors: the start of every fit) | {start} |")
+        shipped = " | ".join(f"{value_of(fitted[name], k):.3g}" for k in keys)
+        lines.append(f"| {name} | every source (shipped) | {shipped} |")
+        for source in sorted({s.row.source for s in held if s.row.engine == name}):
+            fold = next(s for s in held if s.row.engine == name and s.row.source == source)
+            values = (
+                " | ".join(f"{fold.constants[k]:.3g}" for k in keys) if fold.constants else "no other source"
+            )
+            lines.append(f"| {name} | all but {source} | {values} |")
+    return lines
+
+
+def rows_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) -> list[str]:
+    index = {rule: {s.row.id: s for s in results} for rule, results in by_rule.items()}
     head = (
-        "| set | rows | median error factor | worst | within 1.25x | go/no-go right "
-        "| predicted above measured |"
+        "| row | source | engine | MoE | role | measured | held out | error | verdict held out "
+        "| in sample | roofline | trivial |"
     )
-    lines = ["# Calibration against published measurements", "", head, "|---|---|---|---|---|---|---|"]
-    lines.append(_summary_line("all scored rows (calibration, in sample)", summary(results)))
-    for role in ("reported", "anchored"):
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in sorted((r for r in rows if r.scored), key=lambda r: (r.engine, r.source, r.id)):
+        held = index["held out"][row.id]
+        mark = " (ceiling)" if held.at_ceiling else ""
+        cells = [
+            row.id,
+            row.source,
+            row.engine,
+            "yes" if is_moe(row, EXAMPLES) else "",
+            row.role,
+            f"{row.speedup:.2f}",
+            ("no held-out estimate" if held.predicted is None else f"{held.predicted:.2f}{mark}"),
+            _fmt(held.error_factor),
+            held.verdict.value if held.verdict else "–",
+            _fmt(index["in sample"][row.id].predicted),
+            _fmt(index["roofline"][row.id].predicted),
+            _fmt(index["trivial"][row.id].predicted),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def evaluate(rows: list[Measurement], engines: dict, priors: dict) -> dict[str, list[Scored]]:
+    """Every rule's results, each list in the CSV's order of scored rows."""
+    by_rule = {
+        "held out": leave_one_source_out(rows, engines, priors, EXAMPLES),
+        "in sample": in_sample(rows, engines, EXAMPLES),
+        "roofline": roofline(rows, engines, EXAMPLES),
+        "c·τ": c_tau(rows),
+        "anchor": anchor_constant(rows),
+        "trivial": trivial(rows),
+        "always GO": always_go(rows),
+    }
+    order = {r.id: i for i, r in enumerate(rows)}
+    return {rule: sorted(results, key=lambda s: order[s.row.id]) for rule, results in by_rule.items()}
+
+
+def report(rows: list[Measurement], by_rule: dict, engines: dict, fitted: dict, priors: dict) -> str:
+    held = by_rule["held out"]
+    sources = sorted({r.source for r in rows if r.scored})
+    lines = ["# Calibration against published measurements, held out by source", ""]
+    lines.append(
+        f"{sum(r.scored for r in rows)} scored rows from {len(sources)} sources "
+        f"({sum(r.role == 'excluded' for r in rows)} rows left out, listed at the end). Error factor = "
+        "max(predicted/measured, measured/predicted). Every column is scored on the rows the held-out "
+        "model has an estimate for; (n) is how many of them the rule covers."
+    )
+    lines += ["", "## Accuracy: the model held out, beside the baselines", "", *accuracy_table(rows, by_rule)]
+    lines += [
+        "",
+        "## In sample: the shipped profiles on every scored row (a reconstruction, not a forecast)",
+        "",
+    ]
+    lines += in_sample_table(rows, by_rule["in sample"])
+    lines += ["", "## Go/no-go: the point estimate on the measured side of 1× (rows outside 0.95–1.05×)", ""]
+    lines += go_table(rows, by_rule)
+    lines += ["", "## Verdicts held out (each source's band from the other sources' held-out errors)", ""]
+    lines += verdict_table(held)
+    misses = [
+        s
+        for s in held
+        if (s.verdict is Verdict.NO_GO and s.row.speedup >= 1.10)
+        or (s.verdict is Verdict.GO and s.row.speedup < 0.95)
+    ]
+    lines += ["", f"Held-out verdicts that contradict the measurement: {len(misses)}"]
+    lines += [
+        f"- {s.row.id}: {s.verdict.value}, predicted {s.predicted:.2f}×, measured {s.row.speedup:.2f}×"
+        for s in misses
+    ]
+    lines += [
+        "",
+        "## Verdicts in sample (the shipped profiles and bands)",
+        "",
+        *verdict_table(by_rule["in sample"]),
+    ]
+    lines += ["", "## Bands: the 80th percentile of each engine's own held-out error factors", ""]
+    lines += ["| engine | held-out rows | band | basis | in engines.toml |", "|---|---|---|---|---|"]
+    for name, b in bands(held, engines).items():
         lines.append(
-            _summary_line(f"  {role} acceptance", summary([r for r in results if r["role"] == role]))
+            f"| {name} | {b['held_out_rows']} | {b['band']:.2f} | {b['basis']} | {b['shipped']:.2f} |"
         )
-    for engine in sorted({r["engine"] for r in results}):
-        lines.append(_summary_line(f"  {engine}", summary([r for r in results if r["engine"] == engine])))
-    if held:
-        lines.append(_summary_line("each table held out (leave-one-group-out)", summary(held)))
-    lines += ["", *_verdicts(results)]
-    no_gain = [r for r in results if r["measured"] < 1.0]
-    lines += ["", "## Rows where SD did not pay (measured below 1x)", "", *_table(no_gain)]
-    lines += ["", "## Every scored row", "", *_table(results)]
-    if held:
-        lines += ["", "## Held out: each table predicted from constants fitted without it", "", *_table(held)]
+    lines += ["", "## Refitted constants, per fold", "", *constants_table(held, fitted, priors)]
+    lines += ["", "## Every scored row", "", *rows_table(rows, by_rule)]
     excluded = [r for r in rows if r.role == "excluded"]
     lines += ["", f"## Left out ({len(excluded)} rows)", "", "| row | why |", "|---|---|"]
     lines += [f"| {r.id} | {r.note.split('; ', 1)[-1]} |" for r in excluded]
     return "\n".join(lines) + "\n"
 
 
+def _payload(rows: list[Measurement], by_rule: dict, engines: dict) -> dict:
+    held = {s.row.id for s in by_rule["held out"] if s.predicted is not None}
+    return {
+        "summary": {
+            label: {rule: summary(_only(by_rule[rule], ids & held)) for rule in RULES}
+            for label, ids in _row_sets(rows)
+        },
+        "bands": bands(by_rule["held out"], engines),
+        "rows": [
+            {
+                "id": s.row.id,
+                "source": s.row.source,
+                "engine": s.row.engine,
+                "moe": is_moe(s.row, EXAMPLES),
+                "role": s.row.role.value,
+                "measured": s.row.speedup,
+                **{rule: by_rule[rule][i].predicted for rule in RULES},
+                "verdict_held_out": s.verdict.value if s.verdict else None,
+                "verdict_in_sample": by_rule["in sample"][i].verdict.value,
+                "at_ceiling": s.at_ceiling,
+            }
+            for i, s in enumerate(by_rule["held out"])
+        ],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--fit", nargs="*", default=[], help="engines whose constants to fit and print")
-    parser.add_argument(
-        "--params",
-        nargs="*",
-        default=None,
-        choices=sorted(PARAMETERS),
-        help="the constants to fit, for every engine (default: FITTED's per engine)",
-    )
-    parser.add_argument(
-        "--held-out",
-        nargs="*",
-        default=["hf-eager", "sglang", "vllm"],
-        help="engines to cross-validate (leave one table out)",
-    )
     parser.add_argument(
         "--out", type=Path, default=None, help="write calibration.md and calibration.json here"
     )
     parser.add_argument(
-        "--roofline",
-        action="store_true",
-        help="score the bare roofline (no engine profile) for comparison, and stop",
+        "--fit", action="store_true", help="refit every engine on all its rows and print the values"
     )
     args = parser.parse_args(argv)
-    rows = load_rows(args.data)
-    engines = load_engines()
-    by_id = {r.id: r for r in rows}
-    if args.roofline:
-        bare = {n: EngineProfile(name=n, description="roofline", device=e.device) for n, e in engines.items()}
-        results = evaluate(rows, bare)
-        print(json.dumps(summary(results), indent=1))
-        for role in ("reported", "anchored"):
-            print(role, json.dumps(summary([r for r in results if r["role"] == role])))
-        return 0
-    for name in args.fit:
-        chosen = tuple(args.params) if args.params else FITTED[name]
-        fitted = fit_engine(name, scored(rows), engines, by_id, chosen)
-        engines[name] = fitted
-        print(f"{name}: " + ", ".join(f"{p} = {_get(fitted, p):.3g}" for p in chosen))
-    results = evaluate(rows, engines)
-    per_engine = {name: tuple(args.params) for name in FITTED} if args.params else None
-    held = leave_group_out(rows, engines, args.held_out, per_engine) if args.held_out else []
-    text = report(rows, results, held)
+    rows = load_measurements(args.data)
+    engines, priors = load_engines(), load_priors()
+    fitted = fit_all(rows, engines, priors, EXAMPLES)
+    if args.fit:
+        for name in sorted({r.engine for r in rows if r.scored}):
+            values = ", ".join(f"{k} = {value_of(fitted[name], k):.3g}" for k in fitted_keys(priors[name]))
+            print(f"[engines.{name}] {values}")
+    by_rule = evaluate(rows, engines, priors)
+    text = report(rows, by_rule, engines, fitted, priors)
     print(text)
+    if args.fit:
+        print(json.dumps(bands(by_rule["held out"], engines), indent=1))
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "calibration.md").write_text(text, encoding="utf-8")
-        payload = {
-            "summary": summary(results),
-            "held_out_summary": summary(held) if held else None,
-            "rows": results,
-            "held_out": held,
-        }
+        payload = _payload(rows, by_rule, engines)
         (args.out / "calibration.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     return 0
 

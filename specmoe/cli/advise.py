@@ -70,6 +70,16 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     )
     configs.add_argument("--tree-width", type=int, default=1, help="tree drafting: tokens per step (top-k)")
     configs.add_argument("--draft-vocab", type=int, default=None, help="EAGLE-3 head's vocabulary (32000)")
+    emit = p.add_argument_group("engine settings (with --config and --acceptance)")
+    emit.add_argument(
+        "--emit",
+        choices=["vllm", "sglang", "llamacpp"],
+        default=None,
+        help="print the best gamma per batch size in that engine's own syntax (vLLM's batch-size "
+        "table, SGLang's --speculative-* flags, llama-server's --spec-* flags)",
+    )
+    emit.add_argument("--target-name", default="TARGET", help="what --emit writes for the target weights")
+    emit.add_argument("--draft-name", default="DRAFT", help="what --emit writes for the draft weights")
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -80,8 +90,18 @@ def run_advise(args) -> int:
         from specmoe.perf.advise_cli import advise_from_configs
 
         advice = advise_from_configs(args)
+        if args.emit is not None:
+            from specmoe.perf.emit import EngineSyntax, emit
+
+            text = emit(advice, EngineSyntax(args.emit), args.target_name, args.draft_name)
+            print(json.dumps(advice | {"emit": text}, indent=1) if args.json else text)
+            return 0
         print(json.dumps(advice, indent=1) if args.json else format_setup_advice(advice))
         return 0
+    if args.emit is not None:
+        from specmoe.errors import SpecmoeError
+
+        raise SpecmoeError("--emit prices from configs: add --config, --hardware and --engine")
     from specmoe.perf.advise import advise_from_args
 
     advice = advise_from_args(args)

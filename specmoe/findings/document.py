@@ -134,19 +134,27 @@ def study_audit_values(study_csv: Path) -> dict[str, str]:
     verdicts = Counter(row.verdict for row in audited)
     with Path(study_csv).open(newline="", encoding="utf-8") as handle:
         published = {r["job_id"]: r for r in csv.DictReader(handle)}
-    claimed = []
+    claimed, low_verdicts, impossible_by_target = [], Counter(), Counter()
     for row in audited:
         source = published.get(row.id, {})
         rate = source.get("draft_acceptance_rate") or ""
-        moe_sd = source.get("target_model", "").startswith("moe") and source.get("draft_model") != "none"
+        moe = source.get("target_model", "").startswith("moe")
+        if row.verdict == "impossible":
+            impossible_by_target["moe" if moe else "dense"] += 1
+        moe_sd = moe and source.get("draft_model") != "none"
         if moe_sd and rate and float(rate) < LOW_ACCEPTANCE and row.claimed_speedup is not None:
             claimed.append(row.claimed_speedup)
+            low_verdicts[row.verdict] += 1
     return {
         "audit.rows": str(len(audited)),
         "audit.consistent": str(verdicts.get("consistent", 0)),
         "audit.impossible": str(verdicts.get("impossible", 0)),
         "audit.unverifiable": str(verdicts.get("unverifiable", 0)),
         "audit.low_n": str(len(claimed)),
+        "audit.low_impossible": str(low_verdicts.get("impossible", 0)),
+        "audit.low_possible": str(len(claimed) - low_verdicts.get("impossible", 0)),
+        "audit.impossible_moe": str(impossible_by_target.get("moe", 0)),
+        "audit.impossible_dense": str(impossible_by_target.get("dense", 0)),
         "audit.low_min": extreme(claimed, min, x),
         "audit.low_max": extreme(claimed, max, x),
     }

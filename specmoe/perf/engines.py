@@ -24,6 +24,10 @@ profile gives each a number with its source:
                           multiply a few rows as separate matrix-vector products, so a 5-token
                           verify costs several one-token steps there
     uncertainty           the factor the profile's predictions are known to miss by (its band)
+    band_basis            where that band comes from: "held-out" (the 80th percentile of the
+                          engine's leave-one-source-out error factors over `band_rows` published
+                          rows, benchmarks/calibration.py), "this CPU" (the spread of the check on
+                          this machine) or "prior" (no held-out estimate: the priors' 1.5)
 
 `specmoe/perf/engines.toml` ships the profiles; `--engines FILE` adds or replaces profiles with the
 same keys. A user who can profile their own machine replaces all of this with a fit
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import math
 import tomllib
+from enum import StrEnum
 from importlib import resources
 from pathlib import Path
 
@@ -43,6 +48,12 @@ from specmoe.errors import SpecmoeError
 from specmoe.perf.formats import WeightFormat
 
 DEVICES = ("cuda", "mps", "cpu")
+
+
+class BandBasis(StrEnum):
+    PRIOR = "prior"
+    HELD_OUT = "held-out"
+    THIS_CPU = "this CPU"
 
 
 class EngineProfile(BaseModel):
@@ -64,7 +75,9 @@ class EngineProfile(BaseModel):
     compute_efficiency: dict[str, float] = Field(default_factory=dict)
     reread: dict[str, float] = Field(default_factory=dict)
     sharpness: float | None = Field(None, ge=1)  # None: the hard roofline
-    uncertainty: float = Field(1.25, ge=1)
+    uncertainty: float = Field(1.5, ge=1)
+    band_basis: BandBasis = BandBasis.PRIOR
+    band_rows: int = Field(0, ge=0)  # held-out rows behind a "held-out" band
     sources: dict[str, str] = Field(default_factory=dict)
 
     def overhead_s(self, layers: int) -> float:
@@ -76,6 +89,16 @@ class EngineProfile(BaseModel):
 
     def reread_rows(self, weights: WeightFormat) -> float:
         return max(1.0, _by_format(self.reread, weights, 1.0))
+
+    @property
+    def band_text(self) -> str:
+        """The band and where it comes from, for a reader."""
+        if self.band_basis is BandBasis.HELD_OUT:
+            rows = self.band_rows
+            return f"×/÷ {self.uncertainty:g}, the 80th percentile of {rows} held-out published rows"
+        if self.band_basis is BandBasis.THIS_CPU:
+            return f"×/÷ {self.uncertainty:g}, the spread of the check on this CPU"
+        return f"×/÷ {self.uncertainty:g}, a prior: no held-out estimate for this engine"
 
     @property
     def roofline_sharpness(self) -> float:

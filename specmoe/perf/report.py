@@ -107,7 +107,7 @@ def format_setup_advice(advice: dict) -> str:
             else ""
         ),
         f"UNFITTED: first principles + the '{advice['engine']}' engine profile "
-        f"(band ×/÷ {advice['uncertainty']:g}); context {advice['context']:g} tokens"
+        f"(band {advice['band']}); context {advice['context']:g} tokens"
         + (
             f"; {advice['output_tokens']} output tokens per sequence"
             if advice.get("output_tokens")

@@ -124,6 +124,7 @@ def describe(setup: SDSetup) -> dict:
     return {
         "target": setup.label,
         "drafter": drafter,
+        "method": setup.method.value,
         "engine": setup.engine.name,
         "hardware": setup.hardware.name,
         "devices": setup.hardware.device_count,
@@ -135,4 +136,6 @@ def describe(setup: SDSetup) -> dict:
         "host_round_per_sequence_s": setup.engine.round_seq_s,
         "host_step_s": setup.plain_host_s,
         "uncertainty": setup.engine.uncertainty,
+        "band_basis": setup.engine.band_basis.value,
+        "band": setup.engine.band_text,
     }

@@ -1,0 +1,217 @@
+"""Published SD measurements priced from configs, and the engine constants fitted to them.
+
+Every row of docs/results/calibration/published.csv is one measured speedup from a paper, a vendor
+blog, a model card or an engine's documentation, with the setup it was measured in and a role:
+
+    reported   the source reports the acceptance (τ, rate or α): the prediction uses it
+    anchor     the smallest batch of a sweep that reports no acceptance: not scored; the acceptance
+               at which the model reproduces it is used for the sweep's other rows
+    anchored   another batch size of such a sweep, predicted at its anchor's acceptance
+    excluded   left out, with the reason in its note
+
+A row is priced the way `advise --config` prices a user's question (`specmoe.perf.setup`): target
+and drafter from configs, a hardware file and an engine profile. `fit_engine` refits the constants
+the priors mark (`specmoe.perf.priors`) by least squares on log errors, always from the priors'
+values; `specmoe.perf.heldout` uses it to hold out one source at a time.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from specmoe.errors import SpecmoeError
+from specmoe.perf.breakeven import AcceptanceKind, acceptance, breakeven_alpha
+from specmoe.perf.drafts import DraftMethod
+from specmoe.perf.engines import EngineProfile
+from specmoe.perf.firstprinciples import load_config
+from specmoe.perf.hardware import load_hardware
+from specmoe.perf.priors import Prior, fitted_keys, prior_profile, value_of, with_values
+from specmoe.perf.setup import SDSetup, configured_setup
+
+
+class Role(StrEnum):
+    REPORTED = "reported"
+    ANCHOR = "anchor"
+    ANCHORED = "anchored"
+    EXCLUDED = "excluded"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One published speedup and the setup it was measured in (one CSV row)."""
+
+    id: str
+    source: str  # one paper, blog post, model card or docs page: the unit held out
+    where: str  # table or figure in it
+    role: Role
+    engine: str
+    hardware: str
+    target: str
+    target_dtype: str | None
+    method: str
+    draft: str | None
+    draft_dtype: str | None
+    batch: int
+    gamma: int | None
+    verify_tokens: int | None
+    tree_width: int
+    acceptance_kind: AcceptanceKind | None
+    acceptance: float | None
+    anchor: str | None
+    context: float
+    speedup: float  # measured [×]
+    note: str
+
+    @property
+    def scored(self) -> bool:
+        return self.role in (Role.REPORTED, Role.ANCHORED)
+
+    @property
+    def tau(self) -> float | None:
+        """The reported mean accepted length (bonus token included), or None."""
+        if self.acceptance is None or self.acceptance_kind is None or self.gamma is None:
+            return None
+        return acceptance(self.acceptance, self.acceptance_kind, self.gamma, self.id).tau
+
+
+def _int(text: str, default: int | None = None) -> int | None:
+    return int(text) if text.strip() else default
+
+
+def _parse(raw: dict, where: str) -> Measurement:
+    try:
+        return Measurement(
+            id=raw["id"],
+            source=raw["source"],
+            where=raw["where"],
+            role=Role(raw["role"]),
+            engine=raw["engine"],
+            hardware=raw["hardware"],
+            target=raw["target"],
+            target_dtype=raw["target_dtype"] or None,
+            method=raw["method"],
+            draft=raw["draft"] or None,
+            draft_dtype=raw["draft_dtype"] or None,
+            batch=_int(raw["batch"], 1),
+            gamma=_int(raw["gamma"]),
+            verify_tokens=_int(raw["verify_tokens"]),
+            tree_width=_int(raw["tree_width"], 1),
+            acceptance_kind=AcceptanceKind(raw["acceptance_kind"]) if raw["acceptance_kind"] else None,
+            acceptance=float(raw["acceptance"]) if raw["acceptance"] else None,
+            anchor=raw["anchor"] or None,
+            context=float(raw["context"] or 512),
+            speedup=float(raw["speedup"]),
+            note=raw["note"],
+        )
+    except (KeyError, ValueError) as err:
+        raise SpecmoeError(f"{where}: row '{raw.get('id', '?')}': {err}; see the header's columns") from None
+
+
+def load_measurements(path: Path) -> list[Measurement]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return [_parse(raw, str(path)) for raw in csv.DictReader(f)]
+
+
+@cache
+def _config(path: Path, dtype: str | None):
+    return load_config(path, dtype)
+
+
+@cache
+def _hardware(path: Path):
+    return load_hardware(path)
+
+
+def is_moe(row: Measurement, examples: Path) -> bool:
+    return _config(examples / f"{row.target}.json", row.target_dtype).is_moe
+
+
+def setup_for(row: Measurement, engine: EngineProfile, examples: Path) -> SDSetup:
+    """The row's setup priced under `engine` (configs and hardware from `examples`)."""
+    method = DraftMethod.parse(row.method, row.id)
+    draft = None
+    if method is DraftMethod.MODEL:
+        draft = _config(examples / f"{row.draft}.json", row.draft_dtype)
+    return configured_setup(
+        _config(examples / f"{row.target}.json", row.target_dtype),
+        _hardware(examples / f"{row.hardware}.json"),
+        engine,
+        method,
+        draft,
+        context=row.context,
+        gamma_for_heads=row.gamma or 4,
+        tree_tokens=row.verify_tokens,
+        tree_width=row.tree_width,
+    )
+
+
+@dataclass(frozen=True)
+class Priced:
+    """One row's prediction under one profile."""
+
+    alpha: float  # per-position acceptance used
+    predicted: float  # [×]
+    at_full: float  # the predicted speedup at α = 1 [×]
+    at_ceiling: bool  # an anchored sweep the model cannot reach even at α = 1
+
+    def error_factor(self, measured: float) -> float:
+        return max(self.predicted / measured, measured / self.predicted)
+
+
+def price(row: Measurement, engine: EngineProfile, anchor: Measurement | None, examples: Path) -> Priced:
+    """The row's predicted speedup: at its reported acceptance, or at its anchor's."""
+    setup = setup_for(row, engine, examples)
+    ceiling = False
+    if row.role is Role.ANCHORED:
+        if anchor is None:
+            raise SpecmoeError(f"{row.id}: anchored to '{row.anchor}', which is not a row")
+        alpha = anchor_alpha(anchor, engine, examples)
+        ceiling = alpha is None
+        alpha = 1.0 if alpha is None else alpha
+    else:
+        alpha = acceptance(row.acceptance, row.acceptance_kind, row.gamma, row.id).alpha
+    speedup = setup.speedup(alpha, row.gamma, row.batch)
+    return Priced(alpha, speedup, setup.speedup(1.0, row.gamma, row.batch), ceiling)
+
+
+def anchor_alpha(anchor: Measurement, engine: EngineProfile, examples: Path) -> float | None:
+    """The α at which the model reproduces the anchor's measured speedup; None when even α = 1
+    stays below it (the sweep's rows are then priced at α = 1, the model's ceiling)."""
+    setup = setup_for(anchor, engine, examples)
+    return breakeven_alpha(lambda a: setup.speedup(a, anchor.gamma, anchor.batch) / anchor.speedup)
+
+
+def fit_engine(
+    start: EngineProfile,
+    priors: dict[str, Prior],
+    rows: list[Measurement],
+    by_id: dict[str, Measurement],
+    examples: Path,
+) -> EngineProfile:
+    """The constants `priors` marks for fitting, least squares on the log errors of `rows` (all of
+    this engine), started from the priors' values whatever `start` holds. No rows: the priors."""
+    base = prior_profile(start, priors)
+    keys = fitted_keys(priors)
+    if not rows or not keys:
+        return base
+    ranges = [priors[k].fit for k in keys]
+    low = np.array([r.low for r in ranges])
+    high = np.array([r.high for r in ranges])
+    x0 = np.array([value_of(base, k) for k in keys])
+
+    def residuals(theta) -> list[float]:
+        trial = with_values(base, dict(zip(keys, theta, strict=True)))
+        return [
+            math.log(price(r, trial, by_id.get(r.anchor or ""), examples).predicted / r.speedup) for r in rows
+        ]
+
+    result = least_squares(residuals, x0, bounds=(low, high), x_scale=[r.scale for r in ranges])
+    return with_values(base, dict(zip(keys, result.x, strict=True)))
