@@ -18,7 +18,8 @@ from specmoe.perf.priors import (
 )
 
 # what a profile holds that is not a number to source: its identity and its own annotations
-_NOT_VALUES = {"name", "description", "device", "sources", "band_basis", "band_rows"}
+_NOT_VALUES = {"name", "description", "device", "sources", "band_basis", "band_rows", "hybrid_rollback"}
+# hybrid_rollback is a method, not a number: each profile names its source in `sources`
 
 
 def _set_keys(profile) -> set[str]:

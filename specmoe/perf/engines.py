@@ -28,6 +28,9 @@ profile gives each a number with its source:
                           engine's leave-one-source-out error factors over `band_rows` published
                           rows, benchmarks/calibration.py), "this CPU" (the spread of the check on
                           this machine) or "prior" (no held-out estimate: the priors' 1.5)
+    hybrid_rollback       how a hybrid model's linear-attention state goes back to the committed
+                          tokens after a verify: "readvance", "per_position", "redecode" or "none"
+                          (`specmoe.perf.rollback`, which prices each by the bytes it moves)
 
 `specmoe/perf/engines.toml` ships the profiles; `--engines FILE` adds or replaces profiles with the
 same keys. A user who can profile their own machine replaces all of this with a fit
@@ -46,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.formats import WeightFormat
+from specmoe.perf.rollback import HybridRollback
 
 DEVICES = ("cuda", "mps", "cpu")
 
@@ -78,6 +82,8 @@ class EngineProfile(BaseModel):
     uncertainty: float = Field(1.5, ge=1)
     band_basis: BandBasis = BandBasis.PRIOR
     band_rows: int = Field(0, ge=0)  # held-out rows behind a "held-out" band
+    # how the engine rolls a hybrid model's linear-attention state back (`specmoe.perf.rollback`)
+    hybrid_rollback: HybridRollback = HybridRollback.READVANCE
     sources: dict[str, str] = Field(default_factory=dict)
 
     def overhead_s(self, layers: int) -> float:

@@ -116,6 +116,12 @@ def format_setup_advice(advice: dict) -> str:
         "break-even: the acceptance at which SD matches plain decoding (α per position; "
         "rate = accepted/drafted; τ = mean accepted length incl. the bonus token)",
     ]
+    if advice.get("hybrid_rollback"):
+        lines.insert(
+            3,
+            f"hybrid: every round rolls the linear-attention state back by the engine's method, "
+            f"'{advice['hybrid_rollback']}' (priced per round: specmoe/perf/rollback.py)",
+        )
     for row in advice["rows"]:
         best = row["best"]
         head = (

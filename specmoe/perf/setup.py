@@ -7,6 +7,8 @@ measurements score.
     drafter  a draft model's config priced the same way (its own format), or a head built from the
              target's shape (`specmoe.perf.drafts`), or nothing (n-gram)
     host     the engine's seconds per SD round and per plain step, and its n-gram search
+    state    a hybrid target's (and hybrid draft's) linear-attention rollback per round, by the
+             engine's method (`specmoe.perf.rollback`)
     shape    specmoe's chain round, or a tree's width and verified size
 """
 
@@ -22,6 +24,7 @@ from specmoe.perf.firstprinciples import first_principles_constants
 from specmoe.perf.hardware import Hardware
 from specmoe.perf.model import MoEShape
 from specmoe.perf.predict import ModelTimes
+from specmoe.perf.rollback import HybridRollback, rollback_s
 from specmoe.perf.structure import Architecture
 
 
@@ -39,6 +42,7 @@ class SDSetup:
     context: float
     shape: RoundShape = CHAIN
     new_tokens: int | None = None  # tokens each sequence decodes; None: a long decode's steady state
+    target_arch: Architecture | None = None  # for a hybrid's state rollback; None: not priced
 
     def draft(self, gamma: int):
         """The drafter's forward times for rounds of γ proposals (a Medusa round runs its heads once)."""
@@ -50,6 +54,26 @@ class SDSetup:
         """Host seconds of one SD round at `batch` live sequences."""
         return self.engine.round_s + self.engine.round_seq_s * batch
 
+    def state_s(self, alpha: float, gamma: int, batch: float) -> float:
+        """Expected seconds per round rolling back linear-attention state: the target's, and a hybrid
+        draft model's, by the engine's method; 0 for models without such state."""
+        method = self.engine.hybrid_rollback
+        bandwidth = (
+            self.hardware.bandwidth_bytes_per_s
+            * self.hardware.device_count
+            * self.engine.bandwidth_efficiency
+        )
+        draft = self.draft_arch if self.method is DraftMethod.MODEL else None
+        return rollback_s(self.target_arch, method, bandwidth, alpha, gamma, batch, self.target) + rollback_s(
+            draft, method, bandwidth, alpha, gamma, batch, self.draft_times
+        )
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Whether the target or a draft model keeps linear-attention state."""
+        draft = self.draft_arch if self.method is DraftMethod.MODEL else None
+        return any(arch is not None and arch.state_bytes > 0 for arch in (self.target_arch, draft))
+
     def speedup(self, alpha: float, gamma: int, batch: int) -> float:
         """The composed speedup (`compose.expected_speedup`) at per-position acceptance α."""
         return expected_speedup(
@@ -58,7 +82,7 @@ class SDSetup:
             alpha,
             gamma,
             batch,
-            self.host_s(batch),
+            self.host_s(batch) + self.state_s(alpha, gamma, batch),
             self.plain_host_s,
             self.draft_host_s,
             self.shape,
@@ -111,7 +135,16 @@ def configured_setup(
     times = _times(target.name, target, hardware, engine, context)
     draft_times = None if draft is None else _times(draft.name, draft, hardware, engine, context)
     name = label or f"{target.name} ({target.dtype}) on {hardware.name} under {engine.name}"
-    return SDSetup(name, times, method, draft, draft_times, hardware, engine, context, shape, new_tokens)
+    if engine.hybrid_rollback is HybridRollback.NONE and (
+        target.state_bytes or (draft and draft.state_bytes)
+    ):
+        raise SpecmoeError(
+            f"engine '{engine.name}' cannot roll back a hybrid model's linear-attention state, so it runs "
+            "no SD on one; pick another engine (vllm, sglang, llamacpp-*, hf-*)"
+        )
+    return SDSetup(
+        name, times, method, draft, draft_times, hardware, engine, context, shape, new_tokens, target
+    )
 
 
 def describe(setup: SDSetup) -> dict:
@@ -138,4 +171,5 @@ def describe(setup: SDSetup) -> dict:
         "uncertainty": setup.engine.uncertainty,
         "band_basis": setup.engine.band_basis.value,
         "band": setup.engine.band_text,
+        "hybrid_rollback": setup.engine.hybrid_rollback.value if setup.is_hybrid else None,
     }

@@ -85,10 +85,16 @@ class Architecture:
     params_attention: int = 0  # one full-attention layer's projections (q, k, v, o or MLA's)
     params_layer_ffn: int = 0  # one dense layer's MLP (for heads built from one target layer)
     attention_layers: int = 0  # layers with a KV cache (the rest are linear attention)
+    params_linear: int = 0  # every linear-attention layer's projections, conv and norms together
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def linear_bytes(self) -> float:
+        """Bytes of the linear-attention layers' weights: what re-running them over a few tokens reads."""
+        return self.params_linear * self.bytes_per_param
 
     @property
     def dtype(self) -> str:
@@ -265,6 +271,7 @@ def parse_architecture(
         kv_elements_per_token=full * attention.kv_elements,
         attention_flops_per_token=full * attention.flops_per_cached,
         state_bytes=(layers - full) * state * _STATE_BYTES,
+        params_linear=(layers - full) * linear_params,
         params_attention=attention.params,
         params_layer_ffn=layer_ffn,
         attention_layers=full,
