@@ -17,8 +17,9 @@ The method here, a per-layer re-advance:
   layer's input norm, [B, t, H]) into a static buffer [B, N, H] at the log position;
 - *rollback*: a row that keeps every logged token keeps its state as it is. A row that keeps k of
   the T logged tokens (k < T) gets its checkpointed state back and is advanced through its first
-  k logged inputs by the layer's own forward (rows that keep the same k go together). Then the
-  checkpoint moves to the new state and the log empties.
+  k logged inputs (`gated_delta.replay`: the layer's projections, conv and delta-rule state update,
+  all such rows at once, each stopping at its own k; no output is computed). Then the checkpoint
+  moves to the new state and the log empties.
 
 Exact: in a causal model a layer's input at position j depends on tokens up to j only, and the
 kept tokens are a prefix of the logged ones, so the re-advanced state is the state the layer would
@@ -27,14 +28,14 @@ float64, token for token). The layers are independent given their logged inputs,
 re-advanced alone: no attention layer, MLP or expert runs again.
 
 Cost (`seconds`, reported per round as the engine's `state_s`): one copy of every linear layer's
-state per rollback, plus, for rows that rejected drafts, those layers' projections, convolution
-and delta rule over the kept tokens. For comparison, vLLM and SGLang keep the per-position states
+state per rollback, plus, for rows that rejected drafts, those layers' input projections, conv and
+delta-rule state update over the kept tokens. For comparison, vLLM and SGLang keep the per-position states
 their verify kernels compute and pick each row's (no recompute, γ + 1 states of memory per row);
 llama.cpp checkpoints a sequence's recurrent state and decodes the kept tokens again through the
 whole model (`llamacpp.py`).
 
-Only mixers whose cache calls have been checked are accepted (`LINEAR_MIXERS`); any other cache
-layer that cannot drop a suffix is refused when the model loads (`cache_layout`).
+Only mixers whose layout `gated_delta` knows are accepted (`LINEAR_MIXERS`); any other cache layer
+that cannot drop a suffix is refused when the model loads (`cache_layout`).
 """
 
 from __future__ import annotations
@@ -46,10 +47,11 @@ from dataclasses import dataclass
 
 import torch
 
+from specmoe.backends.gated_delta import replay
 from specmoe.errors import SpecmoeError
 
-# Gated-DeltaNet mixers whose transformers forward reads and writes its state only through the
-# cache calls `_RowStates` answers; each is covered by tests/test_hybrid.py.
+# Gated-DeltaNet mixers whose projections and state update `gated_delta.replay` reproduces; each is
+# covered by tests/test_hybrid.py against transformers' own forward.
 LINEAR_MIXERS = frozenset({"Qwen3NextGatedDeltaNet", "Qwen3_5GatedDeltaNet", "Qwen3_5MoeGatedDeltaNet"})
 SUPPORTED_HYBRIDS = "qwen3_next, qwen3_5, qwen3_5_moe"
 LOG_CAPACITY = 64  # logged positions; a longer run of forwards without a rollback moves the checkpoint
@@ -105,38 +107,6 @@ def cache_layout(model, name: str) -> CacheLayout:
                 f"transformers backend cannot roll back; it is refused (SD would be silently wrong); {fix}"
             )
     return CacheLayout(tuple(kv), tuple(linear))
-
-
-class _RowStates:
-    """One linear layer's conv and recurrent state for some rows, answering the cache calls a
-    gated-DeltaNet forward makes (transformers' linear-attention `Cache` methods)."""
-
-    def __init__(self, conv: torch.Tensor, recurrent: torch.Tensor) -> None:
-        self.conv = conv  # [b, C, K]
-        self.recurrent = recurrent  # [b, Hv, Dk, Dv]
-
-    def get_conv_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor:
-        return self.conv
-
-    def get_recurrent_state(self, layer_idx: int, state_idx: int = 0) -> torch.Tensor:
-        return self.recurrent
-
-    def is_recording_past(self, layer_idx: int) -> bool:
-        return False
-
-    def has_previous_state(self, layer_idx: int | None = None, state_idx: int | None = None) -> bool:
-        return True
-
-    def update_conv_state(self, conv_states: torch.Tensor, layer_idx: int, **kwargs) -> torch.Tensor:
-        full = torch.cat([self.conv, conv_states], dim=-1)  # [b, C, K + t]: the causal conv's left context
-        self.conv = full[..., -self.conv.shape[-1] :]
-        return full
-
-    def update_recurrent_state(
-        self, recurrent_states: torch.Tensor, layer_idx: int, **kwargs
-    ) -> torch.Tensor:
-        self.recurrent = recurrent_states
-        return recurrent_states
 
 
 class LinearStates:
@@ -215,17 +185,17 @@ class LinearStates:
         """Row r forgets its last drop[r] fed positions (at most those logged since the checkpoint);
         rows past len(drop) are the static batch's padding and are left alone."""
         start = self._clock()
-        groups: dict[int, list[int]] = {}  # kept positions -> rows
         for row, dropped in enumerate(drop):
             if not 0 <= dropped <= self._logged:
                 raise RuntimeError(
                     f"hybrid rollback of {dropped} positions in row {row}, "
                     f"{self._logged} logged since the checkpoint"
                 )
-            if dropped:
-                groups.setdefault(self._logged - dropped, []).append(row)
-        for k, rows in groups.items():  # the mixers' own forwards here do not log: not recording
-            self._readvance(torch.as_tensor(rows, device=self._position.device), k)
+        rows = [row for row, dropped in enumerate(drop) if dropped]
+        if rows:
+            device = self._position.device
+            keep = torch.as_tensor([self._logged - drop[row] for row in rows], device=device)  # [b]
+            self._readvance(torch.as_tensor(rows, device=device), keep)
         self.readvance_s += self._stop(start)
         self.checkpoint()
 
@@ -278,16 +248,17 @@ class LinearStates:
         slots = self._position + self._steps[: hidden.shape[1]]  # [t]
         self._log[module.layer_idx].index_copy_(1, slots, hidden.to(self._dtype))
 
-    def _readvance(self, rows: torch.Tensor, k: int) -> None:
-        """Rows (index [b]) go back to the checkpoint and through their first k logged inputs."""
+    def _readvance(self, rows: torch.Tensor, keep: torch.Tensor) -> None:
+        """Rows (index [b]) go back to the checkpoint and through their first keep[r] logged inputs."""
         for i in self._layers:
             conv, recurrent = self._states(i)
             saved_conv, saved_recurrent = self._saved[i]
-            view = _RowStates(saved_conv[rows].clone(), saved_recurrent[rows].clone())
-            if k:
-                self._mixers[i](hidden_states=self._log[i][rows, :k], cache_params=view, attention_mask=None)
-            conv[rows] = view.conv.to(conv.dtype)
-            recurrent[rows] = view.recurrent.to(recurrent.dtype)
+            logged = self._log[i][rows, : self._logged]  # [b, T, H]
+            new_conv, new_recurrent = replay(
+                self._mixers[i], saved_conv[rows], saved_recurrent[rows], logged, keep
+            )
+            conv[rows] = new_conv.to(conv.dtype)
+            recurrent[rows] = new_recurrent.to(recurrent.dtype)
 
     def _clock(self) -> float:
         if self._position is not None and self._position.device.type == "cuda":
