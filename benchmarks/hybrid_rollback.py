@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 from pathlib import Path
 
 import torch
 
 from specmoe.api import load_model, load_tokenizer
+from specmoe.bench.env import environment
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.metrics import acceptance_rate, decode_tokens_per_s, totals
@@ -42,7 +42,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--plot-only", action="store_true", help="redraw the figure from --out's JSON")
     args = parser.parse_args()
+    if args.plot_only:
+        plot(json.loads(args.out.read_text(encoding="utf-8")), args.out.with_suffix(".png"))
+        return
     torch.set_num_threads(1)  # one core measures; the other is left to the machine
     zoo = args.zoo or build_zoo("hybrid-trained")
     tokenizer = load_tokenizer(zoo / "moe")
@@ -56,8 +60,7 @@ def main() -> None:
                 cells.append(measure(target, draft, draft_name, prompts, gamma, batch, args))
                 print(row_text(cells[-1]), flush=True)
     record = {
-        "cpu": platform.processor() or platform.machine(),
-        "torch_threads": 1,
+        "environment": {k: v for k, v in environment().items() if k != "git_sha"},
         "dtype": args.dtype,
         "tokens": args.tokens,
         "repeats": args.repeats,
@@ -65,6 +68,38 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    plot(record, args.out.with_suffix(".png"))
+
+
+def plot(record: dict, path: Path) -> None:
+    """Each cell's SD decode time split into draft, verify, state rollback and bookkeeping."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = record["cells"]
+    parts = {"draft": "#fdb863", "verify": "#5e3c99", "state": "#e66101", "overhead": "#b2abd2"}
+    fig, ax = plt.subplots(figsize=(7.5, 0.9 + 0.32 * len(cells)))
+    left = [0.0] * len(cells)
+    for part, color in parts.items():
+        widths = [100 * c["shares"][part] for c in cells]
+        ax.barh(range(len(cells)), widths, left=left, color=color, label=part)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    labels = [
+        f"{c['draft']} γ={c['gamma']} B={c['batch']} "
+        f"({c['acceptance']:.0%} acc., {c['speedup']['value']:.2f}×)"
+        for c in cells
+    ]
+    ax.set_yticks(range(len(cells)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("share of SD decode time (%)")
+    ax.legend(ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, fontsize=8)
+    ax.set_title("hybrid-trained zoo, moe target: where an SD round's time goes", fontsize=9, pad=22)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def measure(target, draft, draft_name: str, prompts, gamma: int, batch: int, args) -> dict:
