@@ -29,8 +29,8 @@ def add_findings(commands) -> None:
         "--engine",
         action="append",
         default=[],
-        help="measure only this engine's steps and profiles: transformers-bf16, llamacpp-q8_0 or "
-        "llamacpp-q4_k_m; repeat (default: all)",
+        help="measure only this engine's steps and profiles: transformers-bf16, llamacpp-q8_0, "
+        "llamacpp-q4_k_m, or transformers-hybrid (the hybrid zoo's pass); repeat (default: all)",
     )
     p.set_defaults(run=run_findings)
 

@@ -32,6 +32,8 @@ from specmoe.findings.claims import (
     x,
 )
 from specmoe.findings.engines import engine_amortisation, engine_regime, engines_values
+from specmoe.findings.hybrid import STEP as HYBRID_STEP
+from specmoe.findings.hybrid import hybrid_values
 from specmoe.findings.notes import notes_values
 from specmoe.findings.plan import ENGINES
 from specmoe.findings.predictions import fitted_predictor, study_setup_table, unfitted_table
@@ -247,6 +249,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found.update(engines_values(out, _step_cells, _sizes("bench"), family, moesd, predict))
     found.update(_engine_run_values(out))
     found.update(real_values(out.parent / "real"))
+    found.update(hybrid_values(*_step_cells(out, HYBRID_STEP)))
     found["elsewhere.table"] = unfitted_table(examples)
     found["elsewhere.study"] = study_setup_table(examples)
     wall = json.loads((out / "wall_time.json").read_text()) if (out / "wall_time.json").is_file() else {}

@@ -46,8 +46,14 @@ ENGINES = (
 )
 
 
+# The study's own architecture: the hybrid zoo (docs/zoo.md) through transformers, float32. Not among
+# ENGINES: its family has no dense target and no profiles, so it gets a findings section of its own
+# (`specmoe.findings.hybrid`) rather than a column of the per-engine table.
+HYBRID = Engine("transformers-hybrid", "transformers float32, hybrid zoo", "hf", "float32", "study-hybrid")
+
+
 def engine(name: str) -> Engine:
-    found = {e.name: e for e in ENGINES}
+    found = {e.name: e for e in (*ENGINES, HYBRID)}
     if name not in found:
         raise SpecmoeError(f"unknown findings engine '{name}'; available: {', '.join(found)}")
     return found[name]
@@ -200,7 +206,23 @@ _MOESD_LLAMACPP = Step(
     engine="llamacpp-q8_0",
     threads=LLAMACPP_THREADS,
 )
-_CPU = (*_CPU, *(study_on_llamacpp(_CPU[1], quant) for quant in ("q8_0", "q4_k_m")), _MOESD_LLAMACPP)
+# The study's suite B questions and the low-acceptance oracles on the hybrid zoo, at the study pass's
+# scale: γ 4 and 8, 32 new tokens, one repeat of every prompt as a unit.
+_STUDY_HYBRID = Step(
+    "study-hybrid",
+    "study-hybrid",
+    SuiteOverrides(
+        settings=(("max_new_tokens", 32), ("repeats", 1), ("prompts", 10), ("gamma", [4, 8])),
+        groups=("B", "D"),
+    ),
+    engine=HYBRID.name,
+)
+_CPU = (
+    *_CPU,
+    *(study_on_llamacpp(_CPU[1], quant) for quant in ("q8_0", "q4_k_m")),
+    _MOESD_LLAMACPP,
+    _STUDY_HYBRID,
+)
 
 _FULL = (Step("moesd", "moesd"), Step("study", "study"), Step("family", "family"))
 _FULL = (*_FULL, *(study_on_llamacpp(_FULL[1], quant) for quant in ("q8_0", "q4_k_m")))
