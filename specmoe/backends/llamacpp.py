@@ -35,9 +35,9 @@ import torch
 
 from specmoe.backends.gguf_layout import check_gguf_layout
 from specmoe.errors import SpecmoeError
+from specmoe.extras import install_hint
 
 GGUF_MAGIC = b"GGUF"
-INSTALL_HINT = "install the extra: pip install -c constraints.txt -e '.[llamacpp]'"
 # Positions per sequence when the model allows more; the KV cache is allocated up front.
 DEFAULT_CONTEXT = 4096
 _BATCH_TOKENS = 2048  # tokens per llama_decode call (prefill chunks)
@@ -63,7 +63,8 @@ def llama_lib():
     try:
         import llama_cpp
     except ImportError:
-        raise SpecmoeError(f"the llamacpp backend needs llama-cpp-python; {INSTALL_HINT}") from None
+        hint = install_hint("llamacpp")
+        raise SpecmoeError(f"the llamacpp backend needs llama-cpp-python; install it: {hint}") from None
 
     @llama_cpp.llama_log_callback
     def keep_problems(level: int, text: bytes, _user_data) -> None:
