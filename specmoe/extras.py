@@ -19,6 +19,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "llamacpp": ("llama_cpp", "gguf"),  # the llamacpp backend; GGUF files (zoo export, SmolLM2)
     "ray": ("ray",),  # --executor ray
     "serve": ("prometheus_client",),  # the openai backend reads each server's /metrics
+    "parquet": ("pyarrow",),  # bench export --format parquet
 }
 # The llamacpp extra builds llama.cpp from source (a C/C++ compiler, minutes to half an hour), portable
 # and never from pip's wheel cache, which keys a built wheel by its source and not by CMAKE_ARGS, so a

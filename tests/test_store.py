@@ -372,7 +372,9 @@ def test_parquet_export(tmp_path):
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        with pytest.raises(SpecmoeError, match="parquet export needs pyarrow: pip install pyarrow"):
+        with pytest.raises(
+            SpecmoeError, match=r"parquet export needs the 'parquet' extra.*-e '\.\[parquet\]'"
+        ):
             export(db, out, "parquet")
         return
     assert export(db, out, "parquet") == 2
