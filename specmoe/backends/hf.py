@@ -47,20 +47,22 @@ def default_experts_implementation(dtype: str, compile: bool = False, device: st
     return "grouped_mm"
 
 
-def resolve_device(device: str) -> torch.device:
-    kind, _, index = device.partition(":")
-    if kind not in ("cpu", "cuda", "mps") or (index and (kind != "cuda" or not index.isdigit())):
+def resolve_device(device: str, asked: str = "--device", fix: str = "use --device cpu") -> torch.device:
+    """The torch device a device string names, refused in one line when it is malformed or absent
+    here; `asked` and `fix` name where it was given and how to change it (a suite key, say)."""
+    kind, sep, index = device.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (sep and (kind != "cuda" or not index.isdigit())):
         raise SpecmoeError(f"unknown device '{device}'; use cpu, cuda, cuda:<index> or mps")
     if kind == "cuda" and not torch.cuda.is_available():
-        raise SpecmoeError(f"--device {device} was asked for but torch sees no CUDA GPU; use --device cpu")
+        raise SpecmoeError(f"{asked} {device} was asked for but torch sees no CUDA GPU; {fix}")
     if kind == "cuda" and index and int(index) >= torch.cuda.device_count():
         count = torch.cuda.device_count()
         raise SpecmoeError(
-            f"--device {device}: torch sees {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}; "
+            f"{asked} {device}: torch sees {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}; "
             "pick one of them (nvidia-smi lists them; CUDA_VISIBLE_DEVICES may hide some)"
         )
     if kind == "mps" and not torch.backends.mps.is_available():
-        raise SpecmoeError("--device mps was asked for but torch sees no Apple GPU; use --device cpu")
+        raise SpecmoeError(f"{asked} mps was asked for but torch sees no Apple GPU; {fix}")
     return torch.device(device)
 
 
