@@ -25,8 +25,21 @@ HEADS = 4
 CONTEXT = 32
 
 
+def byte_tokens() -> list[str]:
+    """The 256 byte-level BPE symbols in byte order: a printable byte stands for itself, the others
+    for code points from 256 up, as GPT-2's byte-level vocabularies write them."""
+    printable = {
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    }
+    others = iter(range(256, 512))
+    return [chr(byte) if byte in printable else chr(next(others)) for byte in range(256)]
+
+
 def write_model(path: Path) -> None:
-    """A one-layer llama-architecture GGUF of ~0.6 MB with a minimal byte-level BPE vocabulary."""
+    """A one-layer llama-architecture GGUF of ~0.6 MB with a byte-level BPE vocabulary and no merges
+    to speak of: any text tokenizes, a byte a token (tests use it as a tiny GGUF model too)."""
     import gguf
     import numpy as np
     from gguf.quants import quantize
@@ -45,9 +58,10 @@ def write_model(path: Path) -> None:
     writer.add_vocab_size(VOCAB)
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre("default")
-    writer.add_token_list([f"<{i}>" for i in range(VOCAB)])
+    tokens = byte_tokens()  # VOCAB = 256: every byte is a token, so any text tokenizes
+    writer.add_token_list(tokens)
     writer.add_token_types([1] * VOCAB)
-    writer.add_token_merges(["<1> <2>"])  # llama.cpp requires the key; an empty list is not written
+    writer.add_token_merges([f"{tokens[0]} {tokens[1]}"])  # llama.cpp requires the key; [] is not written
     writer.add_eos_token_id(0)
 
     def matrix(name: str, rows: int, cols: int, qtype) -> None:
