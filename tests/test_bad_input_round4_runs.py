@@ -57,14 +57,17 @@ def test_allow_pickle_loads_a_checkpoint_the_weights_only_unpickler_refuses(tiny
     assert "holds only pickle weights" in capsys.readouterr().err
 
 
-def test_a_cut_pickle_checkpoint_is_one_line(tiny_zoo, tmp_path, capsys):
+@pytest.mark.parametrize("damage", ["cut to a third", "not a pickle"])
+def test_a_broken_pickle_checkpoint_is_one_line(tiny_zoo, tmp_path, capsys, damage):
     model = _pickle_copy(tiny_zoo / "draft-xs", tmp_path, {})
     data = (model / "pytorch_model.bin").read_bytes()
-    (model / "pytorch_model.bin").write_bytes(data[: len(data) // 3])
+    broken = data[: len(data) // 3] if damage == "cut to a third" else b"not a pickle\n"
+    (model / "pytorch_model.bin").write_bytes(broken)
     argv = ["generate", "--target", str(model), "--prompt", "hi", "--max-new-tokens", "2", "--allow-pickle"]
     assert main(argv) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "pytorch_model.bin: not a readable pickle checkpoint" in lines[0], lines
+    assert "unexpected" not in lines[0]
 
 
 # --- copies of prompts are said before the run and in the report ------------------------------------
