@@ -71,8 +71,15 @@ def load_tokenizer(path: str | Path):
     # AutoTokenizer reads config.json too, and would blame a broken one on tokenizer.json.
     if (Path(path) / "config.json").is_file():
         read_config(Path(path))
+    from huggingface_hub.errors import StrictDataclassError
+
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except StrictDataclassError as err:  # a config.json value of the wrong type, in transformers' words
+        reason = " ".join(line.strip() for line in str(err).splitlines()[:2])
+        raise SpecmoeError(
+            f"'{Path(path) / 'config.json'}': {reason}; restore the model's own config.json"
+        ) from None
     except (OSError, ValueError) as err:
         raise SpecmoeError(
             f"no usable tokenizer in '{path}' ({type(err).__name__}); "

@@ -1,5 +1,6 @@
 """Canonical JSON and the digests taken of it, defined once: run keys and stored rows depend on them
-byte for byte, so every writer and every key must use these functions."""
+byte for byte, so every writer and every key must use these functions. And the one reader of JSON
+files a user hands over (`json_value`), which turns a hostile nesting into a parse error."""
 
 from __future__ import annotations
 
@@ -22,3 +23,14 @@ def sha256_text(text: str) -> str:
 def short_key(value: Any) -> str:
     """16 hex digits of sha256 over `canonical_json(value)`: a key stable across processes."""
     return sha256_text(canonical_json(value))[:16]
+
+
+def json_value(text: str) -> Any:
+    """json.loads, with a value nested deeper than Python's parser can follow reported as the parse
+    error it is (a JSONDecodeError at its start) instead of a RecursionError: a hostile file can nest
+    thousands of arrays, which no file specmoe reads has, and each reader already explains a
+    JSONDecodeError in one line."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("arrays or objects nested too deeply to read", text, 0) from None

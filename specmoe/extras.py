@@ -19,8 +19,16 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "llamacpp": ("llama_cpp", "gguf"),  # the llamacpp backend; GGUF files (zoo export, SmolLM2)
     "ray": ("ray",),  # --executor ray
     "serve": ("prometheus_client",),  # the openai backend reads each server's /metrics
+    "parquet": ("pyarrow",),  # bench export --format parquet
 }
-# The llamacpp extra builds llama.cpp from source (a C/C++ compiler, minutes to half an hour).
+# The llamacpp extra builds llama.cpp from source (a C/C++ compiler, minutes to half an hour), portable
+# and never from pip's wheel cache, which keys a built wheel by its source and not by CMAKE_ARGS, so a
+# native wheel cached earlier would come back (docs/llamacpp.md). The README's test command builds it so.
+LLAMACPP_BUILD = (
+    'CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF" pip install --no-cache-dir --no-deps --force-reinstall '
+    "-c constraints.txt llama-cpp-python"
+)
+FIRST_STEP = {"llamacpp": f"{LLAMACPP_BUILD} && "}
 BUILD_NOTE = {"llamacpp": " (it builds llama.cpp from source: see docs/llamacpp.md)"}
 
 
@@ -39,7 +47,8 @@ def missing_modules(extra: str, modules: Sequence[str] | None = None) -> list[st
 
 
 def install_hint(extra: str) -> str:
-    return f"pip install -c constraints.txt -e '.[{extra}]'{BUILD_NOTE.get(extra, '')}"
+    install = f"pip install -c constraints.txt -e '.[{extra}]'"
+    return f"{FIRST_STEP.get(extra, '')}{install}{BUILD_NOTE.get(extra, '')}"
 
 
 def require(extra: str, what: str, modules: Sequence[str] | None = None) -> None:

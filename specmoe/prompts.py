@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from specmoe.canonical import short_key
+from specmoe.canonical import json_value, short_key
 from specmoe.errors import SpecmoeError
 
 PROMPT_SETS_DIR = Path(__file__).parent / "prompt_sets"
@@ -88,7 +88,12 @@ def prompt_set_digest(name_or_path: str | Path) -> str | None:
     """
     if is_builtin(str(name_or_path)):
         return None
-    return short_key([[p.id, p.category, p.text] for p in load_prompts(name_or_path)])
+    return prompts_digest(load_prompts(name_or_path))
+
+
+def prompts_digest(prompts: list[Prompt]) -> str:
+    """`prompt_set_digest` of prompts already read."""
+    return short_key([[p.id, p.category, p.text] for p in prompts])
 
 
 def load_prompt_set(name_or_path: str | Path) -> list[str]:
@@ -116,7 +121,7 @@ def _read_lines(path: Path) -> list[str]:
 
 def _parse_line(line: str, path: Path, lineno: int, set_name: str, index: int) -> Prompt:
     try:
-        record: Any = json.loads(line)
+        record: Any = json_value(line)
     except json.JSONDecodeError as err:
         raise SpecmoeError(f"{path}:{lineno}: invalid JSON ({err.msg}); {_FORMAT_HINT}") from None
     if isinstance(record, dict):

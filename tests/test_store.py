@@ -272,7 +272,7 @@ WRITER = textwrap.dedent(
                 run_id=run_id, config_key=f"k{i}", baseline_key=f"k{i}", suite="s", group="g",
                 arm="baseline", repeat=0, config={"i": i}, env={},
                 counts=RunCounts(*(i for _ in COUNT_KEYS)), times=RunTimes(*(0.0 for _ in TIME_KEYS)),
-                tokens_per_s=float(i), acceptance_rate=None,
+                tokens_per_s=float(i + 1), acceptance_rate=None,
                 rounds_trace=trace, audit_verdict="ok", audit_reason="", created_at="t",
             ))
             print(i, flush=True)
@@ -372,7 +372,9 @@ def test_parquet_export(tmp_path):
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        with pytest.raises(SpecmoeError, match="parquet export needs pyarrow: pip install pyarrow"):
+        with pytest.raises(
+            SpecmoeError, match=r"parquet export needs the 'parquet' extra.*-e '\.\[parquet\]'"
+        ):
             export(db, out, "parquet")
         return
     assert export(db, out, "parquet") == 2

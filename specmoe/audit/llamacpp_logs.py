@@ -46,6 +46,8 @@ import math
 import re
 from dataclasses import dataclass
 
+from specmoe.canonical import json_value
+
 # --- records --------------------------------------------------------------------------------
 
 
@@ -320,11 +322,11 @@ def _bench_json(text: str) -> BenchLog | None:
     if not stripped.startswith(("[", "{")):
         return None
     try:
-        data = json.loads(stripped)
+        data = json_value(stripped)
         records = data if isinstance(data, list) else [data]
     except json.JSONDecodeError:
         try:  # JSONL: one object per line
-            records = [json.loads(line) for line in stripped.splitlines() if line.strip()]
+            records = [json_value(line) for line in stripped.splitlines() if line.strip()]
         except json.JSONDecodeError:
             return None
     results = [r for rec in records if isinstance(rec, dict) and (r := _bench_from_record(rec))]

@@ -25,6 +25,7 @@ from typing import Any
 
 from specmoe.audit.foreign import TOLERANCE, AuditRow, judge
 from specmoe.audit.vllm import finite_number
+from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
 
 SGLANG_TOOL = "sglang-bench-speculative"
@@ -71,7 +72,7 @@ def load_sglang_points(path: str | Path) -> list[SglangPoint]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json_value(line)
         except json.JSONDecodeError as err:
             raise SpecmoeError(
                 f"{path}:{lineno}: invalid JSON ({err.msg}); expected bench_speculative lines"
@@ -137,6 +138,9 @@ def _audit_sglang_point(point: SglangPoint, baseline: SglangPoint | None) -> Aud
         return AuditRow(
             point.id, "invalid", "invalid input: speed is not a finite number > 0", None, None, **fields
         )
+    if point.batch_size < 1 or point.steps < 0:
+        reason = f"invalid input: batch_size {point.batch_size} and steps {point.steps}: need >= 1 and >= 0"
+        return AuditRow(point.id, "invalid", reason, None, None, **fields)
     if point.steps == 0:
         reason = (
             f"baseline: no speculation, {point.speed:.2f} tok/s per request at batch size {point.batch_size}"

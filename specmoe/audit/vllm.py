@@ -161,6 +161,15 @@ def _vllm_bound(result: VllmResult) -> tuple[float | None, str]:
 def _vllm_invalid(result: VllmResult) -> str | None:
     if result.output_throughput is None or result.output_throughput <= 0:
         return "invalid input: output_throughput is not a finite number > 0"
+    counts = {
+        "spec_decode_num_drafts": result.num_drafts,
+        "spec_decode_draft_tokens": result.draft_tokens,
+        "spec_decode_accepted_tokens": result.accepted_tokens,
+    }
+    negative = [f"{key} {value:g}" for key, value in counts.items() if value is not None and value < 0]
+    if negative:  # counters only grow: a negative one is no count, and its bound would be no bound
+        verb = "is" if len(negative) == 1 else "are"
+        return f"invalid input: {', '.join(negative)} {verb} negative; counts of drafts and tokens are >= 0"
     accepted, drafted = result.accepted_tokens, result.draft_tokens
     if accepted is not None and drafted is not None and accepted > drafted:
         return f"invalid input: {accepted:g} accepted tokens of {drafted:g} drafted"

@@ -22,6 +22,7 @@ refused when it loads (`hf_recurrent.cache_layout`).
 from __future__ import annotations
 
 import os
+import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,6 +31,7 @@ import torch
 from specmoe.backends import hf_experts
 from specmoe.backends.hf_model import MOE_CONFIG_KEYS, set_model_facts
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
+from specmoe.backends.pickle_weights import from_pickle
 from specmoe.backends.tokenizer_digest import tokenizer_digest
 from specmoe.backends.weights import check_safetensors_dir, read_config
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES, torch_dtype
@@ -53,20 +55,22 @@ def default_experts_implementation(dtype: str, compile: bool = False, device: st
     return "grouped_mm"
 
 
-def resolve_device(device: str) -> torch.device:
-    kind, _, index = device.partition(":")
-    if kind not in ("cpu", "cuda", "mps") or (index and (kind != "cuda" or not index.isdigit())):
+def resolve_device(device: str, asked: str = "--device", fix: str = "use --device cpu") -> torch.device:
+    """The torch device a device string names, refused in one line when it is malformed or absent
+    here; `asked` and `fix` name where it was given and how to change it (a suite key, say)."""
+    kind, sep, index = device.partition(":")
+    if kind not in ("cpu", "cuda", "mps") or (sep and (kind != "cuda" or not index.isdigit())):
         raise SpecmoeError(f"unknown device '{device}'; use cpu, cuda, cuda:<index> or mps")
     if kind == "cuda" and not torch.cuda.is_available():
-        raise SpecmoeError(f"--device {device} was asked for but torch sees no CUDA GPU; use --device cpu")
+        raise SpecmoeError(f"{asked} {device} was asked for but torch sees no CUDA GPU; {fix}")
     if kind == "cuda" and index and int(index) >= torch.cuda.device_count():
         count = torch.cuda.device_count()
         raise SpecmoeError(
-            f"--device {device}: torch sees {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}; "
+            f"{asked} {device}: torch sees {count} CUDA GPU(s), cuda:0 to cuda:{count - 1}; "
             "pick one of them (nvidia-smi lists them; CUDA_VISIBLE_DEVICES may hide some)"
         )
     if kind == "mps" and not torch.backends.mps.is_available():
-        raise SpecmoeError("--device mps was asked for but torch sees no Apple GPU; use --device cpu")
+        raise SpecmoeError(f"{asked} mps was asked for but torch sees no Apple GPU; {fix}")
     return torch.device(device)
 
 
@@ -119,6 +123,7 @@ def load_hf(
     path = Path(path)
     config = check_model_dir(path, allow_pickle)  # before importing transformers: seconds earlier
     os.environ["HF_HUB_OFFLINE"] = "1"
+    from huggingface_hub.errors import StrictDataclassError
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -144,18 +149,27 @@ def load_hf(
     # transformers reports missing or unexpected weights as a multi-line notice and goes on with
     # random ones; that is an error here (`check_loading_info`), so the notice is not printed.
     hf_logging.set_verbosity_error()
+    options = {
+        "dtype": torch_dtype(dtype),
+        "output_loading_info": True,
+        "ignore_mismatched_sizes": True,  # reported in `info` and refused below, with names
+        **kwargs,
+    }
     try:
-        model, info = AutoModelForCausalLM.from_pretrained(
+        # --allow-pickle promises to load a pickle checkpoint, not only what torch's weights-only
+        # unpickler admits (`pickle_weights`: an older checkpoint pickles numpy scalars and such)
+        loaded = from_pickle(path, trust_remote_code, **options) if allow_pickle else None
+        model, info = loaded or AutoModelForCausalLM.from_pretrained(
             path,
-            dtype=torch_dtype(dtype),
             local_files_only=True,
             use_safetensors=None if allow_pickle else True,
             trust_remote_code=trust_remote_code,
-            output_loading_info=True,
-            ignore_mismatched_sizes=True,  # reported in `info` and refused below, with names
-            **kwargs,
+            **options,
         )
-    except (ValueError, KeyError, OSError, RuntimeError, TypeError) as err:
+    # Beyond the builtin failures: a pickle file that is not one (cut short, another format), and a
+    # config.json value of the wrong type, which transformers' strict config classes refuse.
+    except (ValueError, KeyError, OSError, RuntimeError, TypeError, EOFError, pickle.UnpicklingError,
+            StrictDataclassError) as err:  # fmt: skip
         raise SpecmoeError(f"transformers could not load '{path}': {_load_error(err)}") from None
     finally:
         hf_logging.set_verbosity(verbosity)
@@ -187,7 +201,10 @@ def _load_error(err: Exception) -> str:
     mismatch = next((line for line in lines if "size mismatch" in line), None)
     if mismatch is not None:
         return f"{mismatch}; config.json does not match the weights, restore the model's own config.json"
-    return (lines[0] if lines else type(err).__name__) + "; check the model directory"
+    first = lines[0] if lines else type(err).__name__
+    if first.endswith(":") and len(lines) > 1:  # "Validation error for field 'x':" then the reason
+        first = f"{first} {lines[1]}"
+    return first + "; check the model directory"
 
 
 def check_loading_info(path: Path, info: dict) -> None:

@@ -34,10 +34,11 @@ import numpy as np
 import torch
 
 from specmoe.backends.gguf_layout import check_gguf_layout
+from specmoe.backends.llamacpp_check import check_llamacpp_runs
 from specmoe.errors import SpecmoeError
+from specmoe.extras import install_hint, installed
 
 GGUF_MAGIC = b"GGUF"
-INSTALL_HINT = "install the extra: pip install -c constraints.txt -e '.[llamacpp]'"
 # Positions per sequence when the model allows more; the KV cache is allocated up front.
 DEFAULT_CONTEXT = 4096
 _BATCH_TOKENS = 2048  # tokens per llama_decode call (prefill chunks)
@@ -56,14 +57,16 @@ _log_callback = None  # keeps the ctypes callback alive for as long as llama.cpp
 
 
 def llama_lib():
-    """The llama_cpp module, initialised once, with llama.cpp's log routed into `_log_lines`."""
+    """The llama_cpp module, initialised once, with llama.cpp's log routed into `_log_lines`; first, the
+    self-test of `llamacpp_check` (once per process)."""
     global _lib, _log_callback
     if _lib is not None:
         return _lib
-    try:
-        import llama_cpp
-    except ImportError:
-        raise SpecmoeError(f"the llamacpp backend needs llama-cpp-python; {INSTALL_HINT}") from None
+    if not installed("llama_cpp"):
+        hint = install_hint("llamacpp")
+        raise SpecmoeError(f"the llamacpp backend needs llama-cpp-python; install it: {hint}")
+    check_llamacpp_runs()  # before this process loads the library: a build that cannot run here is a line
+    import llama_cpp
 
     @llama_cpp.llama_log_callback
     def keep_problems(level: int, text: bytes, _user_data) -> None:
@@ -239,17 +242,24 @@ def load_llamacpp(
         raise
 
 
-def _gpu_layers(lib, device: str, n_gpu_layers: int | None) -> int:
+def _gpu_layers(lib, device: str, n_gpu_layers: int | None, asked: str = "--device") -> int:
     if device == "cpu":
         return 0 if n_gpu_layers is None else n_gpu_layers
-    if device not in ("cuda", "mps") and not device.startswith("cuda:"):
+    kind, sep, index = device.partition(":")
+    if kind not in ("cuda", "mps") or (sep and (kind != "cuda" or not index.isdigit())):
         raise SpecmoeError(f"unknown device '{device}'; use cpu, cuda or mps")
     if not lib.llama_supports_gpu_offload():
         raise SpecmoeError(
-            f"--device {device} was asked for but this llama-cpp-python has no GPU backend; rebuild it with "
-            'CMAKE_ARGS="-DGGML_CUDA=on" (or -DGGML_METAL=on) or use --device cpu'
+            f"{asked} {device} was asked for but this llama-cpp-python has no GPU backend; rebuild it with "
+            'CMAKE_ARGS="-DGGML_CUDA=on" (or -DGGML_METAL=on), or use the cpu device'
         )
     return -1 if n_gpu_layers is None else n_gpu_layers
+
+
+def check_device(device: str, asked: str = "--device") -> None:
+    """Refuse, in one line, a device this llama-cpp-python cannot run on (suites check it before
+    their first run); `asked` names where it was given."""
+    _gpu_layers(llama_lib(), device, None, asked)
 
 
 def model_metadata(lib, model, key: str) -> str | None:

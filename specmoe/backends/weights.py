@@ -14,6 +14,8 @@ import json
 import struct
 from pathlib import Path
 
+from specmoe.backends.config_shape import check_config_shape
+from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
 
 _HEADER_LENGTH_BYTES = 8
@@ -83,10 +85,11 @@ def check_safetensors_dir(model_dir: Path) -> dict[str, dict]:
 
 def read_config(path: Path) -> dict:
     """The model directory's config.json as a dict, refused in one line naming config.json when it is
-    not UTF-8 JSON holding an object (transformers would fail with a TypeError, or blame the tokenizer)."""
+    not UTF-8 JSON holding an object (transformers would fail with a TypeError, or blame the tokenizer)
+    or its shape keys describe no network (`config_shape`)."""
     config_file = path / "config.json"
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+        config = json_value(config_file.read_text(encoding="utf-8"))
     except UnicodeDecodeError:
         raise SpecmoeError(f"'{config_file}' is not UTF-8 text; restore the model's config.json") from None
     except json.JSONDecodeError as err:
@@ -101,6 +104,7 @@ def read_config(path: Path) -> dict:
     if not isinstance(config, dict):
         kind = {list: "an array", str: "a string"}.get(type(config), "a scalar")
         raise SpecmoeError(f"'{config_file}' is not a JSON object ({kind}); restore the model's config.json")
+    check_config_shape(config, f"'{config_file}'", "restore the model's own config.json")
     return config
 
 

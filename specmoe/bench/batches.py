@@ -6,7 +6,15 @@ Shared by the runner (what it decodes) and the preflight (whether every batch fi
 from __future__ import annotations
 
 from specmoe.bench.suite import RunSpec
-from specmoe.prompts import Prompt, load_prompts, prompt_batch, select_prompts, synthetic_prompt
+from specmoe.errors import SpecmoeError
+from specmoe.prompts import (
+    Prompt,
+    load_prompts,
+    prompt_batch,
+    prompts_digest,
+    select_prompts,
+    synthetic_prompt,
+)
 
 
 def batch_prompts_of(spec: RunSpec) -> list[Prompt]:
@@ -18,8 +26,23 @@ def batch_prompts_of(spec: RunSpec) -> list[Prompt]:
         seeds = range(spec.prompt_batch * spec.batch_size, (spec.prompt_batch + 1) * spec.batch_size)
         kind = f"len{spec.prompt_length}"
         return [Prompt(f"{kind}:{seed}", kind, "") for seed in seeds]
-    selection = select_prompts(load_prompts(spec.prompt_set), spec.prompts)
+    selection = select_prompts(set_prompts(spec), spec.prompts)
     return prompt_batch(selection, spec.batch_size, spec.prompt_batch)
+
+
+def set_prompts(spec: RunSpec) -> list[Prompt]:
+    """Every prompt of the run's set, as the file holds them now, which must be what the run's key
+    says it holds (`prompt_digest`): a file edited while its suite runs would otherwise be decoded
+    as edited and stored under the key of what it held when the suite started."""
+    assert spec.prompt_set is not None
+    prompts = load_prompts(spec.prompt_set)
+    if spec.prompt_digest is not None and prompts_digest(prompts) != spec.prompt_digest:
+        raise SpecmoeError(
+            f"prompt file {spec.prompt_set} changed while suite {spec.suite} ran (run {spec.run_id} is "
+            "keyed by what it held when the suite started); the runs measured before the change are "
+            "stored; run the suite again to measure the file as it is now"
+        )
+    return prompts
 
 
 def prompt_ids(spec: RunSpec, tokenizer) -> list[list[int]]:

@@ -10,10 +10,13 @@ new file name) gives that file content keys.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from specmoe.bench.suite import RunSpec
+
+log = logging.getLogger(__name__)
 
 
 def path_keyed(spec: RunSpec) -> RunSpec:
@@ -35,4 +38,21 @@ def keep_stored_keys(specs: Sequence[RunSpec], stored_ids: Iterable[str]) -> lis
     return [path_keyed(s) if s.prompt_digest is not None and s.prompt_set in legacy else s for s in specs]
 
 
-__all__ = ["keep_stored_keys", "path_keyed"]
+def warn_path_keys(specs: Sequence[RunSpec], kept: Sequence[RunSpec]) -> list[str]:
+    """Say, once per prompt file, that `keep_stored_keys` kept its path keys: an edit to it since its
+    stored runs were measured cannot be told, so a resumed suite would take them as measured."""
+    files = sorted(
+        {s.prompt_set for s, k in zip(specs, kept, strict=True) if s.prompt_digest and not k.prompt_digest}
+    )
+    lines = [
+        f"prompt file {name}: this store's runs of it are keyed by its path (measured before prompt files "
+        "were keyed by content), so an edit to it since cannot be told and its stored runs resume as "
+        "they are; measure into a new --db to key it by what it holds"
+        for name in files
+    ]
+    for line in lines:
+        log.warning("%s", line)
+    return lines
+
+
+__all__ = ["keep_stored_keys", "path_keyed", "warn_path_keys"]

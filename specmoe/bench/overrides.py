@@ -47,6 +47,11 @@ def parse_assignment(text: str) -> tuple[str, Any]:
         return key, tomllib.loads(f"v = {value.strip()}")["v"]
     except tomllib.TOMLDecodeError:
         return key, value.strip()
+    except RecursionError:  # the parser recurses per level of a list
+        raise SpecmoeError(
+            f"--set {key}=...: lists nested too deeply to read; a suite's values are numbers, strings and "
+            "lists of them"
+        ) from None
 
 
 def apply_overrides(raw: dict[str, Any], overrides: SuiteOverrides) -> dict[str, Any]:

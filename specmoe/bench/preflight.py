@@ -8,14 +8,17 @@ runs before it and leaves a half-measured grid. In order, cheapest first:
    (`check_store_path`; nothing is created here, the run creates a new store);
 3. every local model's files: its directory, config.json and weight files (safetensors headers
    against file sizes, `specmoe.backends.weights`) or its GGUF file (magic, header, and every
-   tensor's bytes within the file, `specmoe.backends.gguf_layout`); the devices;
+   tensor's bytes within the file, `specmoe.backends.gguf_layout`); the devices, for the backend
+   that runs each model (torch's, or llama.cpp's GPU offload), and for llama.cpp models its self-test
+   (`specmoe.backends.llamacpp_check`: a build that cannot run on this machine);
 4. every run's context: prompt tokens + max_new_tokens + gamma fit the target's (and the draft's)
    max_position_embeddings, with prompts tokenized by the target's tokenizer as the run will; and
    every HF draft's tokenizer maps ids to the same tokens as its target's (`tokenizer_digest`);
 5. every HF model loads, once, on the CPU in the dtype of its first run, and is freed. A tensor
    missing from the checkpoint, one it does not expect, or a config.json whose shapes disagree with
-   the weights is found only by loading (`load_hf` refuses all three). The cost is one extra load
-   per distinct model, seconds next to a suite's minutes, and no more peak memory than the run's
+   the weights is found only by loading (`load_hf` refuses all three); so is an HF model's top-k
+   beyond its experts (`set_moe_top_k`; a GGUF model's is read from its header). The cost is one
+   extra load per distinct model, seconds next to a suite's minutes, and no more peak memory than the run's
    own load, which also reads the weights on the CPU first.
 
 Servers are not contacted here: a served run checks its server before its first request.
@@ -27,6 +30,7 @@ extra (pyproject.toml) the suite's backends and executor import is installed (`s
 from __future__ import annotations
 
 import gc
+from collections.abc import Sequence
 from pathlib import Path
 
 from specmoe.backends import backend_for
@@ -59,17 +63,14 @@ def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) 
     dtypes = _local_models(specs)
     paths = {name: local_files(suite.models[name], zoo_dir) for name in dtypes}
     contexts = {name: _check_files(suite.models[name], path) for name, path in paths.items()}
-    hf_devices = {s.device for s in specs if contexts.get(s.target) is not None}
-    if hf_devices:
-        from specmoe.backends.hf import resolve_device
-
-        for device in sorted(hf_devices):
-            resolve_device(device)
+    _check_devices(suite, specs, contexts)
     _check_context(specs, paths, contexts)
     _check_tokenizers(specs, paths, contexts)
     for name, path in paths.items():
         if contexts[name] is not None:  # an HF model
-            _check_loads(path, dtypes[name])
+            _check_loads(path, dtypes[name], _top_ks(specs, name), f"suite {suite.name}, model {name}")
+        elif path is not None:  # a GGUF file
+            _check_gguf_top_k(path, _top_ks(specs, name), f"suite {suite.name}, model {name}")
 
 
 def check_extras(suite: Suite, local: bool = True, executor_extra: str | None = None) -> None:
@@ -142,12 +143,60 @@ def _check_tokenizers(
             raise SpecmoeError(f"{where}: {mismatch}")
 
 
-def _check_loads(path: Path, dtype: str) -> None:
-    """Load an HF model once on the CPU and free it: `load_hf` refuses missing, unexpected and
-    shape-mismatched weights, which only a load finds."""
-    from specmoe.backends.hf import load_hf
+def _check_devices(suite: Suite, specs: list[RunSpec], contexts: dict[str, int | None]) -> None:
+    """Every device a local run asks for exists here, for the backend that runs it: torch's for HF
+    models, llama.cpp's GPU offload for GGUF models. A llama.cpp model also runs llama.cpp's self-test
+    (`llamacpp_check`) here, so a build that cannot run on this machine is found before the store."""
+    fix = 'set device = "cpu" in the suite, or pass --set device=cpu'
+    seen: set[tuple[bool, str]] = set()
+    for spec in specs:
+        hf = contexts.get(spec.target) is not None
+        model = suite.models[spec.target]
+        llamacpp = model.backend == LLAMACPP_BACKEND or model.gguf is not None
+        if (hf, spec.device) in seen or not (hf or llamacpp):
+            continue
+        seen.add((hf, spec.device))
+        asked = f"suite {suite.name}, group {spec.group}: device"
+        if hf:
+            from specmoe.backends.hf import resolve_device
 
-    load_hf(path, dtype=dtype, device="cpu")
+            resolve_device(spec.device, asked, fix)
+        else:
+            from specmoe.backends.llamacpp import check_device
+
+            check_device(spec.device, asked)
+
+
+def _top_ks(specs: list[RunSpec], target: str) -> list[int]:
+    """The top-k values a sparsity sweep asks of `target`."""
+    return sorted({s.moe_top_k for s in specs if s.target == target and s.moe_top_k is not None})
+
+
+def _check_gguf_top_k(path: Path, top_ks: list[int], where: str) -> None:
+    """A sparsity sweep's top-k within the GGUF model's experts (llama.cpp aborts on more)."""
+    if top_ks:
+        from specmoe.backends.llamacpp import llama_lib, top_k_override
+
+        for top_k in top_ks:
+            try:
+                top_k_override(llama_lib(), path, top_k)
+            except SpecmoeError as err:
+                raise SpecmoeError(f"{where}: {err}") from None
+
+
+def _check_loads(path: Path, dtype: str, top_ks: Sequence[int] = (), where: str = "") -> None:
+    """Load an HF model once on the CPU and free it: `load_hf` refuses missing, unexpected and
+    shape-mismatched weights, which only a load finds; each top-k a sparsity sweep asks of it must
+    be within its experts (`set_moe_top_k` refuses it in one line)."""
+    from specmoe.backends.hf import load_hf, set_moe_top_k
+
+    backend = load_hf(path, dtype=dtype, device="cpu")
+    for top_k in top_ks:
+        try:
+            set_moe_top_k(backend.model, top_k)
+        except SpecmoeError as err:
+            raise SpecmoeError(f"{where}: {err}") from None
+    del backend
     gc.collect()
 
 

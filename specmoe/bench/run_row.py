@@ -55,8 +55,8 @@ class RunRow:
             raise ValueError(f"arm must be one of {ARMS}, got {self.arm!r}")
         if not isinstance(self.counts, RunCounts) or not isinstance(self.times, RunTimes):
             raise TypeError(f"counts and times must be RunCounts and RunTimes, got {self.counts!r}")
-        if not math.isfinite(self.tokens_per_s):
-            raise ValueError(f"tokens_per_s must be finite, got {self.tokens_per_s}")
+        if not (math.isfinite(self.tokens_per_s) and self.tokens_per_s > 0):  # a run emits >= 1 token
+            raise ValueError(f"tokens_per_s must be a finite number > 0, got {self.tokens_per_s}")
         object.__setattr__(self, "settings", RunConfig.from_dict(self.config))  # frozen: set once
 
 

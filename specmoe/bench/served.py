@@ -7,10 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import specmoe
+from specmoe.bench.batches import set_prompts
 from specmoe.bench.served_rows import served_row
 from specmoe.bench.store import RunRow
 from specmoe.bench.suite import RunSpec
-from specmoe.prompts import batch_prompts, load_prompt_set, synthetic_prompt
+from specmoe.prompts import batch_prompts, synthetic_prompt
 from specmoe.serving import client
 from specmoe.serving.arrivals import arrival_times
 from specmoe.serving.load import run_requests
@@ -71,7 +72,7 @@ def served_prompts(spec: RunSpec, server: ServerSpec, count: int) -> list[str] |
     made with the server's tokenizer, request i from seed i (as row i of a local batch)."""
     if spec.prompt_length is None:
         assert spec.prompt_set is not None
-        return batch_prompts(load_prompt_set(spec.prompt_set), count)
+        return batch_prompts([p.text for p in set_prompts(spec)], count)
     from specmoe.api import load_tokenizer
 
     assert server.tokenizer is not None, "checked when the suite was loaded"

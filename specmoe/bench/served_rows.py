@@ -46,7 +46,7 @@ def served_row(
         0.0, [r.first_token_s for r in run.requests], [r.last_token_s for r in run.requests]
     )
     tokens_per_s = served_decode_tokens_per_s(outputs, decode_s)
-    if not math.isfinite(tokens_per_s):
+    if not (math.isfinite(tokens_per_s) and tokens_per_s > 0):
         raise SpecmoeError(
             f"{server.url}: no response held 2 or more tokens, so there is no decode rate to measure; "
             "raise max_new_tokens or check what the server returns"

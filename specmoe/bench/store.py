@@ -14,7 +14,6 @@ upgraded in place when opened: its runs keep their values and get empty records 
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from typing import Any
 
 from specmoe.bench.run_row import FailedAttempt, RunRow, run_row
 from specmoe.bench.store_export import EXPORT_FORMATS, export_records, write_records
-from specmoe.canonical import canonical_json
+from specmoe.canonical import canonical_json, json_value
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import RunCounts, RunTimes
 
@@ -346,7 +345,7 @@ class _BadColumn(ValueError):
 
 def _json(column: str, text: Any, kind: type[dict] | type[list] = dict) -> Any:
     try:
-        value = json.loads(text)
+        value = json_value(text)
     except (TypeError, ValueError) as err:
         raise _BadColumn(column, err) from None
     if not isinstance(value, kind):  # readers index it: a JSON number here would fail far away

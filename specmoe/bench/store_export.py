@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from specmoe.bench.run_row import RunRow
 from specmoe.canonical import canonical_json
 from specmoe.errors import SpecmoeError
+from specmoe.extras import require
 from specmoe.metrics import COUNT_KEYS, EXPORT_TIME_KEYS
 
 EXPORT_FORMATS = ("csv", "parquet")
@@ -100,10 +101,9 @@ def _write_csv_to(f: TextIO, columns: list[str], records: list[dict[str, Any]]) 
 
 
 def _write_parquet(out_path: Path, columns: list[str], records: list[dict[str, Any]]) -> None:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise SpecmoeError("parquet export needs pyarrow: pip install pyarrow") from None
+    require("parquet", "parquet export")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     table = pa.table({name: [r.get(name) for r in records] for name in columns})
     pq.write_table(table, out_path)

@@ -62,6 +62,11 @@ def load_suite(path: str | Path, overrides: SuiteOverrides | None = None) -> Sui
         raise SpecmoeError(f"{path}: TOML syntax error: {where}; fix the file at that position") from None
     except UnicodeDecodeError:
         raise SpecmoeError(f"{path}: not UTF-8 text; save the suite file as UTF-8") from None
+    except RecursionError:  # the parser recurses per level; no suite nests more than a few
+        raise SpecmoeError(
+            f"{path}: arrays or tables nested too deeply to read (hundreds of levels); a suite's values "
+            "are numbers, strings and lists of them: fix the file"
+        ) from None
     if overrides:
         raw = apply_overrides(raw, overrides)
     return parse_suite(raw, path)

@@ -11,12 +11,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specmoe.bench.executors import Executor, LocalExecutor, Work
-from specmoe.bench.legacy_keys import keep_stored_keys
+from specmoe.bench.legacy_keys import keep_stored_keys, warn_path_keys
 from specmoe.bench.plan import blocks, plan
 from specmoe.bench.preflight import check_extras, preflight
 from specmoe.bench.store import FailedAttempt, RunRow, Store
 from specmoe.bench.suite import RunSpec, Suite
-from specmoe.bench.suite_size import check_size
+from specmoe.bench.suite_size import check_size, warn_copies
 from specmoe.bench.weights_check import warn_changed_weights
 from specmoe.errors import SpecmoeError
 
@@ -44,12 +44,15 @@ def run_suite(
         )
     check_suite_extras(suite, executor)  # before the store exists and preflight lists the runs
     preflight(suite, db, zoo_dir, local=is_local(executor))
+    warn_copies(suite)
     specs = plan_specs(suite)
     with Store(db) as store:
         done = store.finished_ids()
         if done:
             warn_changed_weights(suite, zoo_dir, store.rows(suite.name))
-        specs = keep_stored_keys(specs, done)
+        kept = keep_stored_keys(specs, done)
+        warn_path_keys(specs, kept)
+        specs = kept
         todo = [s for s in specs if s.run_id not in done]
         baselines = {(r.config_key, r.repeat): r for r in store.rows() if r.arm == "baseline"}
         work = Work(suite, zoo_dir, tuple(blocks(todo)), baselines, len(specs) - len(todo), progress, threads)

@@ -16,11 +16,14 @@ The limits sit far above any real experiment and far below what hangs:
 
 from __future__ import annotations
 
+import logging
 import math
 
 from specmoe.bench.suite import Group, Suite
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import batch_count, load_prompts, selection_size
+
+log = logging.getLogger(__name__)
 
 MAX_BATCH_SIZE = 4096
 MAX_PROMPTS = 100_000
@@ -90,3 +93,32 @@ def _batches(group: Group, prompt_set: str | None, length: int | None, batch_siz
     if prompt_set not in sizes:
         sizes[prompt_set] = len(load_prompts(prompt_set))
     return batch_count(selection_size(sizes[prompt_set], group.prompts), batch_size)
+
+
+def warn_copies(suite: Suite) -> list[str]:
+    """Say, once per group and prompt set, when `prompts` asks for more prompts than the set holds:
+    the rest are numbered copies (`specmoe.prompts.prompt_batch`), measured and labelled as such in
+    the summaries, but no new draws from the prompt kind, so an interval over them is narrower than
+    the set's prompts allow. Valid (a batch sweep may want it), so said rather than refused."""
+    sizes: dict[str, int] = {}
+    lines = []
+    for group in suite.groups:
+        if group.prompts is None or group.served:
+            continue
+        for name in group.prompt_set:
+            if name is None:
+                continue
+            if name not in sizes:
+                sizes[name] = len(load_prompts(name))
+            size = sizes[name]
+            if group.prompts > size:
+                copies = group.prompts - size
+                lines.append(
+                    f"group '{group.name}' of {suite.path}: prompts = {group.prompts} but prompt set {name} "
+                    f"holds {size}, so {copies} of the {group.prompts} prompts each grid point measures are "
+                    f"numbered copies, not new prompts, and intervals over them look surer than {size} "
+                    f"prompt(s) allow; for an interval over prompts keep prompts <= {size} and raise repeats"
+                )
+    for line in lines:
+        log.warning("%s", line)
+    return lines

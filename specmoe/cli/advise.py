@@ -8,6 +8,8 @@ import argparse
 import json
 from pathlib import Path
 
+from specmoe.cli.options import count, number_list
+
 
 def add_advise(commands) -> None:
     p = commands.add_parser(
@@ -29,7 +31,9 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
         "ngram | eagle | eagle3 | mtp | medusa (default: the --draft-config model)",
     )
     p.add_argument("--alpha", action="append", default=None, help="with a fit: per-position acceptance")
-    p.add_argument("--batch", default=None, help="batch sizes (default: the fit's, or 1,4,16,64)")
+    p.add_argument(
+        "--batch", type=number_list, default=None, help="batch sizes (default: the fit's, or 1,4,16,64)"
+    )
     p.add_argument("--gamma-max", type=int, default=8, help="largest draft length considered")
     configs = p.add_argument_group("from configs (no timing: first principles + an engine profile)")
     configs.add_argument("--config", type=Path, help="the target's Hugging Face config.json")
@@ -40,7 +44,9 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     configs.add_argument("--dtype", help="target weight format: bfloat16, fp8, int4, q4_k_m, mlx-4bit, ...")
     configs.add_argument("--draft-dtype", help="draft weight format (default: the draft config's)")
     configs.add_argument("--kv-dtype", help="KV-cache format (default: 16-bit, or the weights' float dtype)")
-    configs.add_argument("--gamma", default=None, help="draft lengths to score (default 1..--gamma-max)")
+    configs.add_argument(
+        "--gamma", type=number_list, default=None, help="draft lengths to score (default 1..--gamma-max)"
+    )
     configs.add_argument("--context", type=int, default=512, help="cached tokens per sequence (512)")
     configs.add_argument(
         "--output-tokens",
@@ -60,7 +66,7 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
         "token; alpha = per-position",
     )
     configs.add_argument(
-        "--acceptance-gamma", type=int, default=None, help="the gamma a rate or tau was measured at"
+        "--acceptance-gamma", type=count, default=None, help="the gamma a rate or tau was measured at"
     )
     configs.add_argument(
         "--tree-tokens",
@@ -69,7 +75,7 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
         help="tree verification: tokens verified per sequence (SGLang's num-draft-tokens)",
     )
     configs.add_argument("--tree-width", type=int, default=1, help="tree drafting: tokens per step (top-k)")
-    configs.add_argument("--draft-vocab", type=int, default=None, help="EAGLE-3 head's vocabulary (32000)")
+    configs.add_argument("--draft-vocab", type=count, default=None, help="EAGLE-3 head's vocabulary (32000)")
     emit = p.add_argument_group("engine settings (with --config and --acceptance)")
     emit.add_argument(
         "--emit",

@@ -101,6 +101,14 @@ def count(text: str) -> int:
     return value
 
 
+def number_list(text: str) -> str:
+    """A comma-separated list of numbers, refused when blank: an empty --batch "" would otherwise read
+    as the option left out and answer for the defaults. Its values are parsed where they are used."""
+    if not text.strip(" ,"):
+        raise argparse.ArgumentTypeError("empty; pass a list such as 1,4,16")
+    return text
+
+
 def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dtype",

@@ -8,7 +8,7 @@ import json
 import logging
 from pathlib import Path
 
-from specmoe.cli.options import add_model_options, count, mebibytes, non_negative_int
+from specmoe.cli.options import add_model_options, count, mebibytes, non_negative_int, number_list
 from specmoe.dtypes import DTYPE_NAMES
 from specmoe.errors import SpecmoeError
 from specmoe.perf.files import write_json
@@ -81,10 +81,16 @@ def add_model(commands) -> None:
     )
     check.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
     check.add_argument(
-        "--batch", default=None, help="batch sizes (default: the fit's smallest and the one nearest 4)"
+        "--batch",
+        type=number_list,
+        default=None,
+        help="batch sizes (default: the fit's smallest and the one nearest 4)",
     )
     check.add_argument(
-        "--tokens", default=None, help="tokens per sequence (default: 1 and the fit's largest up to 5)"
+        "--tokens",
+        type=number_list,
+        default=None,
+        help="tokens per sequence (default: 1 and the fit's largest up to 5)",
     )
     check.add_argument("--repeats", type=count, default=5, help="timed passes per point (median is kept)")
     check.add_argument(
@@ -104,7 +110,9 @@ def add_model(commands) -> None:
         "predict", help="predicted target efficiency and SD speedup, from a fit or from first principles"
     )
     predict.add_argument("fit", type=Path, nargs="?", default=None, help="a fit; omit with --config")
-    predict.add_argument("--batch", default=None, help="batch sizes (default: the fit's, or 1..256)")
+    predict.add_argument(
+        "--batch", type=number_list, default=None, help="batch sizes (default: the fit's, or 1..256)"
+    )
     predict.add_argument("--gamma", default="1,2,3,4", help="draft lengths, comma-separated")
     predict.add_argument(
         "--alpha", default="0.6,0.8", help="per-token acceptance probabilities, comma-separated"

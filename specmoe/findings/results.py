@@ -79,38 +79,41 @@ def read_export(path: Path) -> list[RunRow]:
     with path.open(newline="", encoding="utf-8") as handle:
         records = list(csv.DictReader(handle))
     rows = []
-    for record in records:
-        nested = _unflatten(
-            {k: v for k, v in record.items() if k.split(".")[0] in (*_NESTED, "counts", "times")}
-        )
-        config = {k: _none_if_empty(v) for k, v in nested.get("config", {}).items()}
-        rate = record["acceptance_rate"]
-        rows.append(
-            RunRow(
-                run_id=record["run_id"],
-                config_key=record["config_key"],
-                baseline_key=record["baseline_key"],
-                suite=record["suite"],
-                group=record["group"],
-                arm=record["arm"],
-                repeat=int(record["repeat"]),
-                config=config,
-                env=_env(nested.get("env", {})),
-                # None: a count or time the run could not know (a server that reports no drafts).
-                counts=RunCounts.from_dict(
-                    {k: None if v is None else int(v) for k, v in nested["counts"].items()}
-                ),
-                times=RunTimes.from_dict(
-                    {k: None if v is None else float(v) for k, v in nested["times"].items()}
-                ),
-                tokens_per_s=float(record["tokens_per_s"]),
-                acceptance_rate=float(rate) if rate else None,
-                rounds_trace=[],
-                audit_verdict=record["audit_verdict"],
-                audit_reason=record["audit_reason"],
-                created_at=record["created_at"],
-                measure=nested.get("measure", {}),
-                noisy=record.get("noisy", "0") == "1",
-            )
-        )
+    for line, record in enumerate(records, start=2):  # line 1 is the header
+        try:
+            rows.append(_row(record))
+        except (ValueError, TypeError, KeyError) as err:  # an export edited or cut outside specmoe
+            raise SpecmoeError(
+                f"{path}:{line}: run {record.get('run_id')!r} is malformed ({type(err).__name__}: {err}); "
+                "export it again from its store with `specmoe bench export`"
+            ) from None
     return rows
+
+
+def _row(record: dict[str, Any]) -> RunRow:
+    """One exported run as the store held it."""
+    nested = _unflatten({k: v for k, v in record.items() if k.split(".")[0] in (*_NESTED, "counts", "times")})
+    config = {k: _none_if_empty(v) for k, v in nested.get("config", {}).items()}
+    rate = record["acceptance_rate"]
+    return RunRow(
+        run_id=record["run_id"],
+        config_key=record["config_key"],
+        baseline_key=record["baseline_key"],
+        suite=record["suite"],
+        group=record["group"],
+        arm=record["arm"],
+        repeat=int(record["repeat"]),
+        config=config,
+        env=_env(nested.get("env", {})),
+        # None: a count or time the run could not know (a server that reports no drafts).
+        counts=RunCounts.from_dict({k: None if v is None else int(v) for k, v in nested["counts"].items()}),
+        times=RunTimes.from_dict({k: None if v is None else float(v) for k, v in nested["times"].items()}),
+        tokens_per_s=float(record["tokens_per_s"]),
+        acceptance_rate=float(rate) if rate else None,
+        rounds_trace=[],
+        audit_verdict=record["audit_verdict"],
+        audit_reason=record["audit_reason"],
+        created_at=record["created_at"],
+        measure=nested.get("measure", {}),
+        noisy=record.get("noisy", "0") == "1",
+    )

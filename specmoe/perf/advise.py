@@ -21,7 +21,7 @@ from pathlib import Path
 from specmoe.errors import SpecmoeError
 from specmoe.perf.breakeven import AcceptanceKind, acceptance, breakeven_alpha, from_alpha, verdict
 from specmoe.perf.compose import expected_speedup
-from specmoe.perf.files import MAX_GAMMA, parse_counts, parse_fractions
+from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, parse_counts, parse_fractions
 from specmoe.perf.fit import fit_error, load_fit
 from specmoe.perf.predict import charged_draft, fit_times, load_draft
 from specmoe.perf.setup import SDSetup, describe
@@ -56,7 +56,7 @@ def advise(
     check_gamma_max(gamma_max)
     candidates_gamma = parse_counts(gammas or list(range(1, gamma_max + 1)), "--gamma", maximum=MAX_GAMMA)
     rows = []
-    for batch in parse_counts(batches, "--batch"):
+    for batch in parse_counts(batches, "--batch", maximum=MAX_BATCH):
         t1 = target.time(batch, 1)
         candidates = []
         for draft, alpha in zip(drafts, alphas, strict=True):
@@ -159,7 +159,7 @@ def advise_setup(setup: SDSetup, batches: list[int], gammas: list[int], alpha: f
     Best γ: the highest speedup at the stated acceptance; without one, the γ that pays at the
     lowest per-position acceptance (ties to the smaller γ)."""
     rows = []
-    for batch in parse_counts(batches, "--batch"):
+    for batch in parse_counts(batches, "--batch", maximum=MAX_BATCH):
         candidates = [
             _candidate(setup, batch, gamma, alpha)
             for gamma in parse_counts(gammas, "--gamma", maximum=MAX_GAMMA)

@@ -153,6 +153,11 @@ def load_engines(extra: Path | None = None) -> dict[str, EngineProfile]:
             ) from None
         except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
             raise SpecmoeError(f"engine file '{path}' is not valid TOML ({err})") from None
+        except RecursionError:  # the parser recurses per level; a profile nests one
+            raise SpecmoeError(
+                f"engine file '{path}' nests arrays or tables too deeply to read; write [engines.NAME] "
+                "tables of numbers"
+            ) from None
         profiles.update(_parse(raw, str(path)))
     return profiles
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
 
 SCHEMA = 1
@@ -16,13 +17,17 @@ SCHEMA = 1
 # (vLLM, SGLang and llama.cpp draft a handful of tokens), and short enough that scoring every γ up to
 # it stays quick (the composed schedule grows with γ²: 10,000 took longer than anyone waits).
 MAX_GAMMA = 64
+# The largest batch a profile, prediction or advice takes: past any engine's concurrent sequences
+# (vLLM's max_num_seqs defaults to 256, SGLang's running requests to a few thousand) and the suites'
+# own limit; a batch of millions has a KV cache no machine holds, so its roofline answers nothing.
+MAX_BATCH = 4096
 
 
 def read_json(path: Path, kinds: tuple[str, ...], hint: str) -> dict:
     """The parsed file, which must be one of `kinds`; `hint` says how to make a good one."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_value(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecmoeError(f"'{path}' not found; {hint}") from None
     except UnicodeDecodeError:

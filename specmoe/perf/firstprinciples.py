@@ -36,6 +36,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
 from specmoe.perf.engines import EngineProfile
 from specmoe.perf.hardware import Hardware
@@ -114,7 +115,7 @@ def first_principles_constants(
 def load_config(path: Path, dtype: str | None = None, kv_dtype: str | None = None) -> Architecture:
     path = Path(path)
     try:
-        config = json.loads(path.read_text(encoding="utf-8"))
+        config = json_value(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecmoeError(f"config '{path}' not found; pass a Hugging Face config.json") from None
     except UnicodeDecodeError:

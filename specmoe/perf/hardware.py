@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from specmoe.canonical import json_value
 from specmoe.dtypes import torch_dtype
 from specmoe.errors import SpecmoeError
 
@@ -239,7 +240,7 @@ def _positive(data: dict, key: str, where: str) -> float:
 def load_hardware(path: Path) -> Hardware:
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_value(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise SpecmoeError(
             f"hardware file '{path}' not found; write one with `specmoe hw --out FILE`"

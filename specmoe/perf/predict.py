@@ -21,7 +21,7 @@ import numpy as np
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.compose import expected_speedup
-from specmoe.perf.files import MAX_GAMMA, parse_counts, parse_fractions, read_json
+from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, parse_counts, parse_fractions, read_json
 from specmoe.perf.fit import KIND as FIT_KIND
 from specmoe.perf.fit import fitted_model, load_fit
 from specmoe.perf.model import Constants, MoEShape, check_counts, forward_time
@@ -186,7 +186,7 @@ def predict_rows(target, draft, batches: list[int], gammas: list[int], alphas: l
 
 
 def predict(target, draft, batches, gammas, alphas) -> dict:
-    batches = parse_counts(batches, "--batch")
+    batches = parse_counts(batches, "--batch", maximum=MAX_BATCH)
     gammas = parse_counts(gammas, "--gamma", maximum=MAX_GAMMA)
     alphas = parse_fractions(alphas, "--alpha")
     return {

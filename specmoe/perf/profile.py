@@ -39,7 +39,7 @@ import torch
 
 from specmoe.backends import backend_for
 from specmoe.errors import SpecmoeError
-from specmoe.perf.files import SCHEMA, parse_counts, read_json
+from specmoe.perf.files import MAX_BATCH, SCHEMA, parse_counts, read_json
 from specmoe.perf.floor import add_floors
 from specmoe.perf.structure import moe_shape
 from specmoe.theory import expected_active_experts
@@ -77,7 +77,7 @@ def profile_model(
     """
     from specmoe.api import load_model
 
-    batch_sizes = parse_counts(batch_sizes, "--batch")
+    batch_sizes = parse_counts(batch_sizes, "--batch", maximum=MAX_BATCH)
     tokens = parse_counts(tokens, "--tokens")
     for name, value, least in (
         ("--context", context, 0),

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specmoe.backends.config_shape import check_config_shape
 from specmoe.errors import SpecmoeError
 from specmoe.perf.formats import FORMATS, WeightFormat, format_of_quantization, weight_format
 
@@ -38,6 +39,9 @@ _EXPERT_KEYS = {
     "shared_expert_intermediate_size",
 }
 _STATE_BYTES = 4  # linear-attention state is kept in float32 by the reference kernels
+# Layer kinds in `layer_types` the model costs: a KV cache (full; sliding and chunked windows are
+# costed as full attention, an upper bound) or a gated-DeltaNet state (linear).
+_LAYER_KINDS = ("full_attention", "sliding_attention", "chunked_attention", "linear_attention")
 
 
 def _text_config(config: dict) -> dict:
@@ -141,9 +145,13 @@ def _sparse_layers(config: dict, layers: int, experts: int) -> int:
 def _full_attention_layers(config: dict, layers: int, where: str) -> int:
     """Layers with a KV cache; the rest of a hybrid model are linear attention."""
     types = config.get("layer_types")
-    if isinstance(types, list) and types:
-        if len(types) != layers:
-            raise SpecmoeError(f"{where}: layer_types has {len(types)} entries for {layers} layers")
+    if isinstance(types, list) and types:  # its shape is checked by `check_config_shape`
+        unknown = next((t for t in types if t not in _LAYER_KINDS), None)
+        if unknown is not None:
+            raise SpecmoeError(
+                f"{where}: layer_types holds '{unknown}', a layer this model cannot cost; it costs "
+                f"{', '.join(_LAYER_KINDS)} layers (sliding and chunked as full attention)"
+            )
         return sum(1 for t in types if t != "linear_attention")
     interval = config.get("full_attention_interval")
     if interval:
@@ -222,8 +230,7 @@ def parse_architecture(
 ) -> Architecture:
     """The Architecture of an HF config dict; `where` (the file) names it in errors. `dtype` and
     `kv_dtype` (format names, `specmoe.perf.formats`) override what the config says."""
-    if not isinstance(config, dict):
-        raise SpecmoeError(f"{where} must hold a JSON object (a Hugging Face config.json)")
+    check_config_shape(config, where, "pass the model's own config.json")
     raw, config = config, _text_config(config)
     _check_keys(config, where)
     hidden = _int(config, "hidden_size", where)

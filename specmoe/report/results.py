@@ -89,6 +89,10 @@ class SdResult:
     # Why the cell's repeats of one prompt batch disagree (`Comparison.unstable`, what `bench
     # summary` marks UNSTABLE); "" when they agree. Such a row never reads as a plain pass.
     unstable: str = ""
+    # Selected prompts beyond the set, measured as numbered copies (`Comparison.copies`), and the
+    # distinct prompts behind the units: the units' n is no count of prompts when copies > 0.
+    prompts: int = 0
+    copies: int = 0
 
     @property
     def oracle_p(self) -> float | None:
@@ -189,6 +193,8 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
         impossible=comparison.impossible,
         noisy=comparison.noisy,
         unstable=comparison.unstable,
+        prompts=comparison.prompts,
+        copies=comparison.copies,
     )
 
 

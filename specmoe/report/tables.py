@@ -132,6 +132,11 @@ def count_cell(count: int, noisy: int) -> str:
     return f"{count} ({noisy} noisy left out)" if noisy else str(count)
 
 
+def _copies_note(r: SdResult) -> str:
+    """Beside the units of a cell whose selection went past its set: they are not that many prompts."""
+    return f" ({r.prompts} prompts + {r.copies} copies)" if r.copies else ""
+
+
 def baseline_table(results: Results) -> Table | Omitted:
     title = "Baseline decode throughput (no speculative decoding)"
     unmeasured = [u for u in results.unmeasured if u.arm == "baseline"]
@@ -224,7 +229,7 @@ def sd_table(results: Results) -> Table | Omitted:
                 str(r.settings.draft_name),
                 str(r.settings.gamma),
                 *setting_cells(r.config, shown),
-                count_cell(r.repeats, r.noisy),
+                count_cell(r.repeats, r.noisy) + _copies_note(r),
                 r.baseline_tokens_per_s.format(1),
                 r.sd_tokens_per_s.format(1),
                 _speedup_cell(r),
@@ -239,6 +244,7 @@ def sd_table(results: Results) -> Table | Omitted:
                 "gamma": r.settings.gamma,
                 **csv_settings(r.config),
                 "units": r.repeats,
+                "copies": r.copies,
                 **interval_fields("baseline_tokens_per_s", r.baseline_tokens_per_s),
                 **interval_fields("sd_tokens_per_s", r.sd_tokens_per_s),
                 **_speedup_fields(r),

@@ -21,6 +21,7 @@ from pathlib import Path
 import matplotlib
 
 from specmoe.bench.store import Store
+from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
 from specmoe.perf.advise import FIT_WARNING
 from specmoe.perf.fit import fit_error, load_fit
@@ -129,7 +130,7 @@ def write_report(db: Path, out: Path, profiles: Sequence[Path] = (), fits: Seque
 
 def _load_profile(path: Path) -> dict:
     try:
-        profile = json.loads(path.read_text(encoding="utf-8"))
+        profile = json_value(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise SpecmoeError(f"--profile {path}: cannot read it as JSON ({err})") from None
     if not isinstance(profile, dict) or profile.get("kind") != "specmoe-profile":

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from specmoe.backends import backend_for
+from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
 from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
@@ -36,7 +37,7 @@ def load_manifest(zoo_dir: Path) -> dict:
         raise SpecmoeError(f"no zoo at {zoo_dir} ({MANIFEST_NAME} missing); {BUILD_HINT}")
     fix = "rebuild the zoo into a new --out"
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest = json_value(manifest_path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise SpecmoeError(f"{manifest_path} is not valid UTF-8 JSON ({err}); {fix}") from None
     except OSError as err:
