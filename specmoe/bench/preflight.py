@@ -16,7 +16,8 @@ runs before it and leaves a half-measured grid. In order, cheapest first:
    missing from the checkpoint, one it does not expect, or a config.json whose shapes disagree with
    the weights is found only by loading (`load_hf` refuses all three). The cost is one extra load
    per distinct model, seconds next to a suite's minutes, and no more peak memory than the run's
-   own load, which also reads the weights on the CPU first.
+   own load, which also reads the weights on the CPU first. Config models (`config =`) are not
+   loaded here: the zoo wrote them from the very model their config makes.
 
 Servers are not contacted here: a served run checks its server before its first request.
 
@@ -68,7 +69,10 @@ def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) 
     _check_context(specs, paths, contexts)
     _check_tokenizers(specs, paths, contexts)
     for name, path in paths.items():
-        if contexts[name] is not None:  # an HF model
+        # A config model was written by `save_pretrained` of the model its config makes, moments ago
+        # or in an earlier suite: loading it on the CPU proves nothing new and, at real shapes, costs
+        # tens of seconds and as much host memory as the model.
+        if contexts[name] is not None and suite.models[name].config is None:  # an HF model
             _check_loads(path, dtypes[name])
 
 
