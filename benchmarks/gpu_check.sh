@@ -10,8 +10,8 @@
 #   benchmarks/gpu_check.sh --set 'batch_size=[1, 16]' ...  # passed on to the suite (repeatable)
 #
 # The models are random-weight, built from docs/perf-examples configs on the GPU the first time and
-# cached under ~/.cache/specmoe/zoo/configs (about 51 GB of disk for the suite's five, bf16; set
-# XDG_CACHE_HOME to put them elsewhere). A step that fails is recorded and the others still run (a
+# cached under ~/.cache/specmoe/zoo/configs (about 53 GB of disk in bf16; set XDG_CACHE_HOME to put
+# them elsewhere). docs/gpu-check.md describes each step. A step that fails is recorded and the others still run (a
 # step that needs a failed one is skipped); the exit status is 1 if any step was not ok.
 # SPECMOE (default: specmoe) and PYTHON (default: python3) name the commands to run.
 set -euo pipefail
@@ -91,6 +91,15 @@ else
 fi
 SET_ARGS=()
 for setting in ${SETS[@]+"${SETS[@]}"} ${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}; do SET_ARGS+=(--set "$setting"); done
+
+if [[ $MODE == full ]]; then
+  CACHE="${XDG_CACHE_HOME:-$HOME/.cache}"
+  mkdir -p "$CACHE"
+  FREE_GB=$(($(df -Pk "$CACHE" | awk 'NR == 2 {print $4}') / 1000000))
+  if ((FREE_GB < 55)); then
+    echo "[gpu_check] $CACHE has $FREE_GB GB free; building the models takes about 53 GB the first time" >&2
+  fi
+fi
 
 printf 'step\tstatus\tseconds\toutput\tcommand\n' > "$OUT/steps.tsv"
 FAILED=0

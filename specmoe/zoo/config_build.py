@@ -19,6 +19,7 @@ a model built once by hand or by a suite is reused by both.
 
 from __future__ import annotations
 
+import gc
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -73,17 +74,17 @@ def build_config_zoo(
     progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Write every source's model under out_dir (a no-op when the same build is there) and return it."""
-    from specmoe.zoo.build import _build_lock, _claim
+    from specmoe.zoo.build import build_lock, claim_out_dir
 
     _check_sources(sources, dtype)
     out_dir = Path(out_dir)
     build_args = _build_args(sources, seed, dtype)
     if _already_built(out_dir, build_args):
         return out_dir
-    with _build_lock(out_dir, progress):
+    with build_lock(out_dir, progress):
         if _already_built(out_dir, build_args):  # built by another process while this one waited
             return out_dir
-        _claim(out_dir, build_args)
+        claim_out_dir(out_dir, build_args)
         from specmoe.zoo.tokenizer import corpus_files, train_tokenizer
 
         tokenizer = train_tokenizer(corpus_files())
@@ -237,6 +238,9 @@ def _write_model(
     made_s = time.perf_counter() - started
     model.save_pretrained(staging, max_shard_size=SHARD_SIZE)
     del model
+    if device.startswith("cuda"):  # give the memory back, so the next model's size check sees it free
+        gc.collect()
+        torch.cuda.empty_cache()
     save_tokenizer(tokenizer, staging)
     for weights in staging.glob("*.safetensors"):
         apply_umask(weights)
