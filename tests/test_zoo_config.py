@@ -191,6 +191,11 @@ def test_unknown_override_and_broken_files_are_refused(tmp_path):
         read_config_source(tmp_path / "missing.json")
 
 
+def test_a_key_of_the_file_can_be_overridden_though_the_class_lacks_it():
+    # Qwen3-MoE's config class sets head_dim only when given; the file gives it.
+    assert read_config_source(EXAMPLES / "qwen3-30b-a3b.json", {"head_dim": 16}).hf_config().head_dim == 16
+
+
 def test_quantization_is_dropped_and_recorded():
     src = source("gpt-oss-20b")
     assert "quantization_config" in src.dropped and "quantization_config" not in src.raw

@@ -111,7 +111,7 @@ def read_config_source(path: str | Path, overrides: dict[str, Any] | None = None
     raw = {k: v for k, v in raw.items() if k not in DROPPED_KEYS}
     _check_model_type(path, raw.get("model_type"))
     items = tuple(sorted((overrides or {}).items()))
-    _check_overrides(path, raw["model_type"], items)
+    _check_overrides(path, raw, items)
     raw.update(items)
     _check_sizes(path, raw)
     return ConfigSource(path, hashlib.sha256(data).hexdigest(), raw, items, dropped)
@@ -134,14 +134,16 @@ def _check_model_type(path: Path, model_type: Any) -> None:
         )
 
 
-def _check_overrides(path: Path, model_type: str, items: tuple[tuple[str, Any], ...]) -> None:
-    """Each overridden key is one the architecture's config has: a typo would be stored in the
-    config and silently shape nothing."""
+def _check_overrides(path: Path, raw: dict[str, Any], items: tuple[tuple[str, Any], ...]) -> None:
+    """Each overridden key is one the file or the architecture's config has: a typo would be stored
+    in the config and silently shape nothing."""
     from transformers import AutoConfig
 
+    model_type = raw["model_type"]
     defaults = AutoConfig.for_model(model_type)
     for key, _ in items:
-        if key.startswith("_") or key in DROPPED_KEYS or not hasattr(defaults, key):
+        known_key = key in raw or hasattr(defaults, key)
+        if key.startswith("_") or key in DROPPED_KEYS or key == "model_type" or not known_key:
             known = [k for k in defaults.to_dict() if not k.startswith("_")]
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
