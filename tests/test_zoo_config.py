@@ -139,7 +139,7 @@ def test_random_routers_route_near_uniformly(name):
     """Every layer within 10% of balanced routing N(n) for n <= 16 tokens (docs/zoo.md)."""
     src = source(name)
     model = config_model(src, seed=0, dtype="float32")
-    summary = count_model_params(model, src.raw)
+    summary = count_model_params(model, src.shape)
     measured = measure_prefill_distinct(model, VOCAB_SIZE, n_max=16, trials=16)  # [L, 16]
     reference = torch.tensor(
         [expected_distinct_experts(summary.experts, summary.top_k, n) for n in range(1, 17)]
@@ -194,6 +194,24 @@ def test_unknown_override_and_broken_files_are_refused(tmp_path):
 def test_a_key_of_the_file_can_be_overridden_though_the_class_lacks_it():
     # Qwen3-MoE's config class sets head_dim only when given; the file gives it.
     assert read_config_source(EXAMPLES / "qwen3-30b-a3b.json", {"head_dim": 16}).hf_config().head_dim == 16
+
+
+def test_a_composite_config_builds_its_text_model(tmp_path):
+    """Qwen3.5's config.json nests the hybrid decoder under text_config: sizes are checked, experts
+    counted and overrides applied there."""
+    text = {**CUTS["qwen3.5-35b-a3b-study"], "num_experts": 32, "num_experts_per_tok": 4}
+    (tmp_path / "qwen3.5.json").write_text(json.dumps({"model_type": "qwen3_5_moe", "text_config": text}))
+    src = read_config_source(tmp_path / "qwen3.5.json", {"num_hidden_layers": 2})
+    assert src.raw["text_config"]["num_hidden_layers"] == 2 and "num_hidden_layers" not in src.raw
+    model = config_model(src, seed=0, dtype="float32")
+    summary = count_model_params(model, src.shape)
+    assert (summary.experts, summary.top_k) == (32, 4) and summary.active < summary.total
+    assert len(model.model.layers) == 2
+    (tmp_path / "bad.json").write_text(
+        json.dumps({"model_type": "qwen3_5_moe", "text_config": {"hidden_size": 0}})
+    )
+    with pytest.raises(SpecmoeError, match="hidden_size = 0 describes no model"):
+        read_config_source(tmp_path / "bad.json")
 
 
 def test_quantization_is_dropped_and_recorded():

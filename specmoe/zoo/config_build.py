@@ -182,7 +182,7 @@ def _meta_summary(source: ConfigSource, config) -> ParamSummary:
             raise SpecmoeError(
                 f"{source.path}: transformers cannot build this config ({_first_line(err)}); fix the file"
             ) from None
-    return count_model_params(meta, source.raw)
+    return count_model_params(meta, source.shape)
 
 
 def _check_fits(source: ConfigSource, config, dtype: str, device: torch.device) -> None:
@@ -248,7 +248,7 @@ def _write_model(
     written_s = time.perf_counter() - started
     if progress is not None:
         progress(f"wrote {source.name} in {written_s:.1f} s (made on {device} in {made_s:.1f} s)")
-    config = source.raw
+    config = source.shape
     return {
         "path": source.name,
         "architecture": source.model_type,

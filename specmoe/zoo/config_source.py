@@ -61,6 +61,12 @@ class ConfigSource:
         return self.raw["model_type"]
 
     @property
+    def shape(self) -> dict[str, Any]:
+        """The values that shape the language model: a composite config's `text_config` (Qwen3.5,
+        whose config.json nests the decoder beside a vision tower) over its top level."""
+        return {**self.raw, **_text_config(self.raw)}
+
+    @property
     def identity(self) -> dict[str, Any]:
         """What the model's shape is made from, independent of where the file lies."""
         return {"config_sha256": self.sha256, "overrides": dict(self.overrides)}
@@ -74,8 +80,10 @@ class ConfigSource:
         """The transformers config the model is built with (tokenizer ids set, see the module doc)."""
         from transformers import AutoConfig
 
-        values = {k: v for k, v in self.raw.items() if k != "model_type"}
-        values.update(bos_token_id=None, eos_token_id=EOS_TOKEN_ID, pad_token_id=EOS_TOKEN_ID)
+        ids = {"bos_token_id": None, "eos_token_id": EOS_TOKEN_ID, "pad_token_id": EOS_TOKEN_ID}
+        values = {k: v for k, v in self.raw.items() if k != "model_type"} | ids
+        if _text_config(self.raw):
+            values["text_config"] = _text_config(self.raw) | ids
         try:
             return AutoConfig.for_model(self.model_type, **values)
         except (ValueError, TypeError, KeyError) as err:
@@ -112,9 +120,32 @@ def read_config_source(path: str | Path, overrides: dict[str, Any] | None = None
     _check_model_type(path, raw.get("model_type"))
     items = tuple(sorted((overrides or {}).items()))
     _check_overrides(path, raw, items)
-    raw.update(items)
-    _check_sizes(path, raw)
+    _apply(raw, items)
+    _check_sizes(path, {**raw, **_text_config(raw)})
     return ConfigSource(path, hashlib.sha256(data).hexdigest(), raw, items, dropped)
+
+
+def _text_config(raw: dict[str, Any]) -> dict[str, Any]:
+    text = raw.get("text_config")
+    return text if isinstance(text, dict) else {}
+
+
+def _apply(raw: dict[str, Any], items: tuple[tuple[str, Any], ...]) -> None:
+    """Overrides in place: into a composite config's text_config when that is where the key lives
+    (num_hidden_layers of Qwen3.5), else at the top level."""
+    text = _text_config(raw)
+    for key, value in items:
+        if text and key not in raw and key in _text_keys(raw["model_type"]) | set(text):
+            raw["text_config"] = text = {**text, key: value}
+        else:
+            raw[key] = value
+
+
+def _text_keys(model_type: str) -> set[str]:
+    from transformers import AutoConfig
+
+    text = getattr(AutoConfig.for_model(model_type), "text_config", None)
+    return set(text.to_dict()) if text is not None else set()
 
 
 def _check_model_type(path: Path, model_type: Any) -> None:
@@ -141,8 +172,9 @@ def _check_overrides(path: Path, raw: dict[str, Any], items: tuple[tuple[str, An
 
     model_type = raw["model_type"]
     defaults = AutoConfig.for_model(model_type)
+    inner = _text_keys(model_type) | set(_text_config(raw))
     for key, _ in items:
-        known_key = key in raw or hasattr(defaults, key)
+        known_key = key in raw or hasattr(defaults, key) or key in inner
         if key.startswith("_") or key in DROPPED_KEYS or key == "model_type" or not known_key:
             known = [k for k in defaults.to_dict() if not k.startswith("_")]
             close = difflib.get_close_matches(key, known, n=1)
