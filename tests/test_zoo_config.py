@@ -231,3 +231,5 @@ def test_cli_builds_into_the_cache_and_prints_each_model_dir(tmp_path, monkeypat
     assert (path / "config.json").is_file() and (path / "tokenizer.json").is_file()
     assert main([*argv, "--preset", "tiny"]) == 2
     assert "--preset applies to presets, not to --config builds" in capsys.readouterr().err
+    assert main(["zoo", "build", "--device", "cuda", "--out", str(tmp_path / "z")]) == 2
+    assert "--device applies to --config builds" in capsys.readouterr().err
