@@ -93,6 +93,11 @@ SET_ARGS=()
 for setting in ${SETS[@]+"${SETS[@]}"} ${EXTRA_SETS[@]+"${EXTRA_SETS[@]}"}; do SET_ARGS+=(--set "$setting"); done
 
 if [[ $MODE == full ]]; then
+  if ! "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    echo "gpu_check.sh: torch sees no CUDA GPU here; run it where one is (with torch's CUDA build), or pass --smoke" >&2
+    rmdir "$OUT" 2> /dev/null || true
+    exit 2
+  fi
   CACHE="${XDG_CACHE_HOME:-$HOME/.cache}"
   mkdir -p "$CACHE"
   FREE_GB=$(($(df -Pk "$CACHE" | awk 'NR == 2 {print $4}') / 1000000))
