@@ -2,7 +2,7 @@
 
 CI runs a subset of the steps (one of each kind: the hardware probe, the models, the float64 and the
 compiled lossless checks, the suite at B = 1, profile, fit, predict, one advise): the whole smoke
-starts fifteen processes, each importing torch and transformers, and takes about 5 minutes on a
+starts fifteen processes, each importing torch and transformers, and takes 5-6 minutes on a
 shared 2-core CPU (docs/gpu-check.md). Nothing here needs a GPU.
 """
 
