@@ -205,6 +205,9 @@ def test_a_finite_decode_needs_whole_rounds_per_row():
     # α = 0: one token a round; α = 1: γ + 1 a round, the last round cut short by the budget
     assert sum(live_share(0.0, 4, 32)) == pytest.approx(32)
     assert sum(live_share(1.0, 4, 32)) == pytest.approx(7)  # ceil(32 / 5)
+    # gamma + 1 at or above the token budget: one full round ends every row
+    assert sum(live_share(1.0, 8, 8)) == pytest.approx(1) and sum(live_share(1.0, 4, 2)) == pytest.approx(1)
+    assert sum(live_share(0.0, 8, 8)) == pytest.approx(8)
     # a row needs at least the steady state's N / E[emitted] rounds (the last one wastes some)
     steady = 32 / float(expected_tokens_per_round(0.9, 4))
     assert sum(live_share(0.9, 4, 32)) > steady

@@ -30,6 +30,9 @@ ROUTER_CLASSES: tuple[tuple[str, str], ...] = (
     ("transformers.models.qwen2_moe.modeling_qwen2_moe", "Qwen2MoeTopKRouter"),
     ("transformers.models.mixtral.modeling_mixtral", "MixtralTopKRouter"),
     ("transformers.models.olmoe.modeling_olmoe", "OlmoeTopKRouter"),
+    ("transformers.models.deepseek_v2.modeling_deepseek_v2", "DeepseekV2TopkRouter"),
+    ("transformers.models.deepseek_v3.modeling_deepseek_v3", "DeepseekV3TopkRouter"),
+    ("transformers.models.gpt_oss.modeling_gpt_oss", "GptOssTopKRouter"),
 )
 
 # One forward's selections: for each sparse layer, the expert ids per token.

@@ -19,10 +19,12 @@ from specmoe.errors import SpecmoeError
 
 MODELS_PREFIX = "models."
 # A model has exactly one of these: setting one replaces the others (and what belongs to them).
+_SERVER = ("model", "engine", "endpoint", "api_key_env", "timeout_s")
 _SOURCE_KEYS = {
-    "path": ("zoo", "url", "gguf", "model", "engine", "endpoint", "api_key_env", "timeout_s"),
-    "zoo": ("path", "url", "model", "engine", "endpoint", "api_key_env", "timeout_s"),
-    "url": ("zoo", "path", "gguf"),
+    "path": ("zoo", "url", "gguf", "config", "overrides", *_SERVER),
+    "zoo": ("path", "url", "config", "overrides", *_SERVER),
+    "url": ("zoo", "path", "gguf", "config", "overrides"),
+    "config": ("zoo", "path", "url", "gguf", *_SERVER),
 }
 
 
@@ -120,7 +122,7 @@ def _set_model_key(raw: dict[str, Any], setting: str, value: Any) -> None:
 def _set_entry(entry: dict[str, Any], key: str, value: Any) -> None:
     for other in _SOURCE_KEYS.get(key, ()):
         entry.pop(other, None)
-    if key == "path" and isinstance(value, str):
+    if key in ("path", "config") and isinstance(value, str):
         value = command_line_path(value)
     entry[key] = value
 

@@ -19,7 +19,8 @@ runs before it and leaves a half-measured grid. In order, cheapest first:
    the weights is found only by loading (`load_hf` refuses all three); so is an HF model's top-k
    beyond its experts (`set_moe_top_k`; a GGUF model's is read from its header). The cost is one
    extra load per distinct model, seconds next to a suite's minutes, and no more peak memory than the run's
-   own load, which also reads the weights on the CPU first.
+   own load, which also reads the weights on the CPU first. Config models (`config =`) are not
+   loaded here: the zoo wrote them from the very model their config makes.
 
 Servers are not contacted here: a served run checks its server before its first request.
 
@@ -67,9 +68,12 @@ def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) 
     _check_context(specs, paths, contexts)
     _check_tokenizers(specs, paths, contexts)
     for name, path in paths.items():
-        if contexts[name] is not None:  # an HF model
+        # A config model was written by `save_pretrained` of the model its config makes, moments ago
+        # or in an earlier suite: loading it on the CPU proves nothing new and, at real shapes, costs
+        # tens of seconds and as much host memory as the model.
+        if contexts[name] is not None and suite.models[name].config is None:  # an HF model
             _check_loads(path, dtypes[name], _top_ks(specs, name), f"suite {suite.name}, model {name}")
-        elif path is not None:  # a GGUF file
+        elif contexts[name] is None and path is not None:  # a GGUF file
             _check_gguf_top_k(path, _top_ks(specs, name), f"suite {suite.name}, model {name}")
 
 

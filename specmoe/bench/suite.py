@@ -26,12 +26,13 @@ from specmoe.serving.spec import ServerSpec
 ARMS = ("baseline", "sd")
 LLAMACPP_BACKEND = "llamacpp"
 SERVING_BACKEND = "openai"  # a model behind an OpenAI-compatible server (specmoe.serving)
+CONFIG_WEIGHTS = "bfloat16"  # the dtype a suite's config-built models are stored in (runs cast it)
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     """A model as a suite declares it: a zoo model (built from the suite's preset and seed), a path,
-    or a server (`server`, with backend "openai")."""
+    a server (`server`, with backend "openai"), or a config-built model (`config`)."""
 
     name: str  # the suite-local name groups refer to
     zoo: str | None  # zoo model name, e.g. "moe"
@@ -44,12 +45,25 @@ class ModelSpec:
     # A path that names no local file but reads as a hub ID ("org/name") the local Hugging Face cache
     # does not hold (yet): preflight says so in one line. Not part of the identity (the path is).
     hub_id: str | None = None
+    # A random-weight model of a config.json's shape (`specmoe.zoo.config_build`), built with the
+    # suite's [zoo] seed into the per-user cache: the file's absolute path, the overrides applied
+    # to it, and the digest of both (`ConfigSource.digest`), which is what the model is.
+    config: str | None = None
+    config_overrides: tuple[tuple[str, Any], ...] = ()
+    config_digest: str | None = None
 
     @property
     def identity(self) -> dict[str, Any]:
         """What the model *is*, independent of its suite-local name: part of every run's key."""
         if self.server is not None:
             return {**self.server.identity, "backend": self.backend}
+        if self.config_digest is not None:
+            return {
+                "config": self.config_digest,
+                "seed": self.zoo_seed,
+                "weights": CONFIG_WEIGHTS,
+                "backend": self.backend,
+            }
         if self.zoo is not None:
             identity = {
                 "zoo": self.zoo,
@@ -305,6 +319,7 @@ def zoo_shape(spec: ModelSpec):
 
 __all__ = [
     "ARMS",
+    "CONFIG_WEIGHTS",
     "LLAMACPP_BACKEND",
     "PLAIN_SETTINGS",
     "SERVING_BACKEND",

@@ -131,10 +131,38 @@ def _parse_model(
         backend = _backend(ctx, where, entry, "hf")
         gguf = _gguf_type(ctx, where, entry, backend)
         return ModelSpec(name, entry.zoo, None, backend, preset, seed, gguf=gguf)
+    if entry.config is not None:
+        return _parse_config_model(ctx, where, name, entry, seed)
     assert entry.path is not None  # the schema's one-of
     resolved, hub_id = spelled_path(entry.path, ctx.path.parent)
     backend = _backend(ctx, where, entry, backend_for(entry.path))
     return ModelSpec(name, None, str(resolved), backend, hub_id=hub_id)
+
+
+def _parse_config_model(ctx: SuiteContext, where: str, name: str, entry: ModelTable, seed: int) -> ModelSpec:
+    """A config-built model: the file (relative to the suite) read and checked now, so a bad config
+    is one line before anything runs; the model itself is built by `prepare_zoo`."""
+    from specmoe.zoo.config_source import read_config_source
+
+    assert entry.config is not None
+    backend = _backend(ctx, where, entry, "hf")
+    if backend != "hf":
+        ctx.fail(f"{where}.backend", f'config models run through transformers: backend "hf", not "{backend}"')
+    path = (ctx.path.parent / Path(entry.config).expanduser()).resolve()
+    try:
+        source = read_config_source(path, entry.overrides)
+    except SpecmoeError as err:
+        ctx.fail(f"{where}.config", str(err))
+    return ModelSpec(
+        name,
+        None,
+        None,
+        backend,
+        zoo_seed=seed,
+        config=str(path),
+        config_overrides=source.overrides,
+        config_digest=source.digest,
+    )
 
 
 def _gguf_type(ctx: SuiteContext, where: str, entry: ModelTable, backend: str) -> str | None:

@@ -218,6 +218,12 @@ class ModelTable(_Table):
 
     zoo: str | None = Field(None, description="a model of the [zoo] preset, e.g. moe or draft-xs")
     path: str | None = Field(None, description="an HF model directory, a .gguf file or a hub ID")
+    config: str | None = Field(
+        None, description="a config.json: a random-weight model of its shape, built with the [zoo] seed"
+    )
+    overrides: dict[str, Any] | None = Field(
+        None, description="config models: config keys changed, e.g. { vocab_size = 50304 }"
+    )
     backend: str | None = Field(None, description='hf, llamacpp or "openai" (a server)')
     gguf: str | None = Field(None, description="llamacpp zoo models: the GGUF weight type, e.g. q8_0")
     url: Annotated[str, AfterValidator(_url)] | None = Field(
@@ -240,8 +246,11 @@ class ModelTable(_Table):
     @model_validator(mode="after")
     def _one_source(self) -> ModelTable:
         given = self.model_fields_set
-        if sum(k in given for k in ("zoo", "path", "url")) != 1:
-            fail('give exactly one of zoo = "<zoo model>", path = "<HF dir or .gguf>" or url = "<server>"')
+        if sum(k in given for k in SOURCE_KEYS) != 1:
+            fail(
+                'give exactly one of zoo = "<zoo model>", path = "<HF dir or .gguf>", url = "<server>" '
+                'or config = "<config.json>"'
+            )
         if "url" in given:
             _check_served(self)
         else:
@@ -270,6 +279,13 @@ def _check_local(table: ModelTable) -> None:
         )
     if table.path is not None and table.gguf is not None:
         fail("gguf = picks a zoo model's export; a path names its .gguf file itself", "gguf")
+    if table.overrides is not None and table.config is None:
+        fail(
+            'overrides = changes a config model\'s config; give config = "<config.json>" or remove it',
+            "overrides",
+        )
+    if table.config is not None and table.gguf is not None:
+        fail("gguf = picks a zoo model's export; a config model runs through transformers", "gguf")
 
 
 class ZooTable(_Table):
@@ -325,6 +341,7 @@ TOP_KEYS = keys(SuiteFile)
 ZOO_KEYS = keys(ZooTable)
 MODEL_KEYS = keys(ModelTable)
 SERVER_KEYS = MODEL_KEYS[MODEL_KEYS.index("url") :]  # what only a served model sets
+SOURCE_KEYS = ("zoo", "path", "url", "config")  # a model has exactly one
 NO_BUILTIN_DEFAULT = ("target", "gamma", "prompt_length")  # a group sets these or goes without
 
 

@@ -1,4 +1,5 @@
-"""The zoo a suite runs on: where it is cached and building it before the first run."""
+"""The zoo a suite runs on: where it is cached and building it before the first run, and the
+suite's config models (`config =`), each built into its own cache folder."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from specmoe.zoo.cache import default_zoo_dir
 
 
 def prepare_zoo(suite, zoo: Path | None, progress: Callable[[str], None] | None = None) -> Path | None:
-    """Build the suite's zoo if it names zoo models; a complete build is reused."""
+    """Build the suite's zoo if it names zoo models, and its config models; a complete build is
+    reused."""
+    build_config_models(suite, progress)
     if not any(m.zoo for m in suite.models.values()):
         return zoo
     from specmoe.zoo import build_zoo
@@ -20,6 +23,43 @@ def prepare_zoo(suite, zoo: Path | None, progress: Callable[[str], None] | None 
         _check_cache(zoo)
     build_zoo(suite.zoo_preset, zoo, seed=suite.zoo_seed, progress=progress)
     return zoo
+
+
+def build_config_models(suite, progress: Callable[[str], None] | None = None) -> None:
+    """Build (or find built) every config model a run of the suite uses, on the device of its first
+    run when that is a CUDA GPU (seconds there) and on the CPU otherwise."""
+    from specmoe.bench.model_paths import config_source_of
+    from specmoe.bench.suite import CONFIG_WEIGHTS
+    from specmoe.bench.suite_expand import expand
+    from specmoe.zoo.config_build import build_cached
+
+    devices: dict[str, str] = {}
+    for spec in expand(suite):
+        for name in spec.model_names:
+            devices.setdefault(name, spec.device)
+    for name, model in suite.models.items():
+        if model.config is None or name not in devices:
+            continue
+        device = devices[name] if devices[name].startswith("cuda") else "cpu"
+        if device != "cpu":
+            _check_cuda(suite, name, device)
+        build_cached(
+            config_source_of(model),
+            seed=model.zoo_seed or 0,
+            dtype=CONFIG_WEIGHTS,
+            device=device,
+            progress=progress,
+        )
+
+
+def _check_cuda(suite, name: str, device: str) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        raise SpecmoeError(
+            f"suite {suite.name}: model {name} runs on {device} but torch sees no CUDA GPU; run the suite "
+            "on a machine with one, or --set device=cpu"
+        )
 
 
 def _check_cache(zoo: Path) -> None:

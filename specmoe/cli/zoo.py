@@ -8,6 +8,8 @@ import logging
 from pathlib import Path
 
 from specmoe.cli.options import non_negative_int
+from specmoe.dtypes import DTYPE_NAMES
+from specmoe.errors import SpecmoeError
 
 log = logging.getLogger(__name__)
 
@@ -17,15 +19,38 @@ def add_zoo(commands) -> None:
     build = zoo.add_parser("build", help="build the zoo's models (deterministic, offline)")
     build.add_argument(
         "--preset",
-        default="tiny",
-        help="tiny, bench (random weights), trained (about 4 minutes on one core) or smollm2-draft "
-        "(a draft distilled from SmolLM2-135M, fetched first; about 23 minutes on one core)",
+        default=None,
+        help="tiny (the default), bench (random weights), trained (about 4 minutes on one core) or "
+        "smollm2-draft (a draft distilled from SmolLM2-135M, fetched first; about 23 minutes on one core)",
+    )
+    build.add_argument(
+        "--config",
+        type=Path,
+        action="append",
+        default=[],
+        help="instead of a preset: a random-weight model of this Hugging Face config.json's shape "
+        "(repeatable; docs/perf-examples/ has many); prints each model's directory",
+    )
+    build.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="with --config: change a config key of every config given (JSON value), e.g. "
+        "num_hidden_layers=2 or vocab_size=50304; repeatable",
+    )
+    build.add_argument(
+        "--dtype", choices=DTYPE_NAMES, default=None, help="with --config: weights dtype (default: bfloat16)"
+    )
+    build.add_argument(
+        "--device", default=None, help="with --config: where the weights are made, cpu or cuda (default: cpu)"
     )
     build.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="output directory (default: ./zoo; for smollm2-draft the SmolLM2 directory of `zoo fetch`)",
+        help="output directory (default: ./zoo; for smollm2-draft the SmolLM2 directory of `zoo fetch`; "
+        "for --config each model's own folder in the per-user cache, where suites find it)",
     )
     build.add_argument(  # >= 0, as a suite's [zoo] seed: a zoo no suite could name is no use
         "--seed", type=non_negative_int, default=0, help="weights seed (same seed, same zoo)"
@@ -65,10 +90,15 @@ def add_zoo(commands) -> None:
 
 
 def run_zoo_build(args) -> int:
+    if args.config:
+        return run_config_build(args)
+    for option, given in (("--override", args.override), ("--dtype", args.dtype), ("--device", args.device)):
+        if given:
+            raise SpecmoeError(f"{option} applies to --config builds; remove it or pass --config FILE")
     from specmoe.zoo.preset_build import build_preset
 
     built = build_preset(
-        args.preset,
+        args.preset or "tiny",
         args.out,
         seed=args.seed,
         num_experts=args.num_experts,
@@ -79,6 +109,30 @@ def run_zoo_build(args) -> int:
     )
     models = f" (models: {', '.join(built.named_models)})" if built.named_models else ""
     print(f"zoo ready in {built.root}{models}")
+    return 0
+
+
+def run_config_build(args) -> int:
+    """`zoo build --config`: one line per model on stdout, its directory (for scripts)."""
+    from specmoe.zoo.config_build import DEFAULT_DTYPE, build_cached, build_config_zoo
+    from specmoe.zoo.config_source import parse_override, read_config_source
+
+    given = [("--preset", args.preset), ("--num-experts", args.num_experts), ("--top-k", args.top_k)]
+    given += [("--train-steps", args.train_steps), ("--wheel", args.wheel)]
+    for option, value in given:
+        if value is not None:
+            raise SpecmoeError(f"{option} applies to presets, not to --config builds; remove it")
+    overrides = dict(parse_override(text) for text in args.override)
+    sources = [read_config_source(path, overrides) for path in args.config]
+    options = dict(
+        seed=args.seed, dtype=args.dtype or DEFAULT_DTYPE, device=args.device or "cpu", progress=log.info
+    )
+    if args.out is not None:
+        root = build_config_zoo(sources, args.out, **options)
+        paths = [root / source.name for source in sources]
+    else:
+        paths = [build_cached(source, **options) for source in sources]
+    print("\n".join(str(path) for path in paths))
     return 0
 
 

@@ -172,7 +172,7 @@ def live_share(alpha: float, gamma: int, new_tokens: int) -> tuple[float, ...]:
     while (live := float(below.sum())) > 1e-9:
         shares.append(min(live, 1.0))
         after = np.zeros(new_tokens)
-        for j, p in enumerate(emits):
+        for j, p in enumerate(emits[: new_tokens - 1]):  # a round of new_tokens or more ends every row
             after[j + 1 :] += p * below[: new_tokens - j - 1]
         below = after
     return tuple(shares)

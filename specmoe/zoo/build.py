@@ -77,7 +77,7 @@ def build_zoo(
     build_args = {"format": MANIFEST_FORMAT, "preset": preset, "seed": seed, "overrides": overrides}
     if _already_built(out_dir, build_args, zoo):
         return out_dir
-    with _build_lock(out_dir, progress):
+    with build_lock(out_dir, progress):
         # Another process may have built it while this one waited for the lock: reuse it.
         if _already_built(out_dir, build_args, zoo):
             return out_dir
@@ -101,7 +101,7 @@ def _copy_build(
 ) -> Path:
     """Copy a finished build into out_dir as `_build` would write it: each model through
     `<model>.partial/`, zoo.json last, so an interrupted copy is resumed like an interrupted build."""
-    _claim(out_dir, build_args)
+    claim_out_dir(out_dir, build_args)
     if progress is not None:
         progress(f"copying the {_describe(build_args)} zoo already built in {source} (no training)")
     for shape in zoo.models:
@@ -117,7 +117,7 @@ def _copy_build(
 
 
 @contextmanager
-def _build_lock(out_dir: Path, progress: Callable[[str], None] | None) -> Iterator[None]:
+def build_lock(out_dir: Path, progress: Callable[[str], None] | None) -> Iterator[None]:
     """Hold an exclusive lock for building out_dir. Two builds of one zoo at once (two `specmoe demo`
     on a fresh cache) would both train, and the first to finish would delete the other's
     .zoo-build.json under it; with the lock the second waits, then finds zoo.json and reuses it. The
@@ -152,7 +152,7 @@ def _build(
     progress: Callable[[str], None] | None,
 ) -> Path:
     """Train or initialise every model of the preset into out_dir, zoo.json last (under the lock)."""
-    _claim(out_dir, build_args)
+    claim_out_dir(out_dir, build_args)
     tokenizer = train_tokenizer(corpus_files())
     family = None
     if zoo.training is not None:
@@ -227,7 +227,7 @@ def _already_built(out_dir: Path, build_args: dict, zoo: ZooPreset) -> bool:
     return True
 
 
-def _claim(out_dir: Path, build_args: dict) -> None:
+def claim_out_dir(out_dir: Path, build_args: dict) -> None:
     """Make out_dir ours: empty, or holding an interrupted build with the same arguments."""
     if out_dir.exists() and not out_dir.is_dir():
         raise SpecmoeError(f"--out {out_dir} is a file, not a directory; pick another --out")
