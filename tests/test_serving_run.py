@@ -75,7 +75,10 @@ def test_a_served_suite_stores_rows_like_local_runs(servers, tmp_path):
         assert row.tokens_per_s == served_decode_tokens_per_s(outputs, decode_s)
         assert all(r["counted_by"] == "usage" and r["ttft_s"] > 0 and r["tpot_s"] > 0 for r in requests)
         assert counts_pass(row), row.audit_reason
-        assert "unverifiable: emitted = accepted + rounds" in row.audit_reason
+        # A loaded machine can slow the stub's baseline past the bound, and the audit then names that
+        # instead: which reason appears depends on timings, so only its absence of a count check is pinned.
+        if "exceeds" not in row.audit_reason:
+            assert "unverifiable: emitted = accepted + rounds" in row.audit_reason
         assert row.env["server_url"] == (sd.url if row.arm == "sd" else plain.url)
     sd_rows = [r for r in rows if r.arm == "sd"]
     for row in sd_rows:
