@@ -213,3 +213,28 @@ def test_a_round_that_did_not_pay_says_what_weighed_most():
     assert lead(dear) == "the drafts cost more than the verify: "
     (paid,) = accounts(cell("b", 6, 1.4))
     assert lead(replace(paid, cost=RoundCost(4, 3.6, 1.2, 0.1))) == ""
+
+
+def test_quick_is_the_wide_suite_alone_and_shorter():
+    (quick,) = demo_suites(True)
+    main = demo_suites(False)
+    assert [s.name for s in main] == ["quick", "wide"] and quick.name == "wide"
+    assert get_preset(quick.zoo_preset).training is None  # nothing to train
+    assert len(expand(quick)) < len(expand(main[1])) / 2
+
+
+def test_the_trained_family_trains_in_this_thread_while_the_wide_one_is_built_beside_it(monkeypatch):
+    import threading
+
+    import specmoe.bench.suite_zoo as suite_zoo
+    from specmoe.cli.demo import prepare_zoos
+
+    where = {}
+
+    def fake(suite, zoo, progress=None):
+        where[suite.zoo_preset] = threading.current_thread() is threading.main_thread()
+        return Path(suite.zoo_preset)
+
+    monkeypatch.setattr(suite_zoo, "prepare_zoo", fake)
+    assert prepare_zoos(demo_suites(False)) == [Path("trained-demo"), Path("wide")]
+    assert where == {"trained-demo": True, "wide": False}
