@@ -71,7 +71,7 @@ def test_set_model_path_replaces_a_zoo_model(tiny_zoo, monkeypatch):
     # A relative path on the command line is taken from the current directory, not the suite's.
     mine = str((tiny_zoo / "moe").resolve())
     assert (moe.zoo, moe.path) == (None, mine)
-    assert suite.models["dense-s"].zoo == "dense-s"
+    assert suite.models["draft-xs"].zoo == "draft-xs"
     moe_runs = [s for s in expand(suite) if s.target == "moe"]
     assert moe_runs
     assert all(s.target_model.identity == {"path": mine, "backend": "hf"} for s in moe_runs)

@@ -183,29 +183,3 @@ def test_the_audit_line_of_the_studys_published_rows():
     line = audit_line(audit_csv(STUDY_CSV), "rows")
     assert line.startswith("rows: 306 rows, 126 impossible, 162 consistent")
     assert "any end-to-end decode is bounded by 1 + αγ" in line
-
-
-def test_the_demo_tells_each_group_the_shipped_sweep_and_the_audit(monkeypatch, tmp_path):
-    import specmoe.zoo.manifest as manifest
-    from specmoe.bench.shipped import MOESD_ROWS, STUDY_ROWS
-    from specmoe.bench.suite_load import builtin_suite_path, load_suite
-    from specmoe.cli.demo import demo_story
-
-    shapes = {"moe": {"experts": 32, "top_k": 2}, "draft-xs": {"experts": None, "top_k": None}}
-    monkeypatch.setattr(manifest, "load_manifest", lambda zoo: {"models": shapes})
-    suite = load_suite(builtin_suite_path("quick"))
-    rows = [r for b in (1, 4) for r in cell(f"b{b}", 6, 0.7, group="batch", batch_size=b, draft="oracle:0.8")]
-    lines = demo_story(rows, suite, tmp_path)
-    batch = next(g for g in suite.groups if g.name == "batch")
-    assert f"batch: {batch.description}" in lines
-    assert any(line.startswith("  - moe + oracle:0.8, γ=4, B=1, code prompts: SD loses") for line in lines)
-    assert any(
-        line.startswith("  - moe + oracle:0.8, γ=4, B = 1, 4: speedup 0.70×, 0.70×.") for line in lines
-    )
-    if MOESD_ROWS.is_file():
-        assert any(line.startswith("Shipped measurements, not this run") for line in lines)
-        assert any(line.startswith("  - moe + oracle:0.9, γ=4, B = 1, 4, 16, 64: speedup") for line in lines)
-    if STUDY_ROWS.is_file():
-        assert lines[-1].startswith(
-            "The study's published rows (`specmoe audit docs/results/study-runs.csv`): 306 rows"
-        )

@@ -56,7 +56,7 @@ def load_text(tmp_path: Path, text: str):
 # --- shipped suites ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "size"), [("study", 1818), ("moesd", 2760), ("quick", 264)])
+@pytest.mark.parametrize(("name", "size"), [("study", 1818), ("moesd", 2760), ("quick", 40), ("wide", 116)])
 def test_shipped_suite_sizes(name, size):
     specs = expand(load_suite(builtin_suite_path(name)))
     assert len(specs) == size
@@ -107,7 +107,7 @@ def test_moesd_uses_oracle_drafts_and_sweeps_batch_and_sparsity():
 
 
 def test_every_sd_arm_is_measured_in_one_block_with_its_baseline():
-    for name in ("study", "moesd", "quick"):
+    for name in ("study", "moesd", "quick", "wide"):
         for block in plan(load_suite(builtin_suite_path(name))):
             (baseline,) = [s for s in block.specs if s.arm == "baseline"]
             assert all(s.baseline().run_id == baseline.run_id for s in block.specs)

@@ -92,13 +92,13 @@ def test_train_steps_override_is_checked():
         zoo_model(TRAINED.model(MOE), TRAINED)
 
 
-def test_demo_suite_runs_on_the_trained_family_from_the_user_cache(tmp_path, monkeypatch):
+def test_demo_suite_runs_on_the_trained_demo_family_from_the_user_cache(tmp_path, monkeypatch):
     suite = load_suite(builtin_suite_path("quick"))
-    assert (suite.zoo_preset, suite.zoo_seed) == ("trained", 0)
-    drafts = {m.zoo for m in suite.models.values()} & set(TRAINED.training.drafts)
-    assert drafts == {"draft-xs"}
+    assert (suite.zoo_preset, suite.zoo_seed) == ("trained-demo", 0)
+    trained = get_preset("trained-demo")
+    assert {m.zoo for m in suite.models.values()} == set(trained.model_names) == {"moe", "draft-xs"}
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert default_zoo_dir("trained", 0) == tmp_path / "specmoe" / "zoo" / "trained-seed0"
+    assert default_zoo_dir("trained-demo", 0) == tmp_path / "specmoe" / "zoo" / "trained-demo-seed0"
 
 
 # --- data -------------------------------------------------------------------------------------------

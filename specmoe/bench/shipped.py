@@ -9,9 +9,6 @@ from pathlib import Path
 SUITES_DIR = Path(__file__).resolve().parents[2] / "suites"
 # The MoE SD study's published rows (its CSV as released), audited by `specmoe demo`.
 STUDY_ROWS = SUITES_DIR.parent / "docs" / "results" / "study-runs.csv"
-# MoESD's sweep measured on the bench zoo on the reference CPU (`specmoe findings`): the demo
-# retells its batch series, labelled as shipped, since the bench MoE takes too long for a demo.
-MOESD_ROWS = SUITES_DIR.parent / "docs" / "results" / "cpu" / "findings" / "moesd.csv"
 
 
 def shipped_suites() -> list[str]:

@@ -60,19 +60,20 @@ class CellAccount:
         return self.comparison.config
 
 
-def accounts(rows: Iterable[RunRow]) -> list[CellAccount]:
+def accounts(rows: Iterable[RunRow], keep_noisy: bool = False) -> list[CellAccount]:
     """One CellAccount per SD configuration with a paired unit, in order of first appearance; one
-    whose every pair has a noisy run has no number (`comparison.no_number`) and no costs."""
+    whose every pair has a noisy run has no number (`comparison.no_number`) and no costs, or with
+    `keep_noisy` the numbers and costs of those pairs, marked (`comparison.busy`)."""
     found = []
     for _, pairs in paired_units(rows, cell_key):
-        clean = clean_pairs(pairs)
+        clean = clean_pairs(pairs) or (pairs if keep_noisy else [])
         runs = [run for pair in pairs for run in pair]
         if not clean:
             if pairs:  # every pair has a noisy run: listed, with why there is no number
                 (unmeasured,) = compare_by(runs, cell_key, keep_unmeasured=True)
                 found.append(CellAccount(unmeasured, None, None, None))
             continue
-        (comparison,) = compare_by(runs, cell_key)
+        (comparison,) = compare_by(runs, cell_key, keep_noisy=keep_noisy)
         cost = cell_cost(clean)
         emitted, rounds = (known_sum(getattr(s.counts, n) for s, _ in clean) for n in ("emitted", "rounds"))
         per_round = emitted / rounds if emitted is not None and rounds else None
@@ -131,6 +132,8 @@ def sentence(account: CellAccount) -> str:
     """Whether SD pays in this configuration, and why, in one sentence of the run's own numbers."""
     c = account.comparison
     head = label(c.config)
+    if c.busy:
+        head += f" (BUSY: {c.busy}, {c.noise_reason}; its numbers include that)"
     if c.no_number:
         return f"{head}: {c.no_number}, so nothing is said about it"
     if c.impossible:
@@ -168,8 +171,8 @@ def batch_sweeps(found: Sequence[CellAccount]) -> list[list[CellAccount]]:
 
 
 # What a series holds fixed: every setting that decides the measured work except the batch size.
+# Not the group: a suite may measure one batch size in a group of its own, with its own repeats.
 _SERIES = (
-    "group",
     "target",
     "draft",
     "gamma",
@@ -267,11 +270,15 @@ def _reading_order(account: CellAccount) -> tuple:
 
 
 def story_lines(
-    rows: Iterable[RunRow], groups: Mapping[str, str], experts: Mapping[str, tuple[int, int]]
+    rows: Iterable[RunRow],
+    groups: Mapping[str, str],
+    experts: Mapping[str, tuple[int, int]],
+    keep_noisy: bool = False,
 ) -> list[str]:
     """The account of a run under its summary: a sentence per configuration under its group's
-    description (`groups`: name -> description, in the suite's order), then one per batch sweep."""
-    found = accounts(rows)
+    description (`groups`: name -> description, in the suite's order), then one per batch sweep;
+    `keep_noisy` as `accounts`."""
+    found = accounts(rows, keep_noisy)
     lines = [STORY_NOTE]
     for name, description in groups.items():
         mine = sorted((a for a in found if a.config.get("group") == name), key=_reading_order)
@@ -289,10 +296,12 @@ def tally(found: Sequence[CellAccount]) -> str:
     measured = [a for a in found if not a.comparison.no_number and not a.comparison.impossible]
     counts = Counter(outcome(a.comparison.speedup) for a in measured)
     unsaid = len(found) - len(measured)
+    busy = sum(1 for a in measured if a.comparison.busy)
     return (
         f"In this run SD paid in {counts[Outcome.PAYS]} of {len(found)} configurations, lost in "
         f"{counts[Outcome.LOSES]} and broke about even in {counts[Outcome.EVEN]}"
         + (f"; {unsaid} have no number" if unsaid else "")
+        + (f"; {busy} of these verdicts come from runs on a busy machine (BUSY)" if busy else "")
         + "."
     )
 

@@ -13,7 +13,7 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specmoe.bench.audit import impossible_speedup
 from specmoe.bench.run_config import RunConfig
@@ -54,6 +54,9 @@ class Comparison:
     # The noise guard's reason for the cell's first flagged run ("other processes used 1.02 cores
     # while it ran"); "" when none was flagged.
     noise_reason: str = ""
+    # Why the numbers include runs the noise guard flagged ("all 6 runs flagged noisy"): only
+    # `compare_by(..., keep_noisy=True)` makes such rows, for a cell with no clean pair; "" otherwise.
+    busy: str = ""
 
 
 def cell_key(row: RunRow) -> str:
@@ -81,19 +84,24 @@ def compare_by(
     key: Callable[[RunRow], Hashable],
     with_category: bool = False,
     keep_unmeasured: bool = False,
+    keep_noisy: bool = False,
 ) -> list[Comparison]:
     """One Comparison per value of `key` over the SD rows, in order of first appearance: each SD run
     of the group is a unit, paired with the baseline run of its prompt batch and repeat. A key
     coarser than the cell pools cells: the speedup is then the ratio of mean rates over every unit
     of the group. `with_category`: the groups share a prompt category (the key holds it).
     `keep_unmeasured`: a group whose every pair has a noisy run is kept as a Comparison without
-    numbers (`no_number` says why) instead of being left out, so a table can show it."""
+    numbers (`no_number` says why) instead of being left out, so a table can show it.
+    `keep_noisy`: such a group gets its numbers from the flagged pairs instead, marked `busy` (a demo
+    on a busy machine still says what it measured, flagged; a study's numbers never do this)."""
     comparisons = []
     for sd_rows, pairs in paired_units(rows, key):
         clean = clean_pairs(pairs)
         category = batch_category(sd_rows[0]) if with_category else None
         if clean:
             comparisons.append(_comparison(pairs, clean, category))
+        elif pairs and keep_noisy:
+            comparisons.append(replace(_comparison(pairs, pairs, category), busy=_flagged_text(pairs)))
         elif pairs and keep_unmeasured:
             comparisons.append(_unmeasured(pairs, category))
     return comparisons
@@ -129,15 +137,21 @@ def clean_pairs(pairs: list[tuple[RunRow, RunRow]]) -> list[tuple[RunRow, RunRow
     return [(s, b) for s, b in pairs if not (s.noisy or b.noisy)]
 
 
-def _unmeasured(pairs: list[tuple[RunRow, RunRow]], category: str | None) -> Comparison:
-    """A cell every pair of which has a noisy run: listed, with no number (nan) and why."""
+def _flagged_text(pairs: list[tuple[RunRow, RunRow]]) -> str:
+    """ "all 6 runs flagged noisy", or "4 of 6 runs, one in every pair, flagged noisy"."""
     runs = {r.run_id for pair in pairs for r in pair}
     noisy = {r.run_id for pair in pairs for r in pair if r.noisy}
-    why = (
+    which = (
         f"all {len(runs)} runs"
         if len(noisy) == len(runs)
         else f"{len(noisy)} of {len(runs)} runs, one in every pair,"
     )
+    return f"{which} flagged noisy"
+
+
+def _unmeasured(pairs: list[tuple[RunRow, RunRow]], category: str | None) -> Comparison:
+    """A cell every pair of which has a noisy run: listed, with no number (nan) and why."""
+    noisy = {r.run_id for pair in pairs for r in pair if r.noisy}
     nan = math.nan
     return Comparison(
         config=pairs[0][0].config,
@@ -153,7 +167,7 @@ def _unmeasured(pairs: list[tuple[RunRow, RunRow]], category: str | None) -> Com
         target_efficiency=nan,
         audit_failures=sum(1 for s, b in pairs for r in (s, b) if r.audit_verdict != "pass"),
         unstable="",
-        no_number=f"{why} flagged noisy: no number",
+        no_number=f"{_flagged_text(pairs)}: no number",
         noise_reason=noise_reason(r for pair in pairs for r in pair),
     )
 

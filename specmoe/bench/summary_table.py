@@ -157,8 +157,9 @@ def varying(configs: Sequence[dict], always: Sequence[str] = ()) -> tuple[Column
     return tuple(shown)
 
 
-def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable:
-    """The summary of these runs grouped by `by` (see check_by)."""
+def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,), keep_noisy: bool = False) -> SummaryTable:
+    """The summary of these runs grouped by `by` (see check_by); `keep_noisy`: a configuration whose
+    runs were all flagged shows their numbers, marked BUSY (`summary.compare_by`)."""
     by = check_by(by)
     with_category = CATEGORY in by
     per_config = CONFIG in by
@@ -171,7 +172,9 @@ def build(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,)) -> SummaryTable
         return (*parts, batch_category(row) if with_category else None)
 
     # keep_unmeasured: a configuration whose runs were all flagged noisy is a row saying so, not gone.
-    comparisons = tuple(compare_by(list(rows), key, with_category, keep_unmeasured=True))
+    comparisons = tuple(
+        compare_by(list(rows), key, with_category, keep_unmeasured=True, keep_noisy=keep_noisy)
+    )
     sd_rows = [r for r in rows if r.arm == "sd"]
     if per_config:
         columns = varying([c.config for c in comparisons], ALWAYS)
@@ -259,7 +262,8 @@ IMPOSSIBLE = "impossible"  # the speedup cell of a row whose speedup breaks the 
 
 
 def _marks(c: Comparison) -> str:
-    marks = ([f"{c.noisy} noisy"] if c.noisy else []) + (["UNSTABLE"] if c.unstable else [])
+    marks = ([f"{c.noisy} noisy"] if c.noisy else []) + (["BUSY"] if c.busy else [])
+    marks += ["UNSTABLE"] if c.unstable else []
     return ", ".join(marks)
 
 
@@ -327,7 +331,7 @@ def note_lines(table: SummaryTable) -> list[str]:
     flagged = [
         f"  {_describe(table, c)}: {what}"
         for c in table.comparisons
-        for what in ([f"{c.noisy} noisy runs left out ({c.noise_reason})"] if c.noisy else [])
+        for what in ([_noisy_note(c)] if c.noisy else [])
         + ([f"unstable: {c.unstable}"] if c.unstable else [])
     ]
     flagged += [
@@ -339,7 +343,9 @@ def note_lines(table: SummaryTable) -> list[str]:
     noisy, rows = table.noisy, table.rows
     if noisy or flagged:
         lines.append(
-            f"noise guard: {len(noisy)} of {len(rows)} runs flagged noisy (left out of every number)"
+            f"noise guard: {len(noisy)} of {len(rows)} runs flagged noisy (left out of every number"
+            + (" but the BUSY rows'" if any(c.busy for c in table.comparisons) else "")
+            + ")"
         )
         lines.extend(_first(flagged))
         if noisy:
@@ -354,6 +360,12 @@ def note_lines(table: SummaryTable) -> list[str]:
     lines.append(f"audit: {len(rows) - len(failed)} of {len(rows)} runs pass every invariant")
     lines.extend(_first([f"  FAIL {r.run_id[:12]} {r.group} {r.arm}: {r.audit_reason}" for r in failed]))
     return lines
+
+
+def _noisy_note(c: Comparison) -> str:
+    if c.busy:
+        return f"BUSY: {c.busy}, its numbers kept and including the disturbance ({c.noise_reason})"
+    return f"{c.noisy} noisy runs left out ({c.noise_reason})"
 
 
 def _first(lines: list[str], limit: int = 20) -> list[str]:
@@ -449,6 +461,7 @@ def to_json(table: SummaryTable) -> dict[str, Any]:
             speedup=None if c.impossible or c.no_number else estimate_json(c.speedup, c.prompts, c.copies),
             impossible=c.impossible or None,
             no_number=c.no_number or None,
+            busy=c.busy or None,
             acceptance_rate=_number(c.acceptance_rate),
             target_efficiency=_number(c.target_efficiency),
             audit_failures=c.audit_failures,

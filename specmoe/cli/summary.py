@@ -26,13 +26,15 @@ BY_HELP = (
 )
 
 
-def print_summary(rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,), as_json: bool = False) -> None:
+def print_summary(
+    rows: Sequence[RunRow], by: Sequence[str] = (CONFIG,), as_json: bool = False, keep_noisy: bool = False
+) -> None:
     """The result table on stdout: JSON when asked, rich tables on a terminal, plain text otherwise
-    (`bench summary`, and the end of `bench run` and `demo`)."""
+    (`bench summary`, and the end of `bench run` and `demo`); `keep_noisy` as `summary_table.build`."""
     from specmoe.bench.summary_rich import print_rich
     from specmoe.bench.summary_table import build, format_text, to_json
 
-    table = build(rows, by)
+    table = build(rows, by, keep_noisy)
     if as_json:
         print(json.dumps(to_json(table), ensure_ascii=False, indent=1))
     elif is_terminal(sys.stdout):

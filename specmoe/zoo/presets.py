@@ -252,8 +252,28 @@ HYBRID_TRAINED = ZooPreset(
     training=TrainingPlan(steps=300, drafts=("draft-s", "draft-xs")),
 )
 
+# The demo's two families (`specmoe demo`), each built in well under two minutes on two cores:
+# `wide` has bench's layer widths with two layers per target and one for the draft, random weights:
+# the smallest models whose decode step is bound by reading weights on a CPU (tiny's steps are bound
+# by per-layer overhead, bench's take minutes to build and measure). `trained-demo` is the trained
+# family's MoE and draft-xs alone, on half the training budget (the teacher's forwards, which
+# distillation needs whatever the number of drafts, are a third of the trained family's time).
+WIDE = ZooPreset(
+    name="wide",
+    models=(
+        replace(BENCH.model(MOE), num_layers=2),
+        replace(BENCH.model("dense-s"), name="dense", num_layers=2),
+        _dense("draft", 384, 1, 6, 2, 64),
+    ),
+)
+TRAINED_DEMO = ZooPreset(
+    name="trained-demo",
+    models=tuple(s for s in TINY.models if s.name in (MOE, "draft-xs")),
+    training=TrainingPlan(steps=150, drafts=("draft-xs",)),
+)
+
 PRESETS: dict[str, ZooPreset] = {
-    preset.name: preset for preset in (TINY, BENCH, TRAINED, HYBRID, HYBRID_TRAINED)
+    preset.name: preset for preset in (TINY, BENCH, TRAINED, HYBRID, HYBRID_TRAINED, WIDE, TRAINED_DEMO)
 }
 
 
