@@ -233,3 +233,27 @@ def test_recurrent_models_and_unchecked_hybrids_are_refused_in_one_line(hybrid_z
         SpecmoeError, match=r"hybrid recurrent model \(architecture 'qwen35'\): its rollback .* untested"
     ):
         load_model(zoo_gguf(hybrid_zoo, "draft-xs", "f16"))
+
+
+def test_rope_sections_wider_than_the_rotary_dimensions_are_refused_before_llamacpp_aborts(
+    hybrid_zoo, tmp_path
+):
+    """llama.cpp's own converter writes Qwen3.5's [11, 11, 10] split whatever the head size; on the
+    zoo's 4 rotary dimensions llama.cpp would abort the process at the first decode."""
+    from specmoe.zoo.gguf_derive import copy_metadata
+
+    gguf = require("gguf")
+    source = gguf.GGUFReader(zoo_gguf(hybrid_zoo, "draft-xs", "f32"))
+    path = tmp_path / "wide-sections.gguf"
+    writer = gguf.GGUFWriter(path, "qwen35")
+    copy_metadata(source, writer, {"qwen35.rope.dimension_sections": [11, 11, 10, 0]})
+    for tensor in source.tensors:
+        writer.add_tensor(tensor.name, np.asarray(tensor.data), raw_shape=tensor.data.shape)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(
+        SpecmoeError, match=r"splits its rotary pairs as \[11, 11, 10, 0\].*than its 4 rotary"
+    ):
+        load_model(path)

@@ -158,6 +158,7 @@ def _check_decoder_only(lib, model, path: Path) -> None:
     (SD on it would be silently wrong) or that does not decode token by token."""
     arch = model_metadata(lib, model, "general.architecture")
     if lib.llama_model_is_hybrid(model) and arch in ROLLBACK_HYBRIDS:
+        _check_rope_sections(path, arch)
         return
     kinds = (
         ("an encoder-decoder", lib.llama_model_has_encoder, ""),
@@ -175,6 +176,20 @@ def _check_decoder_only(lib, model, path: Path) -> None:
                 f"'{path}' is {kind} model (architecture '{arch}'){why}; the llamacpp backend runs "
                 f"decoder-only transformers and the hybrids {', '.join(sorted(ROLLBACK_HYBRIDS))}"
             )
+
+
+def _check_rope_sections(path: Path, arch: str) -> None:
+    """llama.cpp aborts the process on the first decode when a multimodal-RoPE model's sections
+    sum to more than its rotary dimensions (Qwen3.5 files converted with the default [11, 11, 10]
+    split from heads narrower than 64 rotary dimensions): refuse it here in one line instead."""
+    sections = gguf_metadata(path, "{arch}.rope.dimension_sections")
+    rotary = gguf_metadata(path, "{arch}.rope.dimension_count")
+    if sections is not None and rotary is not None and sum(sections) > rotary:
+        raise SpecmoeError(
+            f"'{path}' splits its rotary pairs as {list(sections)} ({arch}.rope.dimension_sections), more "
+            f"than its {rotary} rotary dimensions; llama.cpp would abort on the first token. Export it again "
+            "with `specmoe zoo export-gguf`, which writes a split that fits"
+        )
 
 
 def top_k_override(lib, path: Path, top_k: int):
@@ -358,11 +373,8 @@ class LlamaCppBackend:
 
     def rollback(self, lengths: Sequence[int]) -> None:
         memory = self._memory()
-        if self._states is not None:
-            with self._states.timed():
-                again = self._states.rewind(self._handles.ctx, memory, self._seq, self._lengths, lengths)
-                self._feed(again)  # one llama_decode for every rejecting row (chunked past n_batch)
-                self._states.begin(self._handles.ctx, self._seq, self._lengths)
+        if self._states is not None:  # a hybrid: restore checkpoints, decode the kept tokens again
+            self._states.rollback(self._handles.ctx, memory, self._seq, self._lengths, lengths, self._feed)
             return
         for row, keep in enumerate(lengths):
             if keep < self._lengths[row]:

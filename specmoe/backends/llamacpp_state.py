@@ -55,6 +55,7 @@ class RecurrentCheckpoints:
         self._lib = lib
         self._flags = lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         self.seconds = 0.0  # checkpoints, restores and re-decodes, summed over the backend's life
+        self.redecode_s = 0.0  # of which decoding kept tokens again (the rest is copying states)
         self._saved: list[bytes] = []  # each row's recurrent cell at its checkpoint
         self._at: list[int] = []  # each row's length at its checkpoint
         self._log: list[list[int]] = []  # tokens each row was fed since its checkpoint
@@ -95,6 +96,21 @@ class RecurrentCheckpoints:
                 self._saved[row] = self.save(ctx, seq)
                 self._at[row] = lengths[row]
                 self._log[row] = []
+
+    def rollback(
+        self, ctx, memory, seqs: Sequence[int], lengths: list[int], keep: Sequence[int], feed
+    ) -> None:
+        """Row r goes back to keep[r] tokens: rows that drop some are rewound to their checkpoint
+        and `feed(entries)` decodes their kept tokens again (one llama_decode for all of them, no
+        outputs); then every row is checkpointed where it stands. `lengths` is the backend's list
+        of cached lengths, which `rewind` and `feed` update."""
+        with self.timed():
+            kept = [min(k, n) for k, n in zip(keep, lengths, strict=True)]
+            again = self.rewind(ctx, memory, seqs, lengths, keep)
+            start = time.perf_counter()
+            feed(again)
+            self.redecode_s += time.perf_counter() - start
+            self.begin(ctx, seqs, kept)
 
     def rewind(self, ctx, memory, seqs: Sequence[int], lengths: list[int], keep: Sequence[int]):
         """Put every row that keeps fewer tokens than it has back at its checkpoint (recurrent cell
