@@ -26,7 +26,7 @@ It is exact in the sense a KV cache is: the re-decoded tokens go through the sam
 same positions after the same state, so the row holds what it would hold had it been fed only the
 kept tokens, up to the float rounding that decoding a block instead of single tokens carries in
 llama.cpp anyway (tests/test_llamacpp_hybrid.py checks greedy SD against plain decoding, token
-for token). This is the method llama-server uses for speculative decoding on these models.
+for token). llama-server does the same for SD with a draft model.
 
 Cost (`seconds`, the backend's `state_s`): a copy of every row's recurrent cell out per rollback
 (and in, for rows that dropped tokens), and a decode of the kept tokens through the whole model
