@@ -50,19 +50,35 @@ def hybrid_config(family: str):
     raise ValueError(family)
 
 
-def save_hybrid(family: str, path: Path, noise: float = 0.0, seed: int = 0) -> Path:
-    """A random model of the family (seeded); noise > 0 perturbs it into a draft of the seed-0 one."""
+def save_hybrid(
+    family: str, path: Path, noise: float = 0.0, seed: int = 0, tokenizer_from: Path | None = None
+) -> Path:
+    """A random model of the family (seeded); noise > 0 perturbs it into a draft of the seed-0 one.
+
+    tokenizer_from: a zoo model directory whose tokenizer the model takes (its vocabulary size and
+    EOS id too), so it can be exported to GGUF; its norms are then drawn as well (N(0, 0.1)), so
+    an export that mishandles a norm's offset shows."""
     from transformers import AutoModelForCausalLM
 
+    config = hybrid_config(family)
+    if tokenizer_from is not None:
+        zoo_config = json.loads((tokenizer_from / "config.json").read_text())
+        for key in ("vocab_size", "eos_token_id", "pad_token_id", "bos_token_id"):
+            setattr(config, key, zoo_config[key])
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(hybrid_config(family))
+    model = AutoModelForCausalLM.from_config(config)
     weights, perturbation = torch.Generator().manual_seed(0), torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if param.dim() > 1:  # matrices; norms, decays and biases keep transformers' init
                 param.normal_(std=1.0 if "embed" in name else 0.3, generator=weights)
                 param.add_(noise * torch.randn(param.shape, generator=perturbation))
+            elif tokenizer_from is not None and "norm" in name:
+                param.add_(0.1 * torch.randn(param.shape, generator=weights))
     model.save_pretrained(path)
+    if tokenizer_from is not None:
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            shutil.copy(tokenizer_from / name, path / name)
     return path
 
 

@@ -4,7 +4,8 @@ GGUF export computes transformers' model, and SD rolls the recurrent state back 
 
 Needs the `llamacpp` extra (skips without it, fails under CI). The models are the random `hybrid`
 zoo's (built in about a second): its MoE (llama.cpp's qwen35moe) and draft-xs (qwen35), and, for a
-draft that agrees part of the time, the MoE with its routed experts damped and its dense twin
+draft that agrees part of the time, the MoE with its routed experts damped and its dense twin; and
+a tiny random Qwen3-Next (qwen3next) with a perturbed draft, both with the zoo's tokenizer
 (`hybrid_models`).
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hybrid_models import damp_routed_experts, dense_twin
+from hybrid_models import damp_routed_experts, dense_twin, save_hybrid
 from test_gguf import field, read, require, tensors
 from test_llamacpp import PROMPTS, greedy
 
@@ -30,6 +31,7 @@ from specmoe.zoo.gguf import export_gguf, zoo_gguf
 from specmoe.zoo.gguf_hybrid import rope_sections, tile_value_heads
 
 DAMPING = 0.15  # the routed experts' share left in the target: its twin then accepts 0.2-0.6
+NOISE = 0.003  # a Qwen3-Next draft = its target + N(0, NOISE²) on every matrix: accepts 0.3-0.6
 
 
 @pytest.fixture(scope="module")
@@ -47,6 +49,21 @@ def pair(hybrid_zoo, tmp_path_factory) -> dict[str, Path]:
     return {
         "target": export_gguf(target, root / "target.gguf"),
         "draft": export_gguf(draft, root / "twin.gguf"),
+    }
+
+
+@pytest.fixture(scope="module")
+def next_pair(hybrid_zoo, tmp_path_factory) -> dict[str, Path]:
+    """A random Qwen3-Next target (qwen3next) and its perturbed draft, with the zoo's tokenizer."""
+    require("llama_cpp")
+    root = tmp_path_factory.mktemp("next")
+    target = save_hybrid("qwen3_next", root / "target", tokenizer_from=hybrid_zoo / "moe")
+    draft = save_hybrid("qwen3_next", root / "draft", NOISE, seed=1, tokenizer_from=hybrid_zoo / "moe")
+    return {
+        "hf": target,
+        "f32": export_gguf(target, root / "target-f32.gguf", "f32"),
+        "target": export_gguf(target, root / "target.gguf"),
+        "draft": export_gguf(draft, root / "draft.gguf"),
     }
 
 
@@ -108,6 +125,16 @@ def test_f32_hybrid_gguf_reproduces_transformers_float32_logits(hybrid_zoo, name
         assert (got - want).abs().max().item() < 1e-4
 
 
+def test_f32_qwen3_next_gguf_reproduces_transformers_float32_logits(next_pair):
+    """Qwen3-Next's fused projections split as llama.cpp's qwen3next reads them; norms drawn."""
+    ours = llama(next_pair["f32"], cache_type="f32", flash_attn=False)
+    reference = load_model(next_pair["hf"], dtype="float32")
+    for backend in (ours, reference):
+        backend.prefill([PROMPTS[0]])
+    for block in (torch.tensor([[7, 8, 9, 10]]), torch.tensor([[3]])):
+        assert (ours.forward(block) - reference.forward(block)).abs().max().item() < 1e-4
+
+
 # --- rollback ---------------------------------------------------------------------------------------
 
 
@@ -158,6 +185,15 @@ def test_greedy_sd_on_a_hybrid_pair_equals_greedy_decoding(pair, batch, gamma):
     assert 0.2 <= counts.accepted / counts.drafted <= 0.8  # rows keep some drafts, drop others
     assert [o.token_ids for o in result.outputs] == expected
     assert sum(r.state_s for r in result.rounds) > 0
+
+
+def test_greedy_sd_on_a_qwen3_next_pair_equals_greedy_decoding(next_pair):
+    target, draft = llama(next_pair["target"]), llama(next_pair["draft"])
+    expected = [greedy(target, [p], tokens=32)[0] for p in PROMPTS]
+    result = sd(target, draft, PROMPTS, 3)
+    counts = totals(result)
+    assert 0.2 <= counts.accepted / counts.drafted <= 0.8
+    assert [o.token_ids for o in result.outputs] == expected
 
 
 def test_without_the_state_restore_sd_is_wrong(pair, monkeypatch):

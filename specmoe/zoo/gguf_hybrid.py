@@ -1,5 +1,6 @@
-"""GGUF export of the hybrid zoo models: Qwen3.5 (gated-DeltaNet linear attention beside full
-attention) as llama.cpp's `qwen35` (dense) and `qwen35moe` (routed experts and a shared expert).
+"""GGUF export of hybrid models (gated-DeltaNet linear attention beside full attention): Qwen3.5
+as llama.cpp's `qwen35` (dense) and `qwen35moe` (routed experts and a shared expert), the hybrid
+zoo's architectures, and Qwen3-Next as `qwen3next`.
 
 Shape legend: H hidden size, Hk / Hv linear-attention key / value heads, D their head size
 (llama.cpp needs the key and value head sizes equal), r = Hv / Hk value heads per key head,
@@ -26,6 +27,13 @@ What differs from transformers' layout, and why (llama.cpp's graph expects it):
 - The full-attention layers' q projection holds each head's query and output gate side by side
   ([Hq, 2, D] rows), as llama.cpp reads it: no reordering. The MoE router and shared-expert gate
   stay float32, as do the conv kernel, norms and 1-D tensors.
+
+Qwen3-Next differs from Qwen3.5 where llama.cpp's `qwen3next` graph differs from `qwen35`'s: its
+value heads stay grouped (the graph repeats keys as transformers does), its RoPE is plain (no
+sections), and transformers fuses its linear-layer projections per key head ([q, k, v, z] rows of
+`in_proj_qkvz`, [β, a] rows of `in_proj_ba`): q/k/v are regrouped into [all q, all k, all v]
+(`attn_qkv`, the conv's channel order) with z apart (`attn_gate`), while `in_proj_ba` is read as
+it is (`ssm_ba`).
 """
 
 from __future__ import annotations
@@ -39,7 +47,9 @@ import torch
 from specmoe.errors import SpecmoeError
 
 # transformers model_type -> llama.cpp architecture
-HYBRID_ARCHITECTURES = {"qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe"}
+HYBRID_ARCHITECTURES = {"qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "qwen3_next": "qwen3next"}
+_TILED = ("qwen35", "qwen35moe")  # llama.cpp graphs that broadcast keys over tiled value heads
+_MOE = ("qwen35moe", "qwen3next")
 KEEP_F32 = ("ffn_gate_inp_shexp.weight", "ssm_conv1d.weight")  # besides norms, router, 1-D tensors
 
 # HF name after "model.layers.{i}." -> GGUF name after "blk.{i}."
@@ -52,6 +62,8 @@ _LAYER_TENSORS = {
     "self_attn.o_proj.weight": "attn_output.weight",
     "self_attn.q_norm.weight": "attn_q_norm.weight",
     "self_attn.k_norm.weight": "attn_k_norm.weight",
+    "linear_attn.in_proj_qkvz.weight": "attn_qkv.weight",  # and attn_gate.weight (Qwen3-Next)
+    "linear_attn.in_proj_ba.weight": "ssm_ba.weight",
     "linear_attn.in_proj_qkv.weight": "attn_qkv.weight",
     "linear_attn.in_proj_z.weight": "attn_gate.weight",
     "linear_attn.in_proj_a.weight": "ssm_alpha.weight",
@@ -101,13 +113,23 @@ def linear_heads(config: dict, model_dir: Path) -> tuple[int, int, int]:
 
 
 def add_hybrid_hparams(writer, arch: str, config: dict, model_dir: Path) -> None:
-    """The keys llama.cpp's qwen35 / qwen35moe loaders read beyond the transformer's own."""
+    """The keys llama.cpp's qwen35 / qwen35moe / qwen3next loaders read beyond the transformer's."""
     k_heads, v_heads, head = linear_heads(config, model_dir)
+    if arch == "qwen3next" and (config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1):
+        raise SpecmoeError(
+            f"'{model_dir}' has dense layers among its MoE ones; llama.cpp's qwen3next has none"
+        )
+    if arch in _MOE and not config.get("norm_topk_prob", True):
+        raise SpecmoeError(
+            f"'{model_dir}' does not renormalise its top-k expert weights (norm_topk_prob = false); "
+            f"llama.cpp's {arch} always does, so the GGUF would compute a different model"
+        )
     rope = config.get("rope_parameters") or {}
     head_dim = int(config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"])
     rotary = int(head_dim * float(rope.get("partial_rotary_factor", 1.0)))
     writer.add_rope_dimension_count(rotary)
-    writer.add_rope_dimension_sections(rope_sections(rotary // 2))
+    if arch in _TILED:
+        writer.add_rope_dimension_sections(rope_sections(rotary // 2))
     writer.add_ssm_conv_kernel(int(config["linear_conv_kernel_dim"]))
     writer.add_ssm_state_size(head)
     writer.add_ssm_group_count(k_heads)
@@ -115,7 +137,7 @@ def add_hybrid_hparams(writer, arch: str, config: dict, model_dir: Path) -> None
     writer.add_ssm_inner_size(head * v_heads)
     layer_types = config["layer_types"]
     writer.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in layer_types])
-    if arch == "qwen35moe":
+    if arch in _MOE:
         writer.add_expert_count(int(config["num_experts"]))
         writer.add_expert_used_count(int(config["num_experts_per_tok"]))
         writer.add_expert_feed_forward_length(int(config["moe_intermediate_size"]))
@@ -139,13 +161,23 @@ def tile_value_heads(array: np.ndarray, axis: int, k_heads: int, v_heads: int, w
     return np.moveaxis(tiled, 0, axis)
 
 
-def _layer_tensor(suffix: str, array: np.ndarray, heads: tuple[int, int, int]) -> np.ndarray:
+def split_qkvz(array: np.ndarray, k_heads: int, v_heads: int, head: int) -> tuple[np.ndarray, np.ndarray]:
+    """Qwen3-Next's fused projection [Hk (2 D + 2 r D), H], per key head [q, k, v, z], as
+    (q/k/v rows [all q, all k, all v] [C, H], z rows [Hv D, H]); value heads stay grouped."""
+    per_key = v_heads // k_heads * head
+    groups = array.reshape(k_heads, 2 * head + 2 * per_key, -1)
+    q, k, v, z = np.split(groups, np.cumsum([head, head, per_key]), axis=1)
+    flat = [part.reshape(-1, array.shape[-1]) for part in (q, k, v, z)]
+    return np.concatenate(flat[:3]), flat[3]
+
+
+def _layer_tensor(suffix: str, array: np.ndarray, heads: tuple[int, int, int], tile: bool) -> np.ndarray:
     """One layer tensor in llama.cpp's form (see the module docstring)."""
     k_heads, v_heads, head = heads
     qk = 2 * k_heads * head  # q and k rows (or channels) before the value rows
 
     def tiled(a: np.ndarray, axis: int, width: int) -> np.ndarray:
-        return tile_value_heads(a, axis, k_heads, v_heads, width)
+        return tile_value_heads(a, axis, k_heads, v_heads, width) if tile else a
 
     if suffix.endswith(_ZERO_CENTRED):
         return array + np.float32(1)
@@ -172,6 +204,7 @@ def hybrid_tensors(weights: Path, config: dict) -> Iterator[tuple[str, np.ndarra
     from safetensors import safe_open
 
     heads = linear_heads(config, weights.parent)
+    tile = HYBRID_ARCHITECTURES[config["model_type"]] in _TILED
     with safe_open(str(weights), "pt") as f:
         keys = set(f.keys())
 
@@ -185,8 +218,14 @@ def hybrid_tensors(weights: Path, config: dict) -> Iterator[tuple[str, np.ndarra
         for i in range(int(config["num_hidden_layers"])):
             prefix = f"model.layers.{i}."
             for suffix, name in _LAYER_TENSORS.items():
-                if prefix + suffix in keys:
-                    yield f"blk.{i}.{name}", _layer_tensor(suffix, read(prefix + suffix), heads)
+                if prefix + suffix not in keys:
+                    continue
+                if suffix == "linear_attn.in_proj_qkvz.weight":
+                    qkv, z = split_qkvz(read(prefix + suffix), *heads)
+                    yield f"blk.{i}.attn_qkv.weight", qkv
+                    yield f"blk.{i}.attn_gate.weight", z
+                else:
+                    yield f"blk.{i}.{name}", _layer_tensor(suffix, read(prefix + suffix), heads, tile)
             experts = sorted(
                 {int(k[len(prefix) :].split(".")[2]) for k in keys if k.startswith(prefix + "mlp.experts.")}
             )
