@@ -40,12 +40,21 @@ import ctypes
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 # Hybrid architectures whose rollback through checkpoints is checked against plain decoding
 # (llama.cpp's names). Another hybrid may keep caches this does not restore (sliding-window
 # attention drops old cells by position), and pure recurrent models are left out: they are refused.
 ROLLBACK_HYBRIDS = frozenset({"qwen35", "qwen35moe", "qwen3next"})
 LOG_CAPACITY = 64  # tokens logged per row before the checkpoint moves without a rollback
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One sequence's serialised recurrent cell: the first `size` bytes of `buffer`."""
+
+    buffer: ctypes.Array
+    size: int
 
 
 class RecurrentCheckpoints:
@@ -56,10 +65,9 @@ class RecurrentCheckpoints:
         self._flags = lib.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         self.seconds = 0.0  # checkpoints, restores and re-decodes, summed over the backend's life
         self.redecode_s = 0.0  # of which decoding kept tokens again (the rest is copying states)
-        self._saved: list[bytes] = []  # each row's recurrent cell at its checkpoint
+        self._saved: list[Saved] = []  # each row's recurrent cell at its checkpoint
         self._at: list[int] = []  # each row's length at its checkpoint
         self._log: list[list[int]] = []  # tokens each row was fed since its checkpoint
-        self._buffer = (ctypes.c_uint8 * 0)()
 
     # -- what the backend calls -------------------------------------------------------------------
     @contextmanager
@@ -74,7 +82,8 @@ class RecurrentCheckpoints:
 
     def begin(self, ctx, seqs: Sequence[int], lengths: Sequence[int]) -> None:
         """Checkpoint every row as it stands (after prefill, after a rollback)."""
-        self._saved = [self.save(ctx, seq) for seq in seqs]
+        old = self._saved + [None] * (len(seqs) - len(self._saved))
+        self._saved = [self.save(ctx, seq, into) for seq, into in zip(seqs, old, strict=False)]
         self._at = list(lengths)
         self._log = [[] for _ in seqs]
 
@@ -93,7 +102,7 @@ class RecurrentCheckpoints:
         """t tokens per row follow: rows whose log would pass the capacity are checkpointed now."""
         for row, seq in enumerate(seqs):
             if len(self._log[row]) + t > LOG_CAPACITY:
-                self._saved[row] = self.save(ctx, seq)
+                self._saved[row] = self.save(ctx, seq, self._saved[row])
                 self._at[row] = lengths[row]
                 self._log[row] = []
 
@@ -144,17 +153,16 @@ class RecurrentCheckpoints:
         self._log = [self._log[r] for r in rows]
 
     # -- llama.cpp's sequence state ---------------------------------------------------------------
-    def save(self, ctx, seq: int) -> bytes:
-        """The sequence's recurrent cell as llama.cpp serialises it (none when it saw no token)."""
+    def save(self, ctx, seq: int, into: Saved | None = None) -> Saved:
+        """The sequence's recurrent cell as llama.cpp serialises it (no cell when it saw no token),
+        written into `into`'s buffer when it is large enough: one copy, no allocation."""
         size = self._lib.llama_state_seq_get_size_ext(ctx, seq, self._flags)
-        if size > len(self._buffer):
-            self._buffer = (ctypes.c_uint8 * size)()
-        written = self._lib.llama_state_seq_get_data_ext(ctx, self._buffer, size, seq, self._flags)
+        buffer = into.buffer if into is not None and len(into.buffer) >= size else (ctypes.c_uint8 * size)()
+        written = self._lib.llama_state_seq_get_data_ext(ctx, buffer, size, seq, self._flags)
         if written == 0:
             raise RuntimeError(f"llama.cpp could not save the recurrent state of sequence {seq}")
-        return ctypes.string_at(self._buffer, written)
+        return Saved(buffer, written)
 
-    def load(self, ctx, seq: int, saved: bytes) -> None:
-        data = (ctypes.c_uint8 * len(saved)).from_buffer_copy(saved)
-        if self._lib.llama_state_seq_set_data_ext(ctx, data, len(saved), seq, self._flags) == 0:
+    def load(self, ctx, seq: int, saved: Saved) -> None:
+        if self._lib.llama_state_seq_set_data_ext(ctx, saved.buffer, saved.size, seq, self._flags) == 0:
             raise RuntimeError(f"llama.cpp could not restore the recurrent state of sequence {seq}")
