@@ -279,6 +279,7 @@ def test_rope_sections_wider_than_the_rotary_dimensions_are_refused_before_llama
     from specmoe.zoo.gguf_derive import copy_metadata
 
     gguf = require("gguf")
+    require("llama_cpp")
     source = gguf.GGUFReader(zoo_gguf(hybrid_zoo, "draft-xs", "f32"))
     path = tmp_path / "wide-sections.gguf"
     writer = gguf.GGUFWriter(path, "qwen35")
