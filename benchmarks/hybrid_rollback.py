@@ -3,9 +3,12 @@
 For each (draft, γ, B): plain decoding and SD alternate over `--repeats` paired units (one prompt
 batch each, the same prompts in both arms), and every SD round's time splits into draft, verify,
 state rollback and bookkeeping (`engine.records.RoundRecord`). The state part splits further into
-copying the checkpoint and re-advancing rows that rejected drafts (`backends.hf_recurrent`).
+copying states and recomputing them for rows that rejected drafts: in transformers, replaying the
+linear layers (`backends.hf_recurrent`); through llama.cpp (`--gguf TYPE`, the zoo's GGUF export,
+one thread), decoding the kept tokens again through the whole model (`backends.llamacpp_state`).
 
     python benchmarks/hybrid_rollback.py --out docs/results/cpu/hybrid/rollback.json
+    python benchmarks/hybrid_rollback.py --gguf q8_0 --out docs/results/cpu/hybrid/llamacpp-q8_0.json
 
 Not part of the package: it measures it. The shares are of this CPU and of transformers' PyTorch
 fallback of the gated delta rule (no flash-linear-attention kernels on a CPU).
@@ -42,6 +45,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=6)
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--gguf", help="run the zoo's GGUF export of this type through llama.cpp")
     parser.add_argument("--plot-only", action="store_true", help="redraw the figure from --out's JSON")
     args = parser.parse_args()
     if args.plot_only:
@@ -51,16 +55,17 @@ def main() -> None:
     zoo = args.zoo or build_zoo("hybrid-trained")
     tokenizer = load_tokenizer(zoo / "moe")
     prompts = [tokenizer.encode(p) for p in load_prompt_set("factual") + load_prompt_set("code")]
-    target = load_model(zoo / "moe", dtype=args.dtype)
+    target = _load(zoo, "moe", args)
     cells = []
     for draft_name in args.drafts:
-        draft = load_model(zoo / draft_name, dtype=args.dtype)
+        draft = _load(zoo, draft_name, args)
         for gamma in args.gammas:
             for batch in args.batches:
                 cells.append(measure(target, draft, draft_name, prompts, gamma, batch, args))
                 print(row_text(cells[-1]), flush=True)
     record = {
         "environment": {k: v for k, v in environment().items() if k != "git_sha"},
+        "engine": f"llama.cpp {args.gguf}" if args.gguf else f"transformers {args.dtype}",
         "dtype": args.dtype,
         "tokens": args.tokens,
         "repeats": args.repeats,
@@ -69,6 +74,14 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     plot(record, args.out.with_suffix(".png"))
+
+
+def _load(zoo: Path, name: str, args):
+    if args.gguf:
+        from specmoe.zoo.gguf import zoo_gguf
+
+        return load_model(zoo_gguf(zoo, name, args.gguf), n_threads=1)
+    return load_model(zoo / name, dtype=args.dtype)
 
 
 def plot(record: dict, path: Path) -> None:
@@ -96,7 +109,10 @@ def plot(record: dict, path: Path) -> None:
     ax.set_xlim(0, 100)
     ax.set_xlabel("share of SD decode time (%)")
     ax.legend(ncols=4, loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False, fontsize=8)
-    ax.set_title("hybrid-trained zoo, moe target: where an SD round's time goes", fontsize=9, pad=22)
+    engine = record.get("engine", f"transformers {record['dtype']}")
+    ax.set_title(
+        f"hybrid-trained zoo, moe target, {engine}: where an SD round's time goes", fontsize=9, pad=22
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -148,10 +164,17 @@ def measure(target, draft, draft_name: str, prompts, gamma: int, batch: int, arg
 
 
 def _rollback_split(target, draft) -> tuple[float, float]:
-    """(copy seconds, re-advance seconds) spent so far by both models' linear-attention states."""
-    states = [m._linear for m in (target, draft) if getattr(m, "_linear", None) is not None]
-    readvance = sum(s.readvance_s for s in states)
-    return sum(s.seconds for s in states) - readvance, readvance
+    """(copy seconds, recompute seconds) spent so far by both models' linear-attention states:
+    transformers' re-advance of the linear layers, or llama.cpp's re-decode of the kept tokens."""
+    copy = recompute = 0.0
+    for model in (target, draft):
+        if getattr(model, "_linear", None) is not None:
+            copy += model._linear.seconds - model._linear.readvance_s
+            recompute += model._linear.readvance_s
+        elif getattr(model, "_states", None) is not None:
+            copy += model._states.seconds - model._states.redecode_s
+            recompute += model._states.redecode_s
+    return copy, recompute
 
 
 def row_text(cell: dict) -> str:

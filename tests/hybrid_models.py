@@ -2,10 +2,15 @@
 transformers configs in float64: Qwen3.5-MoE, Qwen3-Next and dense Qwen3.5.
 
 A draft that sometimes disagrees with its target is the target with noise added to every weight:
-the same architecture, so a hybrid draft rolls back too, and the noise sets how often it agrees."""
+the same architecture, so a hybrid draft rolls back too, and the noise sets how often it agrees.
+For llama.cpp, whose GGUF export needs the zoo's tokenizer, a hybrid zoo MoE is paired with its
+dense twin (`dense_twin`), its routed experts damped (`damp_routed_experts`) so the two agree
+about half the time."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -45,17 +50,76 @@ def hybrid_config(family: str):
     raise ValueError(family)
 
 
-def save_hybrid(family: str, path: Path, noise: float = 0.0, seed: int = 0) -> Path:
-    """A random model of the family (seeded); noise > 0 perturbs it into a draft of the seed-0 one."""
+def save_hybrid(
+    family: str, path: Path, noise: float = 0.0, seed: int = 0, tokenizer_from: Path | None = None
+) -> Path:
+    """A random model of the family (seeded); noise > 0 perturbs it into a draft of the seed-0 one.
+
+    tokenizer_from: a zoo model directory whose tokenizer the model takes (its vocabulary size and
+    EOS id too), so it can be exported to GGUF; its norms are then drawn as well (N(0, 0.1)), so
+    an export that mishandles a norm's offset shows."""
     from transformers import AutoModelForCausalLM
 
+    config = hybrid_config(family)
+    if tokenizer_from is not None:
+        zoo_config = json.loads((tokenizer_from / "config.json").read_text())
+        for key in ("vocab_size", "eos_token_id", "pad_token_id", "bos_token_id"):
+            setattr(config, key, zoo_config[key])
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(hybrid_config(family))
+    model = AutoModelForCausalLM.from_config(config)
     weights, perturbation = torch.Generator().manual_seed(0), torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if param.dim() > 1:  # matrices; norms, decays and biases keep transformers' init
                 param.normal_(std=1.0 if "embed" in name else 0.3, generator=weights)
                 param.add_(noise * torch.randn(param.shape, generator=perturbation))
+            elif tokenizer_from is not None and "norm" in name:
+                param.add_(0.1 * torch.randn(param.shape, generator=weights))
     model.save_pretrained(path)
+    if tokenizer_from is not None:
+        for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+            shutil.copy(tokenizer_from / name, path / name)
     return path
+
+
+# --- a hybrid zoo MoE and a dense twin that agrees with it part of the time (GGUF tests) ---------
+
+_MOE_ONLY_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "router_aux_loss_coef")
+
+
+def damp_routed_experts(moe_dir: Path, out: Path, scale: float) -> Path:
+    """The zoo MoE with every routed expert's output scaled by `scale` (its down projections)."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(moe_dir, out)
+    weights = load_file(out / "model.safetensors")
+    for key, tensor in weights.items():
+        if ".mlp.experts." in key and key.endswith("down_proj.weight"):
+            weights[key] = tensor * scale
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+def dense_twin(moe_dir: Path, out: Path) -> Path:
+    """A dense Qwen3.5 cut from a Qwen3.5-MoE: the same embeddings, attention and linear-attention
+    layers, its shared expert as the MLP, no router, routed experts or shared-expert gate."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(moe_dir, out)
+    config = json.loads((out / "config.json").read_text())
+    width = config.pop("shared_expert_intermediate_size")
+    for key in (*_MOE_ONLY_KEYS, "output_router_logits"):
+        config.pop(key, None)
+    config |= {
+        "model_type": "qwen3_5_text",
+        "architectures": ["Qwen3_5ForCausalLM"],
+        "intermediate_size": width,
+    }
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    weights = {
+        key.replace("mlp.shared_expert.", "mlp."): tensor
+        for key, tensor in load_file(out / "model.safetensors").items()
+        if not any(part in key for part in (".mlp.experts.", ".mlp.gate.", "shared_expert_gate"))
+    }
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    return out

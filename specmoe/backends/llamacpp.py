@@ -15,8 +15,11 @@ Logits are copied out of llama.cpp's output buffer into a float32 torch tensor o
 buffer is overwritten by the next decode), so the engine's acceptance code runs unchanged. With
 GPU offload the weights and KV cache live on the GPU; the logits still arrive on the host.
 
-Only decoder-only transformers are accepted: recurrent and hybrid models cannot drop a suffix of
-their state, and encoder-decoder models do not decode this way. Router tracing is unsupported
+Decoder-only transformers are accepted, and the hybrids whose recurrent state is rolled back
+through per-sequence checkpoints (`llamacpp_state`: Qwen3.5, Qwen3.5-MoE, Qwen3-Next); then
+`rollback` restores a rejecting row's checkpoint and decodes its kept tokens again, and the time
+it takes is `state_s`. Other hybrids, pure recurrent models (their state cannot drop a suffix),
+encoder-decoder and diffusion models are refused when they load. Router tracing is unsupported
 (`router_trace()` returns None): llama.cpp exposes no hook on its expert selection.
 """
 
@@ -35,6 +38,7 @@ import torch
 
 from specmoe.backends.gguf_layout import check_gguf_layout
 from specmoe.backends.llamacpp_check import check_llamacpp_runs
+from specmoe.backends.llamacpp_state import ROLLBACK_HYBRIDS, RecurrentCheckpoints
 from specmoe.errors import SpecmoeError
 from specmoe.extras import install_hint, installed
 
@@ -153,18 +157,42 @@ def _load_failure(path: Path) -> str:
 
 
 def _check_decoder_only(lib, model, path: Path) -> None:
+    """Refuse, in one line, a model whose cache the backend cannot roll back to the kept tokens
+    (SD on it would be silently wrong) or that does not decode token by token."""
+    arch = model_metadata(lib, model, "general.architecture")
+    if lib.llama_model_is_hybrid(model) and arch in ROLLBACK_HYBRIDS:
+        _check_rope_sections(path, arch)
+        return
     kinds = (
-        ("an encoder-decoder", lib.llama_model_has_encoder),
-        ("a recurrent", lib.llama_model_is_recurrent),
-        ("a hybrid recurrent", lib.llama_model_is_hybrid),
-        ("a diffusion", lib.llama_model_is_diffusion),
+        ("an encoder-decoder", lib.llama_model_has_encoder, ""),
+        ("a recurrent", lib.llama_model_is_recurrent, ": its state cannot drop rejected draft tokens"),
+        (
+            "a hybrid recurrent",
+            lib.llama_model_is_hybrid,
+            ": its rollback through state checkpoints is untested",
+        ),
+        ("a diffusion", lib.llama_model_is_diffusion, ""),
     )
-    for kind, test in kinds:
+    for kind, test, why in kinds:
         if test(model):
             raise SpecmoeError(
-                f"'{path}' is {kind} model (architecture '{gguf_architecture(path)}'); the llamacpp backend "
-                "needs a decoder-only transformer, whose cache can drop rejected draft tokens"
+                f"'{path}' is {kind} model (architecture '{arch}'){why}; the llamacpp backend runs "
+                f"decoder-only transformers and the hybrids {', '.join(sorted(ROLLBACK_HYBRIDS))}"
             )
+
+
+def _check_rope_sections(path: Path, arch: str) -> None:
+    """llama.cpp aborts the process on the first decode when a multimodal-RoPE model's sections
+    sum to more than its rotary dimensions (Qwen3.5 files converted with the default [11, 11, 10]
+    split from heads narrower than 64 rotary dimensions): refuse it here in one line instead."""
+    sections = gguf_metadata(path, "{arch}.rope.dimension_sections")
+    rotary = gguf_metadata(path, "{arch}.rope.dimension_count")
+    if sections is not None and rotary is not None and sum(sections) > rotary:
+        raise SpecmoeError(
+            f"'{path}' splits its rotary pairs as {list(sections)} ({arch}.rope.dimension_sections), more "
+            f"than its {rotary} rotary dimensions; llama.cpp would abort on the first token. Export it again "
+            "with `specmoe zoo export-gguf`, which writes a split that fits"
+        )
 
 
 def top_k_override(lib, path: Path, top_k: int):
@@ -314,6 +342,8 @@ class LlamaCppBackend:
         self._capacity = 0  # sequences the current context holds
         self._seq: list[int] = []  # llama.cpp sequence id of each live row
         self._lengths: list[int] = []  # cached tokens of each live row
+        # a hybrid's recurrent state cannot drop a suffix: it is checkpointed instead
+        self._states = RecurrentCheckpoints(lib) if lib.llama_model_is_hybrid(model) else None
         self._new_context(1)
 
     # -- protocol -------------------------------------------------------------------------------
@@ -324,14 +354,20 @@ class LlamaCppBackend:
             self._lib.llama_memory_clear(self._memory(), True)
         self._seq = list(range(len(prompts)))
         self._lengths = [0] * len(prompts)
-        entries = [(row, token) for row, prompt in enumerate(prompts) for token in prompt]
-        for start in range(0, len(entries), _BATCH_TOKENS):
-            self._decode(entries[start : start + _BATCH_TOKENS], outputs=False)
+        if self._states is not None:
+            self._states.clear()
+        self._feed([(row, token) for row, prompt in enumerate(prompts) for token in prompt])
+        if self._states is not None:
+            with self._states.timed():
+                self._states.begin(self._handles.ctx, self._seq, self._lengths)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         batch, t = tokens.shape  # [B, t]
         if batch != len(self._seq):
             raise RuntimeError(f"forward got {batch} rows but {len(self._seq)} sequences are live")
+        if self._states is not None:
+            with self._states.timed():
+                self._states.reserve(self._handles.ctx, self._seq, self._lengths, t)
         rows = tokens.tolist()
         if 1 < t <= _STEPWISE_WIDTH:
             return torch.cat([self._logits([[row[j]] for row in rows]) for j in range(t)], 1)
@@ -347,6 +383,9 @@ class LlamaCppBackend:
 
     def rollback(self, lengths: Sequence[int]) -> None:
         memory = self._memory()
+        if self._states is not None:  # a hybrid: restore checkpoints, decode the kept tokens again
+            self._states.rollback(self._handles.ctx, memory, self._seq, self._lengths, lengths, self._feed)
+            return
         for row, keep in enumerate(lengths):
             if keep < self._lengths[row]:
                 if not self._lib.llama_memory_seq_rm(memory, self._seq[row], keep, -1):
@@ -361,9 +400,16 @@ class LlamaCppBackend:
                 self._lib.llama_memory_seq_rm(memory, seq, -1, -1)
         self._seq = [self._seq[r] for r in rows]
         self._lengths = [self._lengths[r] for r in rows]
+        if self._states is not None:
+            self._states.retain(rows)
 
     def cached_lengths(self) -> list[int]:
         return list(self._lengths)
+
+    @property
+    def state_s(self) -> float:
+        """Seconds spent checkpointing and rolling back a hybrid's recurrent state (0 otherwise)."""
+        return 0.0 if self._states is None else self._states.seconds
 
     def synchronize(self) -> None:
         self._lib.llama_synchronize(self._handles.ctx)
@@ -409,6 +455,11 @@ class LlamaCppBackend:
         np.ctypeslib.as_array(batch.n_seq_id, shape=(n,))[:] = 1
         self._slot_seq = [-1] * n  # the sequence id currently written in each batch slot
 
+    def _feed(self, entries: list[tuple[int, int]]) -> None:
+        """Decode (row, token) entries without outputs, n_batch tokens per llama_decode."""
+        for start in range(0, len(entries), _BATCH_TOKENS):
+            self._decode(entries[start : start + _BATCH_TOKENS], outputs=False)
+
     def _decode(self, entries: list[tuple[int, int]], outputs: bool) -> np.ndarray | None:
         """One llama_decode of (row, token) entries at each row's next positions; logits if outputs."""
         n = len(entries)
@@ -436,6 +487,8 @@ class LlamaCppBackend:
             reason = _log_lines[-1] if _log_lines else "no reason given"
             raise RuntimeError(f"llama_decode failed with status {status}: {reason}")
         self._lengths = lengths
+        if self._states is not None:
+            self._states.record(entries)
         if not outputs:
             return None
         pointer = self._lib.llama_get_logits(self._handles.ctx)

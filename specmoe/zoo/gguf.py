@@ -2,10 +2,11 @@
 
 A zoo model is a Hugging Face directory (config.json, model.safetensors in bf16, tokenizer.json).
 Its GGUF twin uses the architectures llama.cpp ships for these shapes: `qwen3` for the dense models
-and `qwen3moe` for the MoE ones. The tensor names and layouts are those of llama.cpp's own
-converter (convert_hf_to_gguf.py): per-expert matrices stacked into one [E, rows, cols] tensor per
-projection, norms and the router kept in f32, no RoPE permutation (Qwen3 uses NeoX-style rotary in
-both runtimes).
+and `qwen3moe` for the MoE ones; the hybrid zoo's Qwen3.5 models become `qwen35` and `qwen35moe`
+(`specmoe.zoo.gguf_hybrid` says what their layout changes). The tensor names and layouts are those
+of llama.cpp's own converter (convert_hf_to_gguf.py): per-expert matrices stacked into one
+[E, rows, cols] tensor per projection, norms and the router kept in f32, no RoPE permutation (Qwen3
+uses NeoX-style rotary in both runtimes).
 
 Weight types (`GGUF_TYPES`):
     f32   the bf16 checkpoint widened, bit for bit: the reference when comparing runtimes;
@@ -35,6 +36,7 @@ import numpy as np
 from specmoe.errors import SpecmoeError
 from specmoe.extras import require
 from specmoe.zoo.files import sha256_file
+from specmoe.zoo.gguf_hybrid import HYBRID_ARCHITECTURES, KEEP_F32, add_hybrid_hparams, hybrid_tensors
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
 DEFAULT_GGUF_TYPE = "f16"
@@ -53,7 +55,7 @@ QWEN2_SPLIT_PATTERN = (
 )
 
 # transformers model_type -> llama.cpp architecture
-_ARCHITECTURES = {"qwen3": "qwen3", "qwen3_moe": "qwen3moe"}
+_ARCHITECTURES = {"qwen3": "qwen3", "qwen3_moe": "qwen3moe", **HYBRID_ARCHITECTURES}
 
 # Per-layer tensors: HF name after "model.layers.{i}." -> GGUF name after "blk.{i}."
 _LAYER_TENSORS = {
@@ -80,7 +82,7 @@ _GLOBAL_TENSORS = {
     "model.norm.weight": "output_norm.weight",
     "lm_head.weight": "output.weight",
 }
-_KEEP_F32 = ("_norm.weight", "ffn_gate_inp.weight")  # as llama.cpp's converter does
+_KEEP_F32 = ("_norm.weight", "ffn_gate_inp.weight", *KEEP_F32)  # as llama.cpp's converter does
 
 
 def export_gguf(
@@ -117,7 +119,12 @@ def export_gguf(
     _add_tokenizer(writer, tokenizer, config, model_dir)
     writer.add_string(_SOURCE_KEY, source_sha256 or sha256_file(weights))
     writer.add_uint32(_VERSION_KEY, EXPORT_VERSION)
-    for name, tensor in _gguf_tensors(weights, int(config["num_hidden_layers"])):
+    hybrid = config["model_type"] in HYBRID_ARCHITECTURES
+    if hybrid:
+        add_hybrid_hparams(writer, arch, config, model_dir)
+    layers = int(config["num_hidden_layers"])
+    tensors = hybrid_tensors(weights, config) if hybrid else _gguf_tensors(weights, layers)
+    for name, tensor in tensors:
         data, raw_type = _encode(name, tensor, gguf_type)
         writer.add_tensor(name, data, raw_dtype=raw_type)
     writer.write_header_to_file()
@@ -223,7 +230,8 @@ def _add_hparams(writer, arch: str, config: dict, name: str, gguf_type: str) -> 
     writer.add_context_length(int(config["max_position_embeddings"]))
     writer.add_embedding_length(int(config["hidden_size"]))
     writer.add_block_count(int(config["num_hidden_layers"]))
-    writer.add_feed_forward_length(int(config["intermediate_size"]))
+    if "intermediate_size" in config:  # an MoE without dense layers has none
+        writer.add_feed_forward_length(int(config["intermediate_size"]))
     writer.add_head_count(int(config["num_attention_heads"]))
     writer.add_head_count_kv(int(config["num_key_value_heads"]))
     writer.add_key_length(head_dim)
