@@ -60,7 +60,7 @@ def display_text(tokenizer, token_ids: Sequence[int]) -> str:
 def load_tokenizer(path: str | Path):
     """The model's tokenizer: tokenizer.json of an HF directory, or the vocabulary inside a GGUF file."""
     if backend_for(path) == "llamacpp":
-        from specmoe.backends.llamacpp import GGUFTokenizer
+        from specmoe.backends.gguf_tokenizer import GGUFTokenizer
 
         return GGUFTokenizer(path)
     os.environ["HF_HUB_OFFLINE"] = "1"

@@ -5,9 +5,14 @@ The modules, one concept each:
 - `base`: the protocol, the few operations the decode loops need from a runtime.
 - `hf` (transformers, eager), `hf_static` (static KV cache, `torch.compile`d forwards),
   `hf_experts` (the compiled path's MoE experts), `hf_model` (what both read off a loaded model).
-- `llamacpp`: GGUF models through llama-cpp-python (the `llamacpp` extra); `llamacpp_check` and
-  `llamacpp_probe`: its self-test in a child process, so a build that cannot run here is one line.
-- `weights` and `gguf_layout`: a model's files checked before anything loads them.
+- `hf_recurrent` (hybrid models' linear-attention state: checkpoint, log, rollback) and
+  `gated_delta` (the state a gated-DeltaNet layer reaches over a prefix of logged inputs).
+- `llamacpp`: GGUF models through llama-cpp-python (the `llamacpp` extra); `llamacpp_state`: a
+  hybrid GGUF's recurrent state checkpointed per sequence and rolled back; `gguf_tokenizer`: the
+  tokenizer inside a GGUF file; `llamacpp_check` and `llamacpp_probe`: its self-test in a child
+  process, so a build that cannot run here is one line.
+- `weights`, `config_shape` and `gguf_layout`: a model's files checked before anything loads them;
+  `pickle_weights`: the opted-in load of pickle checkpoints.
 - `tokenizer_digest`: which tokenizer a model directory has, by content.
 - `router_trace`: the experts a transformers MoE model's routers select.
 """
