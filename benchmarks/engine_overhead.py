@@ -198,6 +198,7 @@ def counts(run, prompts, models, short: int, long: int) -> dict:
             "syncs": (a.syncs - b.syncs) / units,
             "reads": dict(sorted(reads.items())),
             "uploads": (a.uploads - b.uploads) / units,
+            "async_uploads": (a.async_uploads - b.async_uploads) / units,
             "ops": (a.ops - b.ops) / units,
             "allocations": (a.allocations - b.allocations) / units,
             "allocated_mb": (a.allocated_bytes - b.allocated_bytes) / units / 1e6,

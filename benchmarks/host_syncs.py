@@ -11,6 +11,8 @@ the larger of the two. They are the same calls on every device, so they can be c
   `bool()` of `if tensor:` and `x and tensor`), `.nonzero()` (its output shape is data);
 - *uploads*: a tensor made from Python data with a `device` named (`torch.tensor(rows, device=d)`):
   a blocking copy from pageable memory on CUDA;
+- *async uploads*: host values sent by `specmoe.backends.slots.to_device`, which on CUDA copies
+  through pinned memory without waiting (one copy op each there, none on a CPU; not a sync);
 - *ops*: aten operators that compute (views excluded), about one kernel launch each on a GPU;
 - *allocations*: ops whose output is new memory (an in-place write or a view is not), and its bytes.
 
@@ -22,6 +24,7 @@ loop). Counting costs time; never time a run while counting it.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,6 +44,7 @@ class RegionCounts:
 
     reads: Counter = field(default_factory=Counter)
     uploads: int = 0
+    async_uploads: int = 0
     ops: int = 0
     allocations: int = 0
     allocated_bytes: int = 0
@@ -56,6 +60,7 @@ class RegionCounts:
             "syncs": self.syncs / per,
             "reads": {k: v / per for k, v in sorted(self.reads.items())},
             "uploads": self.uploads / per,
+            "async_uploads": self.async_uploads / per,
             "ops": self.ops / per,
             "allocations": self.allocations / per,
             "allocated_mb": self.allocated_bytes / per / 1e6,
@@ -147,10 +152,35 @@ def counting(*models) -> Iterator[SyncCounter]:
         return wrapped
 
     torch.tensor, torch.as_tensor = uploading(real_tensor), uploading(real_as_tensor)
+    restore = _count_async_uploads(counter)
     try:
         with _Functions(counter), _Dispatch(counter):
             yield counter
     finally:
         torch.tensor, torch.as_tensor = real_tensor, real_as_tensor
+        restore()
         for hook in hooks:
             hook.remove()
+
+
+def _count_async_uploads(counter: SyncCounter):
+    """Wrap `slots.to_device` wherever a module imported it; returns the undo."""
+    try:
+        from specmoe.backends import slots
+    except ImportError:  # a version of specmoe before it: every upload is a blocking one
+        return lambda: None
+    real = slots.to_device
+
+    def counted(*args, **kwargs):
+        counter.region.async_uploads += 1
+        return real(*args, **kwargs)
+
+    holders = [m for m in list(sys.modules.values()) if getattr(m, "to_device", None) is real]
+    for module in holders:
+        module.to_device = counted
+
+    def restore() -> None:
+        for module in holders:
+            module.to_device = real
+
+    return restore
