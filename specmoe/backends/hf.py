@@ -42,17 +42,22 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
 def default_experts_implementation(dtype: str, compile: bool = False, device: str = "cpu") -> str:
-    """Eager: grouped_mm measured fastest on CPU in bf16 and fp32 (docs/engine.md); it has no
-    float64 path, so the exact reference uses the model's per-expert loop. Compiled on CPU: the
-    gathered contraction (`hf_experts.py`), which inductor fuses into one kernel per projection.
-    Compiled on a GPU: outside bf16 grouped_mm falls back to a per-expert loop that reads its offsets
-    on the host, which a CUDA graph cannot capture, so batched_mm."""
-    if compile and device == "cpu":
+    """Eager on CPU: grouped_mm measured fastest in bf16 and fp32 (docs/engine.md); it has no
+    float64 path, so the exact reference uses the model's per-expert loop. Eager on a GPU: what
+    transformers' `generate()` decodes with there, batched_mm for decode-sized blocks and grouped_mm
+    for prefill (`hf_experts.SIZED`). Compiled on CPU: the gathered contraction (`hf_experts.py`),
+    which inductor fuses into one kernel per projection. Compiled on a GPU: outside bf16
+    grouped_mm falls back to a per-expert loop that reads its offsets on the host, which a CUDA
+    graph cannot capture, so batched_mm."""
+    on_cpu = device.partition(":")[0] == "cpu"
+    if compile and on_cpu:
         return hf_experts.NAME
     if dtype == "float64":
         return "batched_mm" if compile else "eager"
     if compile and dtype != "bfloat16":
         return "batched_mm"
+    if not compile and not on_cpu:
+        return hf_experts.SIZED
     return "grouped_mm"
 
 
@@ -141,7 +146,7 @@ def load_hf(
         kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(
             dtype, compile, device
         )
-        if kwargs["experts_implementation"] == hf_experts.NAME:
+        if kwargs["experts_implementation"] in hf_experts.NAMES:
             hf_experts.register()
     verbosity = hf_logging.get_verbosity()
     # transformers reports missing or unexpected weights as a multi-line notice and goes on with
