@@ -15,11 +15,20 @@ that changes rarely (gpt-fast's recipe, extended to ragged batches):
 - the attention mask is built inside the compiled graph from `_valid` and the pointer tensor, so
   the graph takes [S, t] ids and positions and nothing else that varies;
 - one graph per (S, t, L): t is 1 (decode, draft steps), 2 (a draft step after a full acceptance)
-  or gamma + 1 (verify); L grows in steps of 256 only when compaction cannot make room.
+  or gamma + 1 (verify); L is sized at prefill for the whole run from the horizon the decode loop
+  passes (`reserve`: longest prompt + max_new_tokens + gamma + 1), on a doubling ladder (256, 512,
+  1024, ...), so a run compiles one L; without a horizon L doubles when compaction cannot make room;
+- at most MAX_SHAPES graphs per backend: a shape past them runs eagerly on the same static cache
+  (same tokens), said once in a warning, so a suite's compile time stays bounded.
 
 The first call of each shape compiles it. That call runs once as a warm-up whose effects are undone
 (its writes sit past the pointer and are masked), and its seconds go to `compile_s`, so the engine
-can keep compile time out of decode time. Prefill runs eagerly: its length varies per batch.
+can keep compile time out of decode time; each shape is logged as it compiles, with its seconds.
+Prefill runs eagerly: its length varies per batch.
+
+Between forwards the layout of live slots is kept on the host (`slots.SlotMap`): a rollback or a
+retain sends the new mask to the device and moves the pointer without reading anything back, so
+the host queues the next graph while the GPU still runs the last.
 
 Hybrid models' linear-attention layers keep a state per row, not slots: `hf_recurrent.LinearStates`
 logs their inputs into static buffers from inside the graphs and rolls rows back outside them;
@@ -256,6 +265,8 @@ class StaticHFBackend:
 
     def _warm_up(self, ids: torch.Tensor, positions: torch.Tensor, key: tuple[int, int, int]) -> None:
         """Compile this shape on throwaway calls: their writes land past the pointer and are undone."""
+        rows, t, slots = key
+        log.info("%s: compiling batch %d, block %d, %d slots (once per shape)", self.name, rows, t, slots)
         self.synchronize()
         start = time.perf_counter()
         states = self._linear.snapshot() if self._linear is not None else None
@@ -269,7 +280,6 @@ class StaticHFBackend:
         self.synchronize()
         seconds = time.perf_counter() - start
         self.compile_s += seconds
-        rows, t, slots = key
         log.info("%s: compiled batch %d, block %d, %d slots in %.1f s", self.name, rows, t, slots, seconds)
 
     def _allocate(self, rows: int, slots: int) -> None:
