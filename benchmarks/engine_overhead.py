@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import torch
-from host_syncs import counting
+from host_syncs import counting, python_calls
 
 from specmoe.backends.hf import HFBackend
 from specmoe.engine.decode import DecodeConfig, decode
@@ -205,6 +205,12 @@ def counts(run, prompts, models, short: int, long: int) -> dict:
             "top_ops": {k: (a.op_names[k] - b.op_names[k]) / units for k, _ in a.op_names.most_common(12)},
         }
     out["forwards_per_unit"] = (long_c.forwards - short_c.forwards) / units
+    calls = []
+    for n in (long, short):
+        with python_calls(*models) as counted:
+            run(prompts, n)
+        calls.append(counted["calls"])
+    out["host loop"]["python_calls"] = (calls[0] - calls[1]) / units
     return out
 
 
@@ -252,7 +258,8 @@ def measure_pair(name: str, target_model, draft_model, batches, args) -> dict:
 
 HEADER = (
     "| pair | B | arm | syncs (model / loop) | ops (model / loop) | allocations (model / loop) "
-    "| ms per unit (min–max) | outside forwards |\n|---|---|---|---|---|---|---|---|"
+    "| Python calls (loop) | ms per unit (min–max) | outside forwards |\n"
+    "|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -271,6 +278,7 @@ def table(report: dict) -> str:
                     f"{c['model']['syncs']:.1f} / {c['host loop']['syncs']:.1f}",
                     f"{c['model']['ops']:.0f} / {c['host loop']['ops']:.0f}",
                     f"{c['model']['allocations']:.0f} / {c['host loop']['allocations']:.0f}",
+                    f"{c['host loop'].get('python_calls', float('nan')):.0f}",
                     ms,
                     f"{share:.1%}" if share is not None else "—",
                 ]

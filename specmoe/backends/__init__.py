@@ -4,7 +4,10 @@ The modules, one concept each:
 
 - `base`: the protocol, the few operations the decode loops need from a runtime.
 - `hf` (transformers, eager), `hf_static` (static KV cache, `torch.compile`d forwards),
-  `hf_experts` (the compiled path's MoE experts), `hf_model` (what both read off a loaded model).
+  `hf_experts` (specmoe's MoE experts kernels), `hf_model` (what both read off a loaded model),
+  `hf_mask` (the eager backend's ready attention masks), `hf_recurrent` and `gated_delta`
+  (rolling back hybrid models' linear-attention state).
+- `slots`: the cache layout of both, decided on the host, and host values sent without waiting.
 - `llamacpp`: GGUF models through llama-cpp-python (the `llamacpp` extra).
 - `weights` and `gguf_layout`: a model's files checked before anything loads them.
 - `tokenizer_digest`: which tokenizer a model directory has, by content.

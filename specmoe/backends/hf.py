@@ -1,8 +1,9 @@
 """PyTorch + transformers backend: any local Hugging Face causal-LM directory.
 
 Cache layout (B sequences, L physical slots, H kv heads, D head dim). Every layer keeps keys and values
-as [B, H, L, D] in one transformers `DynamicCache`; `_valid` [B, L] marks which slots hold a live
-token of that row. Rows differ in length (ragged prompts, ragged acceptance), so:
+as [B, H, L, D] in one transformers `DynamicCache`; a mask [B, L], kept on the host
+(`slots.SlotMap`), marks which slots hold a live token of that row. Rows differ in length (ragged
+prompts, ragged acceptance), so:
 
 - a prompt is left-padded; pad slots are invalid;
 - a verify block is appended to every row at the same physical slots; when row i rejects part of it,
@@ -12,6 +13,9 @@ token of that row. Rows differ in length (ragged prompts, ragged acceptance), so
 
 Masking beats rewriting the cache on every round (a copy of the whole cache per round); holes cost
 attention work, so when they outgrow the live tokens the cache is compacted once (`_compact`).
+Everything decided about the layout between forwards is decided on the host, so a round reads no
+device value back; transformers gets the attention mask ready, or none when no row has padding or a
+hole (`hf_mask.py`).
 
 Hybrid models (Qwen3-Next, Qwen3.5) also keep a linear-attention state per row that no mask can
 edit; `hf_recurrent.LinearStates` checkpoints it and re-advances rows that dropped tokens, and its

@@ -68,7 +68,7 @@ class SlotMap:
         Returns [B] how many tokens each row dropped."""
         keep = np.zeros(self.rows, dtype=np.int64)
         keep[: len(lengths)] = lengths
-        keep = np.minimum(keep, self.lengths)
+        np.minimum(keep, self.lengths, out=keep)
         dropped = self.lengths - keep
         if dropped.any():
             valid = self.valid
