@@ -209,8 +209,9 @@ def counts(run, prompts, models, short: int, long: int) -> dict:
     for n in (long, short):
         with python_calls(*models) as counted:
             run(prompts, n)
-        calls.append(counted["calls"])
-    out["host loop"]["python_calls"] = (calls[0] - calls[1]) / units
+        calls.append(counted)
+    for region in ("model", "host loop"):
+        out[region]["python_calls"] = (calls[0][region] - calls[1][region]) / units
     return out
 
 
@@ -258,7 +259,7 @@ def measure_pair(name: str, target_model, draft_model, batches, args) -> dict:
 
 HEADER = (
     "| pair | B | arm | syncs (model / loop) | ops (model / loop) | allocations (model / loop) "
-    "| Python calls (loop) | ms per unit (min–max) | outside forwards |\n"
+    "| Python calls (model / loop) | ms per unit (min–max) | outside forwards |\n"
     "|---|---|---|---|---|---|---|---|---|"
 )
 
@@ -278,7 +279,7 @@ def table(report: dict) -> str:
                     f"{c['model']['syncs']:.1f} / {c['host loop']['syncs']:.1f}",
                     f"{c['model']['ops']:.0f} / {c['host loop']['ops']:.0f}",
                     f"{c['model']['allocations']:.0f} / {c['host loop']['allocations']:.0f}",
-                    f"{c['host loop'].get('python_calls', float('nan')):.0f}",
+                    f"{c['model']['python_calls']:.0f} / {c['host loop']['python_calls']:.0f}",
                     ms,
                     f"{share:.1%}" if share is not None else "—",
                 ]

@@ -15,8 +15,8 @@ the larger of the two. They are the same calls on every device, so they can be c
   through pinned memory without waiting (one copy op each there, none on a CPU; not a sync);
 - *ops*: aten operators that compute (views excluded), about one kernel launch each on a GPU;
 - *allocations*: ops whose output is new memory (an in-place write or a view is not), and its bytes;
-- *Python calls* (`python_calls`, a separate run): Python functions entered outside the models'
-  forwards, the host's own work per step that no device can hide.
+- *Python calls* (`python_calls`, a separate run): Python functions entered, inside the forwards and
+  out: the host's work per step, which no device can hide when the GPU waits for it.
 
 Every count is attributed to a *region*: inside the forward of a model named in `models` ("model"),
 or outside ("host loop": the engine, the backend's cache bookkeeping, transformers' `generate()`
@@ -190,19 +190,20 @@ def _count_async_uploads(counter: SyncCounter):
 
 @contextlib.contextmanager
 def python_calls(*models) -> Iterator[dict]:
-    """Count the Python function calls made outside the models' forwards while entered:
-    result["calls"]. Without the counting modes above, whose own Python would be counted."""
+    """Count the Python function calls made while entered, by region: result["model"] (inside the
+    models' forwards: transformers' own Python, its mask building included) and result["host
+    loop"]. Without the counting modes above, whose own Python would be counted."""
     counter = SyncCounter()
     hooks = []
     for model in models:
         hooks.append(model.register_forward_pre_hook(counter.enter_model))
         hooks.append(model.register_forward_hook(counter.leave_model))
-    result = {"calls": 0}
+    result = {"model": 0, "host loop": 0}
     own = __file__
 
     def profile(frame, event, _arg):
-        if event == "call" and not counter._depth and frame.f_code.co_filename != own:
-            result["calls"] += 1
+        if event == "call" and frame.f_code.co_filename != own:
+            result["model" if counter._depth else "host loop"] += 1
 
     sys.setprofile(profile)
     try:

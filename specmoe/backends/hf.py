@@ -313,7 +313,8 @@ class HFBackend:
         dropped = self._slots.keep(lengths)  # [B]
         if self._linear is not None:
             self._linear.rollback(dropped.tolist())
-        self._trim()
+        if dropped.any():
+            self._trim()
 
     def retain(self, rows: Sequence[int]) -> None:
         index = to_device(np.asarray(rows, dtype=np.int64), self.device)

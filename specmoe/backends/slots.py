@@ -30,6 +30,7 @@ class SlotMap:
         self.width = 0  # W
         self.lengths = np.zeros(0, dtype=np.int64)  # [B] live tokens per row
         self.generation = 0  # bumped by every change but `append`: device copies are then sent again
+        self.dense = True  # no row has a hole or padding: every slot in use holds a live token of every row
 
     @property
     def valid(self) -> np.ndarray:
@@ -50,7 +51,7 @@ class SlotMap:
         self.lengths[: len(lengths)] = lengths
         self.buffer[:, :width] = np.arange(width)[None, :] >= width - self.lengths[:, None]
         self.width = width
-        self.generation += 1
+        self._changed()
 
     def append(self, t: int, capacity: int | None = None) -> int:
         """Every row's next t tokens go to slots [W, W + t); returns W. The buffer grows to
@@ -74,7 +75,7 @@ class SlotMap:
             valid = self.valid
             valid &= np.cumsum(valid, axis=1) <= keep[:, None]
             self.lengths = keep
-            self.generation += 1
+            self._changed()
         return dropped
 
     def used(self) -> tuple[int, int]:
@@ -87,16 +88,11 @@ class SlotMap:
         if lo:
             self.buffer = np.ascontiguousarray(self.buffer[:, lo:])
         self.width = hi - lo
-        self.generation += 1
+        self._changed()
 
     @property
     def longest(self) -> int:
         return int(self.lengths.max()) if self.lengths.size else 0
-
-    @property
-    def dense(self) -> bool:
-        """No row has a hole or padding: every slot in use holds a live token of every row."""
-        return bool((self.lengths == self.width).all())
 
     def compaction(self, align: str) -> np.ndarray:
         """[B, longest] the slots of each row's live tokens in order, aligned to the "right" end
@@ -111,7 +107,7 @@ class SlotMap:
         self.buffer = np.zeros((self.rows, max(self.buffer.shape[1], longest)), dtype=bool)
         self.buffer[:, :longest] = live
         self.width = longest
-        self.generation += 1
+        self._changed()
         return index
 
     def retain(self, rows: Sequence[int], pad_to: int | None = None) -> None:
@@ -121,17 +117,22 @@ class SlotMap:
         self.lengths = self.lengths[index]
         self.buffer[len(rows) :] = False
         self.lengths[len(rows) :] = 0
-        self.generation += 1
+        self._changed()
 
     def positions(self, t: int) -> np.ndarray:
         """[B, t] rotary positions of the next block: each row's count of live tokens onwards."""
         return self.lengths[:, None] + np.arange(t)[None, :]
 
+    def _changed(self) -> None:
+        """After any change but an append (which keeps `dense` as it is)."""
+        self.generation += 1
+        self.dense = bool((self.lengths == self.width).all())
+
     def _grow(self, capacity: int) -> None:
         buffer = np.zeros((self.rows, capacity), dtype=bool)
         buffer[:, : self.width] = self.valid
         self.buffer = buffer
-        self.generation += 1
+        self._changed()
 
 
 def to_device(array: np.ndarray | Sequence, device: torch.device) -> torch.Tensor:
