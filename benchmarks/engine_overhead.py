@@ -70,8 +70,9 @@ class ForwardClock:
             hook.remove()
 
 
-def olmoe_pair(layers: int, dtype_name: str) -> tuple:
-    """An OLMoE-1B-7B-shaped MoE and a Qwen3-0.6B-shaped draft (same vocabulary), random weights."""
+def olmoe_pair(layers: int, dtype_name: str, device: str = "cpu", compile: bool = False) -> tuple:
+    """An OLMoE-1B-7B-shaped MoE and a Qwen3-0.6B-shaped draft (same vocabulary), random weights,
+    the MoE's experts kernel chosen as the loader would for this device and path (`hf.load_hf`)."""
     from transformers import AutoModelForCausalLM, OlmoeConfig, Qwen3Config
 
     target = OlmoeConfig(
@@ -100,16 +101,20 @@ def olmoe_pair(layers: int, dtype_name: str) -> tuple:
         eos_token_id=None,
         pad_token_id=1,
     )
+    from specmoe.backends import hf_experts
     from specmoe.backends.hf import default_experts_implementation
     from specmoe.dtypes import torch_dtype
+
+    hf_experts.register()
 
     dtype = torch_dtype(dtype_name)
     torch.manual_seed(0)
     models = []
     for config in (target, draft):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
-        if getattr(config, "num_experts", None):  # as the loader would choose it (`hf.load_hf`)
-            model.set_experts_implementation(default_experts_implementation(dtype_name))
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(config, dtype=dtype).eval()
+        if getattr(config, "num_experts", None):
+            model.set_experts_implementation(default_experts_implementation(dtype_name, compile, device))
         models.append(model)
     return models
 
@@ -146,10 +151,13 @@ def transformers_arm(target_model, draft_model):
         config.num_assistant_tokens_schedule = "constant"
         config.assistant_confidence_threshold = 0.0
 
+    device = target_model.device
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+
     def run(prompts, n):
         width = max(len(p) for p in prompts)
-        ids = torch.tensor([[1] * (width - len(p)) + p for p in prompts])  # left-padded
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        ids = torch.tensor([[1] * (width - len(p)) + p for p in prompts], device=device)  # left-padded
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
         kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=1)
         if draft_model is not None:
             kwargs["assistant_model"] = draft_model
@@ -157,8 +165,10 @@ def transformers_arm(target_model, draft_model):
         hook = target_model.register_forward_pre_hook(lambda *_: forwards.__setitem__(0, forwards[0] + 1))
         try:
             with torch.inference_mode():
+                sync()
                 start = time.perf_counter()
                 target_model.generate(ids, attention_mask=mask, **kwargs)
+                sync()
                 wall = time.perf_counter() - start
         finally:
             hook.remove()
@@ -216,8 +226,9 @@ def counts(run, prompts, models, short: int, long: int) -> dict:
 
 
 def measure_pair(name: str, target_model, draft_model, batches, args) -> dict:
-    target = HFBackend(target_model, name, torch.device("cpu"))
-    draft = HFBackend(draft_model, name + "-draft", torch.device("cpu"))
+    device = torch.device(args.device)
+    target = HFBackend(target_model, name, device)
+    draft = HFBackend(draft_model, name + "-draft", device)
     report: dict = {}
     for batch in batches:
         prompts = prompts_for(batch, target.vocab_size)
@@ -293,6 +304,7 @@ def main() -> None:
     parser.add_argument("--pairs", default="trained,olmoe")
     parser.add_argument("--batches", default="1,4")
     parser.add_argument("--layers", type=int, default=2, help="layers of the OLMoE- and Qwen3-shaped models")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (counts are the same; times are not)")
     parser.add_argument("--short", type=int, default=4, help="new tokens of the short run")
     parser.add_argument("--long", type=int, default=20, help="new tokens of the long run")
     parser.add_argument("--repeats", type=int, default=5)
@@ -317,7 +329,8 @@ def main() -> None:
         if pair == "trained":
             target_model, draft_model = zoo_pair(args.zoo, "float32")
         else:
-            target_model, draft_model = olmoe_pair(args.layers, "bfloat16")
+            target_model, draft_model = olmoe_pair(args.layers, "bfloat16", args.device)
+        target_model, draft_model = target_model.to(args.device), draft_model.to(args.device)
         report["pairs"][pair] = measure_pair(pair, target_model, draft_model, batches, args)
         del target_model, draft_model
     report["machine"]["load_average_at_end"] = os.getloadavg()
