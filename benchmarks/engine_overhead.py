@@ -13,10 +13,11 @@ they fit beside other work) and batch size:
    the models' forwards and the loop around them. A count per step is the difference between a
    long and a short run over the steps between them, so prefill and setup cancel; counts do not
    depend on the machine's load;
-2. *times* per step and per round, measured the same way for both arms: (wall of a long run − wall
-   of a short run) / (steps or rounds between them), and the seconds outside the models' forwards
-   (forward hooks' clocks; on a CPU every op is done when its call returns). Arms alternate in a
-   rotating order over `--repeats`; medians with the spread (min–max) beside them.
+2. *times* per step and per round, measured the same way for both arms: the interval between two
+   successive forwards of the target (one per plain step, one verify per SD round, in both engines),
+   pooled over the long runs of `--repeats` alternated repeats (rotating order); medians with the
+   quartiles beside them; and the share of a run's wall outside the models' forwards (forward
+   hooks' clocks; on a CPU every op is done when its call returns).
 
 Arms: specmoe's plain decode, transformers' greedy `generate()`; specmoe SD at γ = 4 and (B = 1)
 transformers' assisted generation with the same pair and a constant γ = 4.
@@ -25,6 +26,7 @@ transformers' assisted generation with the same pair and a constant γ = 4.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -177,18 +179,23 @@ def transformers_arm(target_model, draft_model):
     return run
 
 
-def per_unit(run, prompts, models, short: int, long: int) -> tuple[float, float]:
-    """(seconds per step or round, share of the long run's wall outside the models' forwards),
-    from a long run against a short one."""
+def per_unit(run, prompts, models, long: int) -> tuple[list[float], float]:
+    """(seconds of every step or round of a long run, share of its wall outside the models'
+    forwards). A step or round is the interval between two successive forwards of the target
+    (`models[0]`): one per plain step, one verify per SD round, in both engines; the interval
+    after prefill and the last two are dropped. Medians of these are robust to a busy machine's
+    spikes."""
     clock = ForwardClock(*models)
+    starts: list[float] = []
+    hook = models[0].register_forward_pre_hook(lambda *_: starts.append(time.perf_counter()))
     try:
-        wall_long, units_long = run(prompts, long)
+        wall, _ = run(prompts, long)
     finally:
         clock.close()
-    wall_short, units_short = run(prompts, short)
-    return (wall_long - wall_short) / max(units_long - units_short, 1), (
-        wall_long - clock.seconds
-    ) / wall_long
+        hook.remove()
+    # The last rounds of an assisted run draft fewer tokens (the length limit): both arms drop them.
+    intervals = [b - a for a, b in itertools.pairwise(starts[1:])][:-2]
+    return intervals, (wall - clock.seconds) / wall
 
 
 def counts(run, prompts, models, short: int, long: int) -> dict:
@@ -252,15 +259,16 @@ def measure_pair(name: str, target_model, draft_model, batches, args) -> dict:
         for repeat in range(args.repeats):
             for arm in order[repeat % len(order) :] + order[: repeat % len(order)]:
                 run, models = arms[arm]
-                seconds, share = per_unit(run, prompts, models, args.short, args.long)
-                times[arm].append(seconds)
+                intervals, share = per_unit(run, prompts, models, args.long)
+                times[arm].extend(intervals)
                 shares[arm].append(share)
         for arm in arms:
+            quartiles = statistics.quantiles(times[arm], n=4)
             entry["seconds_per_unit"][arm] = {
                 "median": statistics.median(times[arm]),
-                "min": min(times[arm]),
-                "max": max(times[arm]),
-                "runs": times[arm],
+                "q1": quartiles[0],
+                "q3": quartiles[2],
+                "n": len(times[arm]),
             }
             entry["host_share"][arm] = statistics.median(shares[arm])
         report[f"B{batch}"] = entry
@@ -270,7 +278,7 @@ def measure_pair(name: str, target_model, draft_model, batches, args) -> dict:
 
 HEADER = (
     "| pair | B | arm | syncs (model / loop) | ops (model / loop) | allocations (model / loop) "
-    "| Python calls (model / loop) | ms per unit (min–max) | outside forwards |\n"
+    "| Python calls (model / loop) | ms per unit (quartiles) | outside forwards |\n"
     "|---|---|---|---|---|---|---|---|---|"
 )
 
@@ -281,7 +289,7 @@ def table(report: dict) -> str:
         for batch, entry in batches.items():
             for arm, c in entry["counts"].items():
                 t = entry["seconds_per_unit"].get(arm)
-                ms = f"{t['median'] * 1e3:.2f} ({t['min'] * 1e3:.2f}–{t['max'] * 1e3:.2f})" if t else "—"
+                ms = f"{t['median'] * 1e3:.2f} ({t['q1'] * 1e3:.2f}–{t['q3'] * 1e3:.2f})" if t else "—"
                 share = entry["host_share"].get(arm)
                 cells = [
                     pair,
