@@ -83,6 +83,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=32, help="new tokens per timed decode")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--compiler", default="inductor", help="torch.compile backend (eager: a CPU check)")
+    parser.add_argument("--experts", default=None, help="the compiled MoE's experts implementation")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
@@ -96,6 +97,9 @@ def main() -> None:
     }
     eager_models = olmoe_pair(args.layers, "bfloat16", args.device)
     compiled_models = olmoe_pair(args.layers, "bfloat16", args.device, compile=True)
+    if args.experts:  # e.g. specmoe_gathered against grouped_mm (registered by olmoe_pair)
+        compiled_models[0].set_experts_implementation(args.experts)
+    report["experts"] = compiled_models[0].get_experts_implementation()
     report["floor_s_b1"] = active_weight_bytes(eager_models[0]) / bandwidth
     eager = backends(eager_models, device, False, args.compiler)
     compiled = backends(compiled_models, device, True, args.compiler)
