@@ -30,7 +30,7 @@ class SlotMap:
         self.width = 0  # W
         self.lengths = np.zeros(0, dtype=np.int64)  # [B] live tokens per row
         self.generation = 0  # bumped by every change but `append`: device copies are then sent again
-        self.dense = True  # no row has a hole or padding: every slot in use holds a live token of every row
+        self._dense: bool | None = True  # `dense`, or None until asked after a change
 
     @property
     def valid(self) -> np.ndarray:
@@ -123,10 +123,17 @@ class SlotMap:
         """[B, t] rotary positions of the next block: each row's count of live tokens onwards."""
         return self.lengths[:, None] + np.arange(t)[None, :]
 
+    @property
+    def dense(self) -> bool:
+        """No row has a hole or padding: every slot in use holds a live token of every row."""
+        if self._dense is None:
+            self._dense = bool((self.lengths == self.width).all())
+        return self._dense
+
     def _changed(self) -> None:
         """After any change but an append (which keeps `dense` as it is)."""
         self.generation += 1
-        self.dense = bool((self.lengths == self.width).all())
+        self._dense = None
 
     def _grow(self, capacity: int) -> None:
         buffer = np.zeros((self.rows, capacity), dtype=bool)
