@@ -31,8 +31,8 @@ class DeviceMask:
     def __init__(self, slots: SlotMap, model, device: torch.device) -> None:
         self._slots = slots
         self._device = device
-        impl = getattr(model.config, "_attn_implementation", None) or "sdpa"
-        self._kind = {"sdpa": "bool", "eager": "additive"}.get(impl, "2d")
+        impl = getattr(model.config, "_attn_implementation", None) or "sdpa"  # a dict for composite models
+        self._kind = {"sdpa": "bool", "eager": "additive"}.get(impl, "2d") if isinstance(impl, str) else "2d"
         self._dtype = next(model.parameters()).dtype
         self._copy = torch.zeros(0, 0, dtype=torch.bool, device=device)  # [B, C]
         self._generation = -1  # the slot map's generation the copy was sent at
