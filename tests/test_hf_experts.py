@@ -1,4 +1,5 @@
-"""The compiled path's gathered experts contraction computes the model's own expert sum.
+"""specmoe's experts implementations compute the model's own expert sum: the compiled path's
+gathered contraction, and the eager GPU default that picks transformers' kernels by block size.
 
 Graphs are captured with torch.compile's "eager" backend (no code generation: seconds, not
 minutes); inductor's fused kernels are checked for exactness by benchmarks/engine_speed.py.
@@ -6,11 +7,13 @@ minutes); inductor's fused kernels are checked for exactness by benchmarks/engin
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
 from specmoe.backends.hf import default_experts_implementation
-from specmoe.backends.hf_experts import NAME, gathered_experts_forward
+from specmoe.backends.hf_experts import NAME, SIZED, gathered_experts_forward, sized_experts_forward
 
 
 @pytest.fixture(scope="module")
@@ -59,3 +62,22 @@ def test_it_is_the_compiled_default_on_cpu_only():
     assert default_experts_implementation("float64", compile=True, device="cpu") == NAME
     assert default_experts_implementation("bfloat16", compile=False, device="cpu") == "grouped_mm"
     assert default_experts_implementation("float32", compile=True, device="cuda") == "batched_mm"
+
+
+def test_eager_on_a_gpu_it_decodes_as_transformers_generate_does():
+    for device in ("cuda", "cuda:1", "mps"):
+        assert default_experts_implementation("bfloat16", compile=False, device=device) == SIZED
+        assert default_experts_implementation("float32", compile=False, device=device) == SIZED
+    assert default_experts_implementation("float64", compile=False, device="cuda") == "eager"
+
+
+@pytest.mark.parametrize("tokens", [1, 16, 17, 40])  # tiny MoE: E = 32, K = 2, so T x K <= E up to 16
+def test_the_sized_experts_are_batched_mm_for_small_blocks_and_grouped_mm_beyond(experts, tokens):
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    single = copy.deepcopy(experts).float()  # grouped_mm has no float64 kernel
+    hidden, index, weights = (x.float() if x.is_floating_point() else x for x in _routing(experts, tokens, 2))
+    chosen = "batched_mm" if tokens * 2 <= single.num_experts else "grouped_mm"
+    out = sized_experts_forward(single, hidden, index, weights)
+    assert torch.equal(out, ALL_EXPERTS_FUNCTIONS[chosen](single, hidden, index, weights))
+    torch.testing.assert_close(out, _loop(single, hidden, index, weights), rtol=1e-5, atol=1e-5)

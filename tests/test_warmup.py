@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import chain, repeat
 
 from suite_files import TINY_ZOO, write_suite, zoo_models
 
@@ -50,3 +51,21 @@ def test_first_configuration_of_a_model_warms_up_until_settled(tmp_path, tiny_zo
     assert len(calls) == 6  # the same configuration: no more warm-up
     runner.measure(second)
     assert len(calls) == 8  # another configuration of the settled model: the suite's one warm-up
+
+
+def test_the_warm_ups_compile_seconds_go_with_the_runs_row_apart(tmp_path, tiny_zoo, monkeypatch):
+    suite = load_suite(write_suite(tmp_path, **SUITE))
+    spec = next(s for s in expand(suite) if s.repeat == 0)
+    compiled = chain([2.5, 0.5], repeat(0.0))  # the compiled path compiles in the first warm-ups
+    real_decode = runner_module.decode
+
+    def compiling_decode(*args, **kwargs):
+        return replace(real_decode(*args, **kwargs), compile_s=next(compiled))
+
+    monkeypatch.setattr(runner_module, "decode", compiling_decode)
+    runner = Runner(ModelPool(suite, tiny_zoo))
+    runner.warm_up(spec)
+    measured = runner.timed(spec, "block", 0)
+    # at least two warm-ups: a model's first configuration warms up until two runs agree
+    assert measured.measure["warmup_compile_s"] == 3.0 and measured.measure["compile_s"] == 0.0
+    assert runner.timed(spec, "block", 0).measure["warmup_compile_s"] == 0.0  # reported once

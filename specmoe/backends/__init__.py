@@ -4,9 +4,11 @@ The modules, one concept each:
 
 - `base`: the protocol, the few operations the decode loops need from a runtime.
 - `hf` (transformers, eager), `hf_static` (static KV cache, `torch.compile`d forwards),
-  `hf_experts` (the compiled path's MoE experts), `hf_model` (what both read off a loaded model).
-- `hf_recurrent` (hybrid models' linear-attention state: checkpoint, log, rollback) and
-  `gated_delta` (the state a gated-DeltaNet layer reaches over a prefix of logged inputs).
+  `hf_experts` (specmoe's MoE experts kernels), `hf_model` (what both read off a loaded model),
+  `hf_mask` (the eager backend's ready attention masks), `hf_recurrent` (hybrid models'
+  linear-attention state: checkpoint, log, rollback) and `gated_delta` (the state a gated-DeltaNet
+  layer reaches over a prefix of logged inputs).
+- `slots`: the cache layout of both, decided on the host, and host values sent without waiting.
 - `llamacpp`: GGUF models through llama-cpp-python (the `llamacpp` extra); `llamacpp_state`: a
   hybrid GGUF's recurrent state checkpointed per sequence and rolled back; `gguf_tokenizer`: the
   tokenizer inside a GGUF file; `llamacpp_check` and `llamacpp_probe`: its self-test in a child

@@ -42,9 +42,11 @@ def replay(
     recurrent: torch.Tensor,  # [R, Hv, Dk, Dv] state at the checkpoint
     hidden: torch.Tensor,  # [R, T, H] the layer's logged inputs since the checkpoint
     keep: torch.Tensor,  # [R] positions each row keeps, 0..T
+    steps: int | None = None,  # keep's largest value when the caller knows it (no device read)
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each row's (conv window [R, C, K], recurrent state [R, Hv, Dk, Dv]) after its kept inputs."""
-    steps = int(keep.max()) if keep.numel() else 0
+    if steps is None:
+        steps = int(keep.max()) if keep.numel() else 0
     if steps == 0:
         return conv.clone(), recurrent.clone()
     hidden = hidden[:, :steps]

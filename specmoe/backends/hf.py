@@ -1,8 +1,9 @@
 """PyTorch + transformers backend: any local Hugging Face causal-LM directory.
 
 Cache layout (B sequences, L physical slots, H kv heads, D head dim). Every layer keeps keys and values
-as [B, H, L, D] in one transformers `DynamicCache`; `_valid` [B, L] marks which slots hold a live
-token of that row. Rows differ in length (ragged prompts, ragged acceptance), so:
+as [B, H, L, D] in one transformers `DynamicCache`; a mask [B, L], kept on the host
+(`slots.SlotMap`), marks which slots hold a live token of that row. Rows differ in length (ragged
+prompts, ragged acceptance), so:
 
 - a prompt is left-padded; pad slots are invalid;
 - a verify block is appended to every row at the same physical slots; when row i rejects part of it,
@@ -12,6 +13,9 @@ token of that row. Rows differ in length (ragged prompts, ragged acceptance), so
 
 Masking beats rewriting the cache on every round (a copy of the whole cache per round); holes cost
 attention work, so when they outgrow the live tokens the cache is compacted once (`_compact`).
+Everything decided about the layout between forwards is decided on the host, so a round reads no
+device value back; transformers gets the attention mask ready, or none when no row has padding or a
+hole (`hf_mask.py`).
 
 Hybrid models (Qwen3-Next, Qwen3.5) also keep a linear-attention state per row that no mask can
 edit; `hf_recurrent.LinearStates` checkpoints it and re-advances rows that dropped tokens, and its
@@ -26,12 +30,15 @@ import pickle
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from specmoe.backends import hf_experts
+from specmoe.backends.hf_mask import DeviceMask
 from specmoe.backends.hf_model import MOE_CONFIG_KEYS, set_model_facts
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
 from specmoe.backends.pickle_weights import from_pickle
+from specmoe.backends.slots import SlotMap, to_device
 from specmoe.backends.tokenizer_digest import tokenizer_digest
 from specmoe.backends.weights import check_safetensors_dir, read_config
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES, torch_dtype
@@ -41,17 +48,22 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
 def default_experts_implementation(dtype: str, compile: bool = False, device: str = "cpu") -> str:
-    """Eager: grouped_mm measured fastest on CPU in bf16 and fp32 (docs/engine.md); it has no
-    float64 path, so the exact reference uses the model's per-expert loop. Compiled on CPU: the
-    gathered contraction (`hf_experts.py`), which inductor fuses into one kernel per projection.
-    Compiled on a GPU: outside bf16 grouped_mm falls back to a per-expert loop that reads its offsets
-    on the host, which a CUDA graph cannot capture, so batched_mm."""
-    if compile and device == "cpu":
+    """Eager on CPU: grouped_mm measured fastest in bf16 and fp32 (docs/engine.md); it has no
+    float64 path, so the exact reference uses the model's per-expert loop. Eager on a GPU: what
+    transformers' `generate()` decodes with there, batched_mm for decode-sized blocks and grouped_mm
+    for prefill (`hf_experts.SIZED`). Compiled on CPU: the gathered contraction (`hf_experts.py`),
+    which inductor fuses into one kernel per projection. Compiled on a GPU: outside bf16
+    grouped_mm falls back to a per-expert loop that reads its offsets on the host, which a CUDA
+    graph cannot capture, so batched_mm."""
+    on_cpu = device.partition(":")[0] == "cpu"
+    if compile and on_cpu:
         return hf_experts.NAME
     if dtype == "float64":
         return "batched_mm" if compile else "eager"
     if compile and dtype != "bfloat16":
         return "batched_mm"
+    if not compile and not on_cpu:
+        return hf_experts.SIZED
     return "grouped_mm"
 
 
@@ -143,7 +155,7 @@ def load_hf(
         kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(
             dtype, compile, device
         )
-        if kwargs["experts_implementation"] == hf_experts.NAME:
+        if kwargs["experts_implementation"] in hf_experts.NAMES:
             hf_experts.register()
     verbosity = hf_logging.get_verbosity()
     # transformers reports missing or unexpected weights as a multi-line notice and goes on with
@@ -263,53 +275,47 @@ class HFBackend:
         self._linear = LinearStates(model, layout) if layout.is_hybrid else None
         self._new_cache = lambda: DynamicCache(config=config)
         self._cache = self._new_cache()
-        self._valid = torch.zeros(0, 0, dtype=torch.bool, device=device)  # [B, L]
-        self._lengths = torch.zeros(0, dtype=torch.long, device=device)  # [B] live tokens per row
+        self._slots = SlotMap()  # the layout of live slots, on the host: no step reads the device
+        self._masks = DeviceMask(self._slots, model, device)
         self._trace = None
 
     # -- protocol -------------------------------------------------------------------------------
     @torch.inference_mode()
     def prefill(self, prompts: Sequence[Sequence[int]]) -> None:
-        batch = len(prompts)
-        width = max((len(p) for p in prompts), default=0)
         self._cache = self._new_cache()
-        ids = torch.zeros(batch, width, dtype=torch.long)  # [B, L] left-padded; pad ids are never seen
-        valid = torch.zeros(batch, width, dtype=torch.bool)  # [B, L]
-        for row, prompt in enumerate(prompts):
-            if prompt:
-                ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-                valid[row, width - len(prompt) :] = True
-        self._valid = valid.to(self.device)
-        self._lengths = self._valid.sum(1)
+        self._slots.reset([len(p) for p in prompts])
+        width = self._slots.width
         if width:
-            positions = (self._valid.cumsum(1) - 1).clamp(min=0)  # [B, L]
+            ids = np.zeros((len(prompts), width), dtype=np.int64)  # [B, W] left-padded; pads never seen
+            for row, prompt in enumerate(prompts):
+                ids[row, width - len(prompt) :] = prompt
+            valid = self._slots.valid
+            positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0)  # [B, W]
             self.model(
-                input_ids=ids.to(self.device),
-                attention_mask=self._valid,
-                position_ids=positions,
+                input_ids=to_device(ids, self.device),
+                attention_mask=to_device(valid.copy(), self.device),
+                position_ids=to_device(positions, self.device),
                 past_key_values=self._cache,
                 use_cache=True,
                 logits_to_keep=1,
             )
         if self._linear is not None:
-            self._linear.begin(self._cache, batch, self.device)
+            self._linear.begin(self._cache, len(prompts), self.device)
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        batch, t = tokens.shape  # [B, t]
+        t = tokens.shape[1]  # tokens [B, t]
         if self._linear is not None:
             self._linear.reserve(t)
-        positions = self._lengths[:, None] + torch.arange(t, device=self.device)  # [B, t]
-        valid = torch.cat([self._valid, torch.ones(batch, t, dtype=torch.bool, device=self.device)], 1)
+        positions = to_device(self._slots.positions(t), self.device)  # [B, t]
+        start = self._slots.append(t)
         out = self.model(
             input_ids=tokens,
-            attention_mask=valid,
+            attention_mask=self._masks.for_block(start, t),
             position_ids=positions,
             past_key_values=self._cache,
             use_cache=True,
         )
-        self._valid = valid
-        self._lengths = self._lengths + t
         if self._linear is not None:
             self._linear.advanced(t)
         return out.logits  # [B, t, V]
@@ -321,25 +327,22 @@ class HFBackend:
 
     @torch.inference_mode()
     def rollback(self, lengths: Sequence[int]) -> None:
+        dropped = self._slots.keep(lengths)  # [B]
         if self._linear is not None:
-            self._linear.rollback([n - k for n, k in zip(self._lengths.tolist(), lengths, strict=True)])
-        keep = torch.as_tensor(lengths, dtype=torch.long, device=self.device)  # [B]
-        rank = self._valid.cumsum(1)  # [B, L] live tokens up to and including each slot
-        self._valid = self._valid & (rank <= keep[:, None])
-        self._lengths = torch.minimum(self._lengths, keep)
-        self._trim()
+            self._linear.rollback(dropped.tolist())
+        if dropped.any():
+            self._trim()
 
     def retain(self, rows: Sequence[int]) -> None:
-        index = torch.as_tensor(rows, dtype=torch.long, device=self.device)
+        index = to_device(np.asarray(rows, dtype=np.int64), self.device)
         self._apply(lambda kv: kv[index])
         if self._linear is not None:
             self._linear.retain(index, in_place=False)
-        self._valid = self._valid[index]
-        self._lengths = self._lengths[index]
+        self._slots.retain(rows)
         self._trim()
 
     def cached_lengths(self) -> list[int]:
-        return self._lengths.tolist()
+        return self._slots.lengths.tolist()
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
@@ -365,19 +368,14 @@ class HFBackend:
 
     def _trim(self) -> None:
         """Drop physical slots no row uses at either end; compact when holes outnumber live tokens."""
-        used = self._valid.any(0).nonzero()  # [n, 1]
-        width = self._valid.shape[1]
-        lo, hi = (int(used[0]), int(used[-1]) + 1) if len(used) else (width, width)
-        if (lo, hi) != (0, width):
+        lo, hi = self._slots.used()
+        if (lo, hi) != (0, self._slots.width):
             self._apply(lambda kv: kv[:, :, lo:hi])
-            self._valid = self._valid[:, lo:hi]
-        longest = int(self._lengths.max()) if len(self._lengths) else 0
-        if self._valid.shape[1] > 2 * longest + 64:
-            self._compact(longest)
+            self._slots.crop(lo, hi)
+        if self._slots.width > 2 * self._slots.longest + 64:
+            self._compact()
 
-    def _compact(self, longest: int) -> None:
+    def _compact(self) -> None:
         """Move each row's live slots to the right end, in order; left-pad the rest."""
-        order = torch.sort(self._valid.to(torch.int8), dim=1, stable=True).indices  # invalid first
-        index = order[:, order.shape[1] - longest :]  # [B, longest]
+        index = to_device(self._slots.compaction("right"), self.device)  # [B, longest]
         self._apply(lambda kv: kv.gather(2, index[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])))
-        self._valid = self._valid.gather(1, index)

@@ -1,4 +1,9 @@
-"""The compiled path's MoE experts: each token's K expert matrices indexed inside one contraction.
+"""specmoe's MoE experts implementations, registered with transformers by name (`register`).
+
+- `specmoe_gathered` (NAME), the compiled path's on CPU: each token's K expert matrices indexed
+  inside one contraction (below);
+- `specmoe_sized` (SIZED), the eager default on a GPU: transformers' `batched_mm` for a block whose
+  T x K routed pairs fit in E, its `grouped_mm` beyond (`sized_experts_forward`).
 
 Shape legend: T tokens, H hidden, K top-k, E experts, I expert width.
 
@@ -21,6 +26,7 @@ from __future__ import annotations
 import torch
 
 NAME = "specmoe_gathered"
+SIZED = "specmoe_sized"
 
 
 def gathered_experts_forward(
@@ -59,9 +65,35 @@ def _fallback(experts, hidden_states, top_k_index, top_k_weights) -> torch.Tenso
     return ALL_EXPERTS_FUNCTIONS["grouped_mm"](experts, hidden_states, top_k_index, top_k_weights)
 
 
-def register() -> str:
-    """Make the forward available as `experts_implementation=NAME`; idempotent."""
+def sized_experts_forward(
+    self,
+    hidden_states: torch.Tensor,  # [T, H]
+    top_k_index: torch.Tensor,  # [T, K]
+    top_k_weights: torch.Tensor,  # [T, K]
+) -> torch.Tensor:
+    """[T, H]: transformers' `batched_mm` while T x K <= E, its `grouped_mm` beyond.
+
+    What `generate()` does on a GPU (`GenerationMixin._optimize_model_for_decode`): prefill with
+    `grouped_mm`, every decode step with `batched_mm`, which gathers each routed pair's expert
+    matrices and multiplies them in one batched matmul, with no host read: `grouped_mm` outside
+    bf16 on CUDA loops over experts reading their offsets on the host, a wait for the GPU in every
+    layer of every step. specmoe's blocks are not tagged prefill or decode, and its verify blocks
+    are (gamma + 1) x B tokens, so the choice goes by size: `batched_mm` copies T x K expert
+    matrices, so it is used while they are at most the E that `grouped_mm` reads at most; a prefill
+    or a wide verify block takes `grouped_mm`, whose memory does not grow with T x K."""
+    from transformers.integrations.moe import ALL_EXPERTS_FUNCTIONS
+
+    tokens, top_k = top_k_index.shape
+    name = "batched_mm" if tokens * top_k <= self.num_experts else "grouped_mm"
+    return ALL_EXPERTS_FUNCTIONS[name](self, hidden_states, top_k_index, top_k_weights)
+
+
+NAMES = {NAME: gathered_experts_forward, SIZED: sized_experts_forward}
+
+
+def register() -> None:
+    """Make every implementation here available as `experts_implementation=<name>`; idempotent."""
     from transformers.integrations.moe import ExpertsInterface
 
-    ExpertsInterface.register(NAME, gathered_experts_forward)
-    return NAME
+    for name, forward in NAMES.items():
+        ExpertsInterface.register(name, forward)

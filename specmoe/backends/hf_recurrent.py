@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import torch
 
 from specmoe.backends.gated_delta import replay
+from specmoe.backends.slots import to_device
 from specmoe.errors import SpecmoeError
 
 # Gated-DeltaNet mixers whose projections and state update `gated_delta.replay` reproduces; each is
@@ -193,9 +194,7 @@ class LinearStates:
                 )
         rows = [row for row, dropped in enumerate(drop) if dropped]
         if rows:
-            device = self._position.device
-            keep = torch.as_tensor([self._logged - drop[row] for row in rows], device=device)  # [b]
-            self._readvance(torch.as_tensor(rows, device=device), keep)
+            self._readvance(rows, [self._logged - drop[row] for row in rows])
         self.readvance_s += self._stop(start)
         self.checkpoint()
 
@@ -248,14 +247,17 @@ class LinearStates:
         slots = self._position + self._steps[: hidden.shape[1]]  # [t]
         self._log[module.layer_idx].index_copy_(1, slots, hidden.to(self._dtype))
 
-    def _readvance(self, rows: torch.Tensor, keep: torch.Tensor) -> None:
-        """Rows (index [b]) go back to the checkpoint and through their first keep[r] logged inputs."""
+    def _readvance(self, rows: list[int], keep: list[int]) -> None:
+        """These rows go back to the checkpoint and through their first keep[r] logged inputs."""
+        steps = max(keep)  # known here, so `replay` reads nothing back from the device
+        device = self._position.device
+        rows, keep = to_device(rows, device), to_device(keep, device)  # [b], [b]
         for i in self._layers:
             conv, recurrent = self._states(i)
             saved_conv, saved_recurrent = self._saved[i]
             logged = self._log[i][rows, : self._logged]  # [b, T, H]
             new_conv, new_recurrent = replay(
-                self._mixers[i], saved_conv[rows], saved_recurrent[rows], logged, keep
+                self._mixers[i], saved_conv[rows], saved_recurrent[rows], logged, keep, steps
             )
             conv[rows] = new_conv.to(conv.dtype)
             recurrent[rows] = new_recurrent.to(recurrent.dtype)

@@ -15,11 +15,20 @@ that changes rarely (gpt-fast's recipe, extended to ragged batches):
 - the attention mask is built inside the compiled graph from `_valid` and the pointer tensor, so
   the graph takes [S, t] ids and positions and nothing else that varies;
 - one graph per (S, t, L): t is 1 (decode, draft steps), 2 (a draft step after a full acceptance)
-  or gamma + 1 (verify); L grows in steps of 256 only when compaction cannot make room.
+  or gamma + 1 (verify); L is sized at prefill for the whole run from the horizon the decode loop
+  passes (`reserve`: longest prompt + max_new_tokens + gamma + 1), on a doubling ladder (256, 512,
+  1024, ...), so a run compiles one L; without a horizon L doubles when compaction cannot make room;
+- at most MAX_SHAPES graphs per backend: a shape past them runs eagerly on the same static cache
+  (same tokens), said once in a warning, so a suite's compile time stays bounded.
 
 The first call of each shape compiles it. That call runs once as a warm-up whose effects are undone
 (its writes sit past the pointer and are masked), and its seconds go to `compile_s`, so the engine
-can keep compile time out of decode time. Prefill runs eagerly: its length varies per batch.
+can keep compile time out of decode time; each shape is logged as it compiles, with its seconds.
+Prefill runs eagerly: its length varies per batch.
+
+Between forwards the layout of live slots is kept on the host (`slots.SlotMap`): a rollback or a
+retain sends the new mask to the device and moves the pointer without reading anything back, so
+the host queues the next graph while the GPU still runs the last.
 
 Hybrid models' linear-attention layers keep a state per row, not slots: `hf_recurrent.LinearStates`
 logs their inputs into static buffers from inside the graphs and rolls rows back outside them;
@@ -32,17 +41,24 @@ matmuls are written by inductor rather than called from BLAS (`_one_row_matmuls_
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from specmoe.backends.hf_model import set_model_facts
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
+from specmoe.backends.slots import SlotMap, to_device
 from specmoe.errors import SpecmoeError
 
-SLOT_STEP = 256  # static cache slots grow in steps of this many
-_RECOMPILE_LIMIT = 64  # shapes per compiled function: t in {1, 2, gamma + 1} x S buckets x L steps
+SLOT_STEP = 256  # the smallest static cache; larger ones double it (256, 512, 1024, ...)
+MAX_SHAPES = 24  # compiled (S, t, L) shapes per backend; a shape past them runs eagerly (warned)
+# Every backend's `step` shares one code object, whose compiled graphs dynamo counts together.
+_RECOMPILE_LIMIT = 4 * MAX_SHAPES
+
+log = logging.getLogger(__name__)
 
 
 class StaticHFBackend:
@@ -76,13 +92,14 @@ class StaticHFBackend:
             self._compile(self._eager_step, mode, compiler, self.is_moe) if compile else self._eager_step
         )
         self._seen: set[tuple[int, int, int]] = set()  # (S, t, L) shapes already compiled
+        self._eager_shapes: set[tuple[int, int, int]] = set()  # shapes past MAX_SHAPES, run eagerly
+        self._horizon = 0  # tokens the longest row may reach in this run (`reserve`), 0: unknown
         self._cache = None
         self._rows = 0  # S
         self._slots = 0  # L
         self._live = 0  # B
-        self._pointer = 0  # next physical slot to write; every slot at or past it is invalid
-        self._valid = torch.zeros(0, 0, dtype=torch.bool, device=device)  # [S, L]
-        self._lengths = torch.zeros(0, dtype=torch.long, device=device)  # [S] live tokens per row
+        self._layout = SlotMap()  # [S, L] live slots on the host; its width is the write pointer
+        self._valid = torch.zeros(0, 0, dtype=torch.bool, device=device)  # [S, L] its device copy
 
     def _build_step(self):
         """The forward over a block: [S, t] ids and positions, [S, L] valid -> [S, t, V] logits."""
@@ -126,22 +143,26 @@ class StaticHFBackend:
         return torch.compile(step, mode=mode, dynamic=False, backend=compiler, options=options)
 
     # -- protocol -------------------------------------------------------------------------------
+    def reserve(self, tokens: int) -> None:
+        """The next batch's longest row will hold at most `tokens` tokens (prompt, generated tokens
+        and lookahead): its cache is sized for them at once, so a run compiles one L, not one per
+        growth step. Optional: without it the cache grows when a row needs room."""
+        self._horizon = tokens
+
     @torch.inference_mode()
     def prefill(self, prompts: Sequence[Sequence[int]]) -> None:
         width = max((len(p) for p in prompts), default=0)
         rows = _bucket(len(prompts))
         # L never shrinks for the same S: a new L is a new graph.
-        slots = max(_round_up(width + SLOT_STEP // 2, SLOT_STEP), self._slots if rows == self._rows else 0)
-        self._allocate(rows, slots)
+        needed = max(width + SLOT_STEP // 2, self._horizon)
+        self._allocate(rows, max(_rung(needed), self._slots if rows == self._rows else 0))
+        self._horizon = 0
         self._live = len(prompts)
-        ids = torch.zeros(self._rows, width, dtype=torch.long)  # [S, W] left-padded
-        valid = torch.zeros(self._rows, self._slots, dtype=torch.bool)  # [S, L]
+        self._layout.reset([len(p) for p in prompts], rows=rows, capacity=self._slots)
+        ids = np.zeros((rows, width), dtype=np.int64)  # [S, W] left-padded
         for row, prompt in enumerate(prompts):
-            if prompt:
-                ids[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.long)
-                valid[row, width - len(prompt) : width] = True
-        self._valid.copy_(valid)
-        self._lengths = self._valid.sum(1)
+            ids[row, width - len(prompt) :] = prompt
+        self._send_valid()
         self._set_pointer(0)
         padding = None
         if self._linear is not None:
@@ -149,8 +170,9 @@ class StaticHFBackend:
                 self._cache.layers[index].reset()  # a reused cache still holds the last batch's states
             padding = self._valid[:, :width]
         if width:
-            positions = (self._valid[:, :width].cumsum(1) - 1).clamp(min=0)  # [S, W]
-            self._eager_step(ids.to(self.device), positions, self._valid, self._cache, padding)
+            positions = np.maximum(np.cumsum(self._layout.valid, axis=1) - 1, 0)  # [S, W]
+            step_ids, step_positions = to_device(ids, self.device), to_device(positions, self.device)
+            self._eager_step(step_ids, step_positions, self._valid, self._cache, padding)
         self._set_pointer(width)
         if self._linear is not None:
             self._linear.begin(self._cache, self._rows, self.device, static=True)
@@ -160,20 +182,19 @@ class StaticHFBackend:
         live, t = tokens.shape  # [B, t]
         if live != self._live:
             raise RuntimeError(f"forward got {live} rows, the batch has {self._live}")
-        if self._pointer + t > self._slots:
+        if self._layout.width + t > self._slots:
             self._make_room(t)
         if self._linear is not None:
             self._linear.reserve(t)
-        ids = torch.zeros(self._rows, t, dtype=torch.long, device=self.device)  # [S, t]
-        ids[:live] = tokens
-        positions = self._lengths[:, None] + torch.arange(t, device=self.device)  # [S, t]
+        ids = tokens if live == self._rows else torch.nn.functional.pad(tokens, (0, 0, 0, self._rows - live))
+        positions = to_device(self._layout.positions(t), self.device)  # [S, t]
         key = (self._rows, t, self._slots)
-        if self.compiled and key not in self._seen:
-            self._warm_up(ids, positions)
+        compiled = self.compiled and self._admit(key)
+        if compiled and key not in self._seen:
+            self._warm_up(ids, positions, key)
             self._seen.add(key)
-        logits = self._run(ids, positions, compiled=True)
-        self._lengths = self._lengths + t
-        self._pointer += t
+        logits = self._run(ids, positions, compiled=compiled)
+        self._layout.append(t)  # the graph moved every KV layer's write position by t itself
         if self._linear is not None:
             self._linear.advanced(t)
         return logits[:live]  # [B, t, V]
@@ -185,33 +206,26 @@ class StaticHFBackend:
 
     @torch.inference_mode()
     def rollback(self, lengths: Sequence[int]) -> None:
+        dropped = self._layout.keep(lengths)  # [S]; padded rows keep 0 and have none
         if self._linear is not None:
-            now = self._lengths[: len(lengths)].tolist()
-            self._linear.rollback([n - k for n, k in zip(now, lengths, strict=True)])
-        keep = torch.zeros(self._rows, dtype=torch.long, device=self.device)  # padded rows keep 0
-        keep[: len(lengths)] = torch.as_tensor(lengths, dtype=torch.long, device=self.device)
-        rank = self._valid.cumsum(1)  # [S, L] live tokens up to and including each slot
-        self._valid &= rank <= keep[:, None]
-        self._lengths = torch.minimum(self._lengths, keep)
-        self._set_pointer(self._last_used())
+            self._linear.rollback(dropped[: len(lengths)].tolist())
+        if dropped.any():
+            self._move_pointer_back()
 
     @torch.inference_mode()
     def retain(self, rows: Sequence[int]) -> None:
-        index = torch.as_tensor([*rows, *[rows[0]] * (self._rows - len(rows))], device=self.device)  # [S]
+        index = to_device(np.asarray([*rows, *[rows[0]] * (self._rows - len(rows))]), self.device)  # [S]
         for layer in self._kv():
             layer.keys.copy_(layer.keys[index])
             layer.values.copy_(layer.values[index])
         if self._linear is not None:
             self._linear.retain(index, in_place=True)
-        self._valid.copy_(self._valid[index])
-        self._valid[len(rows) :] = False
-        self._lengths = self._lengths[index]
-        self._lengths[len(rows) :] = 0
+        self._layout.retain(rows, pad_to=self._rows)
         self._live = len(rows)
-        self._set_pointer(self._last_used())
+        self._move_pointer_back()
 
     def cached_lengths(self) -> list[int]:
-        return self._lengths[: self._live].tolist()
+        return self._layout.lengths[: self._live].tolist()
 
     def synchronize(self) -> None:
         if self.device.type == "cuda":
@@ -223,25 +237,50 @@ class StaticHFBackend:
 
     # -- the static cache -----------------------------------------------------------------------
     def _run(self, ids: torch.Tensor, positions: torch.Tensor, compiled: bool) -> torch.Tensor:
-        t = ids.shape[1]
-        self._valid[:, self._pointer : self._pointer + t] = True  # the block's own slots
+        t, pointer = ids.shape[1], self._layout.width
+        self._valid[:, pointer : pointer + t] = True  # the block's own slots
         step = self._step if compiled else self._eager_step
         logits = step(ids, positions, self._valid, self._cache)
         return logits.clone() if self._clone_logits and compiled else logits
 
-    def _warm_up(self, ids: torch.Tensor, positions: torch.Tensor) -> None:
+    def _admit(self, key: tuple[int, int, int]) -> bool:
+        """Whether this shape runs compiled: it already is, or fewer than MAX_SHAPES are. Past the
+        limit a shape runs eagerly on the same static cache (same tokens, eager speed), so a
+        suite's compile time stays bounded; it is said once per shape."""
+        if key in self._seen or len(self._seen) < MAX_SHAPES:
+            return True
+        if key not in self._eager_shapes:
+            self._eager_shapes.add(key)
+            rows, t, slots = key
+            log.warning(
+                "%s: %d shapes are compiled already (the limit); batch %d, block %d, %d cache slots runs "
+                "eagerly; fewer batch sizes, gammas or prompt lengths per suite keep every shape compiled",
+                self.name,
+                MAX_SHAPES,
+                rows,
+                t,
+                slots,
+            )
+        return False
+
+    def _warm_up(self, ids: torch.Tensor, positions: torch.Tensor, key: tuple[int, int, int]) -> None:
         """Compile this shape on throwaway calls: their writes land past the pointer and are undone."""
+        rows, t, slots = key
+        log.info("%s: compiling batch %d, block %d, %d slots (once per shape)", self.name, rows, t, slots)
         self.synchronize()
         start = time.perf_counter()
         states = self._linear.snapshot() if self._linear is not None else None
+        pointer = self._layout.width
         for _ in range(self._warm_calls):
             self._run(ids, positions, compiled=True)
-            self._valid[:, self._pointer :] = False
-            self._set_pointer(self._pointer)
+            self._valid[:, pointer:] = False
+            self._set_pointer(pointer)
             if states is not None:
                 self._linear.restore(states)
         self.synchronize()
-        self.compile_s += time.perf_counter() - start
+        seconds = time.perf_counter() - start
+        self.compile_s += seconds
+        log.info("%s: compiled batch %d, block %d, %d slots in %.1f s", self.name, rows, t, slots, seconds)
 
     def _allocate(self, rows: int, slots: int) -> None:
         """A fresh static cache of S x L slots, reused while the shape stays (graphs guard on it)."""
@@ -270,23 +309,32 @@ class StaticHFBackend:
 
     def _make_room(self, t: int) -> None:
         """Compact each row's live slots to the left; grow L if the longest row still does not fit."""
-        longest = int(self._lengths.max())
-        order = torch.sort((~self._valid).to(torch.int8), dim=1, stable=True).indices  # [S, L] live first
+        index = to_device(self._layout.compaction("left"), self.device)  # [S, longest]
+        longest = index.shape[1]
         for layer in self._kv():
             for kv in (layer.keys, layer.values):
-                kv.copy_(kv.gather(2, order[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3])))
-        self._valid.copy_(torch.arange(self._slots, device=self.device)[None, :] < self._lengths[:, None])
+                moved = kv.gather(2, index[:, None, :, None].expand(-1, kv.shape[1], -1, kv.shape[3]))
+                kv[:, :, :longest].copy_(moved)
         if longest + t > self._slots:
-            self._allocate(self._rows, _round_up(longest + t + SLOT_STEP // 2, SLOT_STEP))
+            self._allocate(self._rows, _rung(longest + t + SLOT_STEP // 2))
+        self._send_valid()
         self._set_pointer(longest)
 
-    def _last_used(self) -> int:
-        slots = torch.arange(1, self._slots + 1, device=self.device)
-        return int((self._valid.any(0) * slots).max()) if self._slots else 0
+    def _move_pointer_back(self) -> None:
+        """After rows dropped tokens: the write position goes back to just past the last used slot."""
+        pointer = self._layout.used()[1]
+        self._layout.crop(0, pointer)
+        self._send_valid()
+        self._set_pointer(pointer)
+
+    def _send_valid(self) -> None:
+        """The device copy of the host's live slots ([S, L], in place: graphs read its address)."""
+        host = np.zeros((self._rows, self._slots), dtype=bool)
+        host[:, : self._layout.width] = self._layout.valid
+        self._valid.copy_(to_device(host, self.device))
 
     def _set_pointer(self, pointer: int) -> None:
         """Move the shared write position of every KV layer (in place: graphs read these tensors)."""
-        self._pointer = pointer
         for layer in self._kv():
             layer.cumulative_length.fill_(pointer)
 
@@ -319,8 +367,12 @@ def _bucket(batch: int) -> int:
     return 1 << max(batch - 1, 0).bit_length()
 
 
-def _round_up(n: int, step: int) -> int:
-    return -(-max(n, 1) // step) * step
+def _rung(n: int) -> int:
+    """Static cache slots for n: SLOT_STEP doubled until n fit, so few L (and graphs) cover all n."""
+    slots = SLOT_STEP
+    while slots < n:
+        slots *= 2
+    return slots
 
 
 def check_compile_device(device: torch.device) -> None:

@@ -107,6 +107,7 @@ class Runner:
     def __init__(self, pool: ModelPool) -> None:
         self.pool = pool
         self._warm: set[str] = set()
+        self._warmup_compile_s: dict[str, float] = {}  # by run_id: seconds its warm-up compiled
         self._settled: set[tuple] = set()
         self._continuations: dict[tuple, list[list[int]]] = {}
         self._prompt_ids: dict[str, list[list[int]]] = {}  # by config_key
@@ -178,12 +179,16 @@ class Runner:
         if spec.cell_key in self._warm:
             return
         target, prompts, config, make_drafter = self._inputs(spec)
-        times = [decode(target, prompts, config, make_drafter()).decode_s for _ in range(spec.warmup)]
+        results = [decode(target, prompts, config, make_drafter()) for _ in range(spec.warmup)]
+        times = [r.decode_s for r in results]
         model_key = (spec.target, spec.dtype, spec.device, spec.moe_top_k)
         if spec.warmup and model_key not in self._settled:
             while not settled(times):
-                times.append(decode(target, prompts, config, make_drafter()).decode_s)
+                results.append(decode(target, prompts, config, make_drafter()))
+                times.append(results[-1].decode_s)
             self._settled.add(model_key)
+        # The compiled path compiles its shapes here: their seconds go with the run's row, apart.
+        self._warmup_compile_s[spec.run_id] = sum(r.compile_s for r in results)
         self._warm.add(spec.cell_key)
 
     def measure(self, spec: RunSpec) -> DecodeResult:
@@ -223,6 +228,7 @@ class Runner:
             "step_spread": None if spread is None else round(spread, 4),
             "attempts": attempts,
             "compile_s": round(result.compile_s, 3),  # compiling new shapes, kept out of decode_s
+            "warmup_compile_s": round(self._warmup_compile_s.pop(spec.run_id, 0.0), 3),  # likewise
             "noise": reason or None,  # None, not "": exports read back the same
             "noise_guard": guard_on(),  # off: the loads above were recorded and never judged
         }

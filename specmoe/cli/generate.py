@@ -44,7 +44,8 @@ def add_generate(commands) -> None:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="static KV cache + torch.compile'd forwards (transformers models; compile time is "
+        help="static KV cache + torch.compile'd forwards for the target and the draft model "
+        "(transformers models; CUDA graphs on CUDA; each shape is compiled once and its time is "
         "reported apart from decode time)",
     )
     add_model_options(p)

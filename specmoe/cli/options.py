@@ -121,8 +121,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--experts-implementation",
         default=None,
-        help="transformers MoE experts kernel: eager, batched_mm, grouped_mm or specmoe_gathered "
-        "(the --compile default on CPU)",
+        help="transformers MoE experts kernel: eager, batched_mm, grouped_mm, specmoe_gathered "
+        "(the --compile default on CPU) or specmoe_sized (the eager default on a GPU)",
     )
     p.add_argument("--allow-pickle", action="store_true", help="allow .bin/.pt weights (can run code)")
     p.add_argument("--trust-remote-code", action="store_true", help="run a model's own Python code")

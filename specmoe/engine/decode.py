@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specmoe.backends.base import Backend
+from specmoe.backends.slots import to_device
 from specmoe.backends.tokenizer_digest import tokenizer_mismatch
 from specmoe.engine.acceptance import greedy_accept, rejection_accept
 from specmoe.engine.drafters import Drafter
@@ -43,9 +44,12 @@ def decode(
     generator = torch.Generator(device=target.device).manual_seed(config.seed)
     eos = frozenset() if config.ignore_eos else target.eos_token_ids
 
+    horizon = max(len(p) for p in prompts) + config.max_new_tokens + gamma + 1  # tokens a row may reach
     start = time.perf_counter()
+    _reserve(target, horizon)
     target.prefill([p[:-1] for p in prompts])
     if drafter is not None:
+        _reserve(drafter, horizon)
         drafter.begin(prompts)
         drafter.synchronize()
     target.synchronize()
@@ -68,7 +72,7 @@ def decode(
         verify_compile = _compile_s(target)
         verify_state = _state_s(target)
 
-        last = torch.tensor([[s[-1]] for s in batch.live_sequences()], device=target.device)  # [B, 1]
+        last = to_device([[s[-1]] for s in batch.live_sequences()], target.device)  # [B, 1]
         block = last if drafter is None else torch.cat([last, proposal.tokens], 1)  # [B, 1 + G]
         logits = target.forward(block)  # [B, 1 + G, V]
         target.synchronize()
@@ -77,15 +81,13 @@ def decode(
         verify_state = _state_s(target) - verify_state  # a checkpoint made to log a long block
 
         if drafter is None:
-            next_token = pick(logits[:, 0], config.sampling, generator)[0]  # [B]
+            next_token = pick(logits[:, 0], config.sampling, generator)[0].tolist()  # [B]
             accepted = [0] * len(batch.live)
             proposed: list[list[int]] = [[] for _ in batch.live]
         else:
-            accepted_t, next_token = _verify(proposal, logits, config.sampling, generator)
-            accepted = accepted_t.tolist()
-            proposed = proposal.tokens.tolist()
+            accepted, next_token, proposed = _verify(proposal, logits, config.sampling, generator)
         rows = tuple(batch.live)
-        emitted = batch.commit(proposed, accepted, next_token.tolist())
+        emitted = batch.commit(proposed, accepted, next_token)
         if drafter is not None:
             target.rollback([len(s) - 1 for s in batch.live_sequences()])
             drafter.feedback(accepted)
@@ -119,6 +121,14 @@ def decode(
     return DecodeResult(batch.outputs(), tuple(rounds), gamma, prefill_s, decode_s, compile_total)
 
 
+def _reserve(part: Backend | Drafter, tokens: int) -> None:
+    """Tell a backend that sizes its cache ahead (the compiled path), or a drafter's, how long a
+    row may get, so it compiles its graphs for one cache size; others have no `reserve`."""
+    reserve = getattr(part, "reserve", None)
+    if reserve is not None:
+        reserve(tokens)
+
+
 def _compile_s(part: Backend | Drafter | None) -> float:
     """Seconds a backend (or a drafter's backend) has spent compiling shapes; 0 for eager ones."""
     return getattr(part, "compile_s", 0.0) if part is not None else 0.0
@@ -131,10 +141,15 @@ def _state_s(part: Backend | Drafter | None) -> float:
 
 
 def _verify(proposal, logits: torch.Tensor, params: SamplingParams, generator):
-    """Apply the acceptance rule to a verified block. logits: [B, G + 1, V]."""
+    """Apply the acceptance rule to a verified block (logits [B, G + 1, V]) and bring what the host
+    needs back in one read: (accepted [B], next token [B], proposals [B][G]) as lists."""
     if params.greedy:
-        return greedy_accept(proposal.tokens, logits.argmax(-1))
-    return rejection_accept(proposal.tokens, proposal.probs, probabilities(logits, params), generator)
+        accepted, next_token = greedy_accept(proposal.tokens, logits.argmax(-1))
+    else:
+        target_probs = probabilities(logits, params)
+        accepted, next_token = rejection_accept(proposal.tokens, proposal.probs, target_probs, generator)
+    rows = torch.cat([accepted[:, None], next_token[:, None], proposal.tokens], 1).tolist()  # [B, 2 + G]
+    return [r[0] for r in rows], [r[1] for r in rows], [r[2:] for r in rows]
 
 
 class _Batch:

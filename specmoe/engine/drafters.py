@@ -14,6 +14,7 @@ from typing import Protocol
 import torch
 
 from specmoe.backends.base import Backend
+from specmoe.backends.slots import to_device
 from specmoe.engine.sampling import SamplingParams, pick
 
 
@@ -74,6 +75,12 @@ class ModelDrafter:
         self.backend.prefill([p[:-1] for p in prompts])
         self._kept = self.backend.cached_lengths()
 
+    def reserve(self, tokens: int) -> None:
+        """A row of the next batch may reach `tokens` tokens (for a backend that sizes its cache)."""
+        reserve = getattr(self.backend, "reserve", None)
+        if reserve is not None:
+            reserve(tokens)
+
     @property
     def compile_s(self) -> float:
         """Seconds the backend spent compiling new shapes (0 for an eager backend)."""
@@ -96,7 +103,7 @@ class ModelDrafter:
             raise RuntimeError(f"draft cache out of step with the sequences: pending tokens {pending}")
         width = max(pending)
         self.backend.rollback([len(s) - width for s in sequences])
-        block = torch.tensor([s[len(s) - width :] for s in sequences], device=self.backend.device)  # [B, w]
+        block = to_device([s[len(s) - width :] for s in sequences], self.backend.device)  # [B, w]
         tokens, probs = [], []
         for step in range(gamma):
             logits = self.backend.forward(block)[:, -1]  # [B, V]

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import torch
 
 from specmoe.backends.base import Backend
+from specmoe.backends.slots import to_device
 from specmoe.engine.drafters import Proposal
 from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
@@ -119,7 +120,7 @@ class NgramDrafter:
         generator: torch.Generator | None,
     ) -> Proposal:
         rows = [index.propose(seq, gamma) for index, seq in zip(self._rows, sequences, strict=True)]
-        return Proposal(torch.tensor(rows, device=self.device), None)  # tokens [B, G]
+        return Proposal(to_device(rows, self.device), None)  # tokens [B, G]
 
     def feedback(self, accepted: Sequence[int]) -> None:
         """Nothing to undo: only committed tokens were ever indexed."""

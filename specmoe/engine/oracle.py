@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from specmoe.backends.base import Backend
+from specmoe.backends.slots import to_device
 from specmoe.engine.drafters import ModelDrafter, Proposal
 from specmoe.errors import SpecmoeError
 
@@ -59,7 +60,7 @@ class OracleDrafter:
                     for t, ok in zip(reference, right[live].tolist(), strict=True)
                 ]
             )
-        return torch.tensor(rows, device=self._cost.backend.device)
+        return to_device(rows, self._cost.backend.device)
 
     def propose(self, sequences, gamma, params, generator) -> Proposal:
         if not params.greedy:
@@ -71,6 +72,9 @@ class OracleDrafter:
     @property
     def compile_s(self) -> float:
         return self._cost.compile_s
+
+    def reserve(self, tokens: int) -> None:
+        self._cost.reserve(tokens)
 
     def feedback(self, accepted: Sequence[int]) -> None:
         self._cost.feedback(accepted)
