@@ -123,7 +123,8 @@ def _not_http(conn: socket.socket, request: bytes) -> None:
 
 SERVERS = {
     "server-resets-mid-stream": (_reset_mid_stream, "/v1/completions: the connection broke mid-response"),
-    "server-chunk-cut-short": (_chunk_cut_short, "the connection broke mid-response (IncompleteRead"),
+    # A short chunk then a close reads as IncompleteRead, or as a reset when the close races the read.
+    "server-chunk-cut-short": (_chunk_cut_short, "/v1/completions: the connection broke mid-response ("),
     "server-http-500": (_error_500, "HTTP 500: CUDA error: an illegal memory access; the server failed"),
     "server-redirects": (_redirect, "HTTP 307, the server redirects to http://127.0.0.1:9/v1/models"),
     "server-not-http": (_not_http, "the server did not answer in HTTP (BadStatusLine: SSH-2.0-OpenSSH_9.6)"),

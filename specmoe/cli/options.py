@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import textwrap
 from typing import NoReturn
 
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
@@ -12,12 +13,17 @@ from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Help with each option's default, except where it says nothing (None, off, empty) or the text
-    already explains it."""
+    already explains it; lines never break inside a hyphenated name."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         if action.default in (None, False, []) or "default" in (action.help or ""):
             return action.help
         return super()._get_help_string(action)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # Names such as `serving-example` or `draft-xs` stay whole: a line broken at their hyphen
+        # reads as two words and cannot be pasted back.
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
 
 class Parser(argparse.ArgumentParser):

@@ -280,6 +280,7 @@ def sd_table(results: Results) -> Table | Omitted:
                 "gamma": u.settings.gamma,
                 **csv_settings(u.config),
                 "units": 0,
+                "copies": None,
                 **no_number_fields("baseline_tokens_per_s", "sd_tokens_per_s", "speedup"),
                 "speedup_impossible": None,
                 "acceptance_rate": None,
