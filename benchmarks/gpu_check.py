@@ -127,9 +127,9 @@ def _measured(out: Path) -> dict[tuple[str, float, int, int], dict]:
     db = out / "moesd-gpu.db"
     if not db.is_file():
         return {}
-    from specmoe.bench.store import Store
     from specmoe.bench.summary_table import build, to_json
-    from specmoe.engine.draft_spec import OracleDraft, parse_draft
+    from specmoe.drafts import OracleDraft, parse_draft
+    from specmoe.results.store import Store
 
     with Store(db) as store:
         table = to_json(build(store.rows(), ("config",)))

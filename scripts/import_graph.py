@@ -6,16 +6,18 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
                                 command group
     1  findings                 the studies' claims checked on measured runs
     2  report                   the HTML report
-    3  bench                    suites, runs (local and served), the results store
+    3  bench                    suites and runs (local and served), measured into the results store
     4  zoo, perf                the model zoo; the performance model
-    5  prompts                  prompt sets and chat templates, shared by zoo and bench
-    6  api                      one-call decoding for library users
-    7  metrics                  scalars derived from recorded counts
-    8  engine                   the SD loop, drafters, acceptance
-    9  audit                    audits of other tools' results: they need only theory and errors
-    10 backends, serving        model runtimes: in this process, or behind an OpenAI-compatible server
-    10 theory, extras           closed-form algebra; which optional extras are installed
-    11 errors, stats, console, dtypes, canonical
+    5  results                  the results store, its row model and what is read from it; no torch
+    6  prompts                  prompt sets and chat templates, shared by zoo, results and bench
+    7  api                      one-call decoding for library users
+    8  metrics                  scalars derived from recorded counts
+    9  engine                   the SD loop, drafters, acceptance
+    10 audit                    audits of other tools' results: they need only theory and errors
+    11 backends, serving        model runtimes: in this process, or behind an OpenAI-compatible server
+    11 theory, extras, drafts   closed-form algebra; which optional extras are installed; the typed
+                                drafts, parsed once from their spelling
+    12 errors, stats, console, dtypes, canonical
                                 small shared modules that import no other specmoe module: the error
                                 type, interval statistics, terminal output, dtype names, canonical JSON
 
@@ -54,20 +56,22 @@ LAYERS: dict[str, int] = {
     "bench": 3,
     "zoo": 4,
     "perf": 4,
-    "prompts": 5,
-    "api": 6,
-    "metrics": 7,
-    "engine": 8,
-    "audit": 9,
-    "backends": 10,
-    "serving": 10,
-    "theory": 10,
-    "extras": 10,
-    "errors": 11,
-    "stats": 11,
-    "console": 11,
-    "dtypes": 11,
-    "canonical": 11,
+    "results": 5,
+    "prompts": 6,
+    "api": 7,
+    "metrics": 8,
+    "engine": 9,
+    "audit": 10,
+    "backends": 11,
+    "serving": 11,
+    "theory": 11,
+    "extras": 11,
+    "drafts": 11,
+    "errors": 12,
+    "stats": 12,
+    "console": 12,
+    "dtypes": 12,
+    "canonical": 12,
 }
 
 # (importer, imported) -> why the arrow points up and what removes it. Empty: no arrow points up.

@@ -18,10 +18,11 @@ from typing import Any
 
 from specmoe.backends import backend_for, load_backend
 from specmoe.backends.base import Backend
+from specmoe.drafts import DraftSpec, ModelDraft, OracleDraft
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
-from specmoe.engine.draft_spec import DraftSpec, ModelDraft, OracleDraft, make_drafter
 from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.make_drafter import make_drafter
 from specmoe.engine.ngram import NgramDrafter
 from specmoe.engine.oracle import OracleDrafter
 from specmoe.engine.records import DecodeResult

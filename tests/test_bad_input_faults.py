@@ -225,7 +225,7 @@ def test_a_store_another_process_holds_locked_is_one_line_and_untouched(
     tiny_zoo, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.delenv("SPECMOE_DEBUG", raising=False)
-    monkeypatch.setattr("specmoe.bench.store.LOCK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("specmoe.results.store.LOCK_TIMEOUT_S", 0.5)
     defaults = {"prompts": 1, "max_new_tokens": 2, "repeats": 1, "warmup": 0}
     suite, db = tiny_sd_suite(tmp_path, "locked", defaults), tmp_path / "r.db"
     run_suite(load_suite(suite), db, tiny_zoo, progress=False)

@@ -24,8 +24,8 @@ import pytest
 from test_bad_input import Case, Outcome, _run_case, _stored_runs, _suite
 from test_summary_table import cell
 
-from specmoe.bench.store import Store
 from specmoe.bench.summary_table import build, format_text, to_json
+from specmoe.results.store import Store
 
 
 def _stored_run(folder: Path) -> Path:

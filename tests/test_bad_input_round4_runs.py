@@ -18,12 +18,12 @@ from test_bad_input_identity import _prompt_file
 from tiny_suites import TINY_SD_GROUP, tiny_sd_suite
 
 from specmoe.bench.legacy_keys import keep_stored_keys, path_keyed, warn_path_keys
-from specmoe.bench.store import Store
 from specmoe.bench.suite_expand import expand
 from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
+from specmoe.results.store import Store
 
 VLLM = Path(__file__).parent / "data" / "serving-results" / "vllm"
 

@@ -3,16 +3,9 @@
 import pytest
 import torch
 
-from specmoe.engine.draft_spec import (
-    ModelDraft,
-    NgramDraft,
-    OracleDraft,
-    draft_of,
-    is_reserved_name,
-    make_drafter,
-    parse_draft,
-)
+from specmoe.drafts import ModelDraft, NgramDraft, OracleDraft, draft_of, is_reserved_name, parse_draft
 from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.make_drafter import make_drafter
 from specmoe.engine.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramDrafter
 from specmoe.engine.oracle import OracleDrafter
 from specmoe.errors import SpecmoeError

@@ -20,9 +20,9 @@ from specmoe.bench.story import (
     sentence,
     sweep_sentence,
 )
-from specmoe.bench.summary import cell_key, compare_by
 from specmoe.metrics import RoundCost, round_cost
 from specmoe.perf.breakeven import round_breakeven
+from specmoe.results.compare import cell_key, compare_by
 from specmoe.stats import Estimate
 from specmoe.theory import expected_active_experts
 

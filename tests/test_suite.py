@@ -14,13 +14,13 @@ import pytest
 from suite_files import TINY_ZOO, suite_toml, without, zoo_models
 
 from specmoe.bench.plan import plan
-from specmoe.bench.run_config import RunConfig
 from specmoe.bench.suite import ModelSpec, RunSpec
 from specmoe.bench.suite_expand import expand
 from specmoe.bench.suite_load import SUITES_DIR, builtin_suite_path, load_suite, resolve_suite_path
-from specmoe.engine.draft_spec import NgramDraft, OracleDraft
+from specmoe.drafts import NgramDraft, OracleDraft
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import load_prompt_set
+from specmoe.results.run_config import RunConfig
 
 DEFAULTS = {"prompts": 1, "repeats": 2, "max_new_tokens": 16}
 MODELS = zoo_models("moe", "dense-s", "draft-xs")

@@ -15,7 +15,7 @@ from specmoe.bench.suite_load import builtin_suite_path, load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.bench.suite_size import check_size
 from specmoe.bench.suite_zoo import prepare_zoo
-from specmoe.engine.draft_spec import OracleDraft
+from specmoe.drafts import OracleDraft
 from specmoe.errors import SpecmoeError
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "perf-examples"

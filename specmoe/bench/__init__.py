@@ -1,7 +1,7 @@
 """The benchmark harness: declarative suites measured into a resumable store (docs/suites.md).
 
-Below the report and findings, above zoo, perf and the engine's API; it drives servers through
-`specmoe.serving`. The modules, one concept each:
+Below the report and findings, above zoo, perf, the results store and the engine's API; it drives
+servers through `specmoe.serving`. The modules, one concept each:
 
 - Suite files: `suite_schema` (the format, as pydantic models), `suite_load` (TOML, overrides,
   schema, models), `suite_groups` (groups checked into `Group`s), `suite_expand` (groups into
@@ -13,10 +13,9 @@ Below the report and findings, above zoo, perf and the engine's API; it drives s
   or Ray), `runner` (one engine path, one clock), `served` and `served_rows` (a run against a
   server), `batches` (the prompts a run decodes), `noise` (the noise guard), `env` (the machine,
   recorded), `weights_check` (weights unchanged since stored), `progress` (what a run shows).
-- The store: `store` (SQLite, one row per finished run), `run_row` (the stored row), `run_config`
-  (its configuration, typed), `legacy_keys`, `store_export` (CSV/JSON), `per_prompt`.
-- Reading results: `audit` (every run against physics and counting), `summary` (SD against its
-  baseline, per cell), `summary_table` and `summary_rich` (the result table), `latency` (server
-  runs' percentiles), `story` (the demo's sentences).
+- Rows: `spec_row` (a finished run's stored row, built from its spec), `legacy_keys` (stored runs
+  keep their keys); the store and its row model are `specmoe.results`.
+- Reading results: `summary_table` and `summary_rich` (the result table), `story` (the demo's
+  sentences).
 - `quick`: a sweep from command-line arguments.
 """

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from specmoe.bench.noise import OTHER_CPU_LIMIT
 from specmoe.bench.predicted import Prediction, prediction_text
-from specmoe.bench.store import RunRow
 from specmoe.bench.story import accounts, audit_line, label, story_lines
 from specmoe.bench.story_seeds import closing_lines
 from specmoe.perf.hardware import Hardware
+from specmoe.results.store import RunRow
 
 STUDY_WHERE = "The study's published rows (`specmoe audit docs/results/study-runs.csv`)"
 

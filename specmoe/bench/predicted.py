@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from specmoe.bench.suite import ModelSpec, RunSpec, zoo_shape
-from specmoe.engine.draft_spec import ModelDraft, OracleDraft
+from specmoe.drafts import ModelDraft, OracleDraft
 from specmoe.perf.breakeven import Acceptance, Verdict, breakeven_alpha, from_alpha, verdict
 from specmoe.perf.compose import expected_speedup
 from specmoe.perf.engines import EngineProfile, engine_profile

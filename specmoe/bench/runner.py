@@ -18,21 +18,23 @@ import torch
 from specmoe.backends import load_backend
 from specmoe.backends.base import Backend
 from specmoe.backends.weights import weights_fingerprint
-from specmoe.bench.audit import audit_run
 from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
 from specmoe.bench.model_paths import model_path
 from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, guard_on, own_cores, step_spread
 from specmoe.bench.plan import Block
 from specmoe.bench.served import ServedRunner
-from specmoe.bench.store import RunRow, run_row
+from specmoe.bench.spec_row import run_row
 from specmoe.bench.suite import RunSpec, Suite
+from specmoe.drafts import ModelDraft, OracleDraft
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
-from specmoe.engine.draft_spec import ModelDraft, OracleDraft, make_drafter
+from specmoe.engine.make_drafter import make_drafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
 from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, run_times, totals
+from specmoe.results.run_audit import audit_run
+from specmoe.results.store import RunRow
 
 log = logging.getLogger(__name__)
 

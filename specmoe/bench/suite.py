@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from specmoe.canonical import short_key
-from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_spelling
+from specmoe.drafts import DraftSpec, NgramDraft, OracleDraft, draft_spelling
 from specmoe.errors import SpecmoeError
 from specmoe.serving.spec import ServerSpec
 
-ARMS = ("baseline", "sd")
 LLAMACPP_BACKEND = "llamacpp"
 SERVING_BACKEND = "openai"  # a model behind an OpenAI-compatible server (specmoe.serving)
 CONFIG_WEIGHTS = "bfloat16"  # the dtype a suite's config-built models are stored in (runs cast it)
@@ -318,7 +317,6 @@ def zoo_shape(spec: ModelSpec):
 
 
 __all__ = [
-    "ARMS",
     "CONFIG_WEIGHTS",
     "LLAMACPP_BACKEND",
     "PLAIN_SETTINGS",

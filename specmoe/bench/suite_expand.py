@@ -6,7 +6,7 @@ import itertools
 from dataclasses import replace
 
 from specmoe.bench.suite import Group, ModelSpec, RunSpec, Suite, zoo_shape
-from specmoe.engine.draft_spec import ModelDraft, OracleDraft
+from specmoe.drafts import ModelDraft, OracleDraft
 from specmoe.prompts import batch_count, load_prompts, prompt_set_digest, selection_size
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from specmoe.bench.suite import PLAIN_SETTINGS, Group, ModelSpec, zoo_shape
 from specmoe.bench.suite_errors import SuiteContext, suggest
 from specmoe.bench.suite_schema import GroupSettings, GroupTable
-from specmoe.engine.draft_spec import DraftSpec, ModelDraft, OracleDraft
+from specmoe.drafts import DraftSpec, ModelDraft, OracleDraft
 from specmoe.prompts import BUILTIN_PROMPT_SETS, is_builtin
 
 

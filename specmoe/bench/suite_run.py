@@ -14,11 +14,11 @@ from specmoe.bench.executors import Executor, LocalExecutor, Work
 from specmoe.bench.legacy_keys import keep_stored_keys, warn_path_keys
 from specmoe.bench.plan import blocks, plan
 from specmoe.bench.preflight import check_extras, preflight
-from specmoe.bench.store import FailedAttempt, RunRow, Store
 from specmoe.bench.suite import RunSpec, Suite
 from specmoe.bench.suite_size import check_size, warn_copies
 from specmoe.bench.weights_check import warn_changed_weights
 from specmoe.errors import SpecmoeError
+from specmoe.results.store import FailedAttempt, RunRow, Store
 
 log = logging.getLogger(__name__)
 

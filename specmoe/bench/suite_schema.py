@@ -27,8 +27,8 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from specmoe.bench.suite import SERVING_BACKEND
+from specmoe.drafts import NGRAM, DraftSpec, is_reserved_name, parse_draft
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
-from specmoe.engine.draft_spec import NGRAM, DraftSpec, is_reserved_name, parse_draft
 from specmoe.errors import SpecmoeError
 from specmoe.serving.engines import ENGINES
 from specmoe.serving.spec import ENDPOINTS, normalize_url, without_userinfo
@@ -70,7 +70,7 @@ def _device(value: str) -> str:
 
 
 def _draft(value: str) -> DraftSpec:
-    """The typed draft a spelling names (`specmoe.engine.draft_spec`): the one place a suite's drafts
+    """The typed draft a spelling names (`specmoe.drafts`): the one place a suite's drafts
     are parsed, so "ngram" and "ngram:1-3", or "oracle:0.60" and "oracle:0.6", are one run."""
     try:
         return parse_draft(value)

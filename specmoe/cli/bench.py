@@ -191,9 +191,9 @@ def run_bench_quick(args) -> int:
 
 
 def run_export(args) -> int:
-    from specmoe.bench.per_prompt import export_per_prompt
-    from specmoe.bench.store import export
-    from specmoe.bench.store_export import default_export_path
+    from specmoe.results.export import default_export_path
+    from specmoe.results.per_prompt import export_per_prompt
+    from specmoe.results.store import export
 
     out = args.out or default_export_path(args.db, args.format, args.per_prompt)
     (export_per_prompt if args.per_prompt else export)(args.db, out, args.format)

@@ -100,9 +100,9 @@ def run_demo(args) -> int:
     from specmoe.bench.demo_story import demo_story, prediction_lines
     from specmoe.bench.noise import machine_load
     from specmoe.bench.predicted import predict_suite
-    from specmoe.bench.store import export
     from specmoe.bench.suite_expand import expand
     from specmoe.bench.suite_run import run_suite
+    from specmoe.results.store import export
 
     out = args.out
     started = time.perf_counter()

@@ -14,7 +14,7 @@ from specmoe.console import is_terminal
 from specmoe.errors import SpecmoeError
 
 if TYPE_CHECKING:
-    from specmoe.bench.store import RunRow
+    from specmoe.results.store import RunRow
 
 CONFIG, CATEGORY = "config", "category"  # as specmoe.bench.summary_table names them
 BY_HELP = (
@@ -64,8 +64,8 @@ def add_summary(bench) -> None:
 def run_summary(args: argparse.Namespace) -> int:
     if not args.db.is_file():
         raise SpecmoeError(f"results store not found: {args.db}; run a suite first or pass the right --db")
-    from specmoe.bench.store import Store
     from specmoe.bench.summary_table import check_by, select
+    from specmoe.results.store import Store
 
     by = check_by(args.by)  # before the store is read: a typo is one line at once
     with Store(args.db) as store:

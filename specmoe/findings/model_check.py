@@ -28,14 +28,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.store import RunRow
-from specmoe.bench.summary import cell_key, compare
-from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_of
+from specmoe.drafts import DraftSpec, NgramDraft, OracleDraft, draft_of
 from specmoe.findings.cells import prompt_of
 from specmoe.metrics import acceptance_rate
 from specmoe.perf.advise import advise
 from specmoe.perf.compose import PlainSchedule, Rounds, SDSchedule, plain_seconds, sd_seconds
+from specmoe.results.compare import cell_key, compare
+from specmoe.results.run_config import RunConfig
+from specmoe.results.store import RunRow
 from specmoe.stats import ratio_of_means
 from specmoe.theory import per_token_alpha
 
@@ -311,7 +311,7 @@ def check_advice(checked: Sequence[Checked], models: Models) -> list[AdviceCheck
 def read_rows(path: Path) -> list[RunRow]:
     """A store (.db: round traces included) or an exported CSV (counts only)."""
     if Path(path).suffix == ".db":
-        from specmoe.bench.store import Store
+        from specmoe.results.store import Store
 
         with Store(path) as store:
             return store.rows()

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specmoe.bench.run_config import RunConfig
-from specmoe.engine.draft_spec import NgramDraft, OracleDraft
+from specmoe.drafts import NgramDraft, OracleDraft
 from specmoe.report.results import SdResult
+from specmoe.results.run_config import RunConfig
 from specmoe.theory import per_token_alpha
 
 MAX_ALPHA = 0.999  # sd_speedup's geometric sum is 0/0 at α = 1

@@ -15,11 +15,11 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 
-from specmoe.bench.audit import impossible_speedup
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.store import RunRow
 from specmoe.metrics import acceptance_rate, speedup, target_efficiency_measured
 from specmoe.prompts import original_id
+from specmoe.results.run_audit import impossible_speedup
+from specmoe.results.run_config import RunConfig
+from specmoe.results.store import RunRow
 from specmoe.stats import Estimate, coefficient_of_variation
 
 REPEAT_CV_LIMIT = 0.10  # coefficient of variation across repeats of one batch (see repeat_instability)

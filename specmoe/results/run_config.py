@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from specmoe.engine.draft_spec import DraftSpec, OracleDraft, draft_of
+from specmoe.drafts import DraftSpec, OracleDraft, draft_of
 from specmoe.errors import SpecmoeError
 
 

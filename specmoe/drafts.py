@@ -10,7 +10,8 @@ is stored and keyed under (the results store's run keys contain it, so it must n
 
 An oracle draft proposes the target's own continuation, each token accepted with probability P, and
 pays for the forward passes of a real model (a suite's `oracle_cost`): that cost model is a setting of
-the run, not part of the draft's spelling. `make_drafter` is the one place a drafter is built.
+the run, not part of the draft's spelling. `specmoe.engine.make_drafter` is the one place a drafter
+is built; this module imports no torch, so the results store can parse a stored draft without it.
 
 A draft is parsed once, where a suite or a command line is read, and travels typed from there; code
 dispatches on its type, never on its spelling. A draft equals, hashes and sorts as its canonical
@@ -21,18 +22,15 @@ spelling: `ModelDraft("draft-xs") == "draft-xs"`, `NgramDraft(1, 3) == "ngram:1-
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specmoe.backends.base import Backend
-from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramDrafter
-from specmoe.engine.oracle import OracleDrafter
 from specmoe.errors import SpecmoeError
 
 NGRAM = "ngram"
 ORACLE_PREFIX = "oracle:"
-NGRAM_DEFAULT = (DEFAULT_MIN_N, DEFAULT_MAX_N)  # what "ngram" alone means
+DEFAULT_MIN_N = 1  # n-gram lengths, in tokens, that "ngram" alone means
+DEFAULT_MAX_N = 3
+NGRAM_DEFAULT = (DEFAULT_MIN_N, DEFAULT_MAX_N)
 _NGRAM_RE = re.compile(r"ngram:(\d+)-(\d+)")
 
 
@@ -137,24 +135,3 @@ def _parse_oracle(text: str) -> OracleDraft:
     if not 0.0 <= acceptance <= 1.0:  # also rejects nan
         raise SpecmoeError(f"bad oracle draft '{text}'; write oracle:P with P in [0, 1], e.g. \"oracle:0.6\"")
     return OracleDraft(acceptance)
-
-
-def make_drafter(
-    draft: DraftSpec,
-    target: Backend,
-    model: Backend | None = None,
-    continuations: Sequence[Sequence[int]] | None = None,
-    seed: int = 0,
-) -> ModelDrafter | NgramDrafter | OracleDrafter:
-    """The drafter for `draft` against `target`. `model` is the draft model for a ModelDraft and the
-    cost model for an OracleDraft; `continuations` (the target's greedy continuation of each prompt)
-    and `seed` are the oracle's."""
-    if isinstance(draft, NgramDraft):
-        return NgramDrafter(target, draft.min_n, draft.max_n)
-    if model is None:
-        raise ValueError(f"draft '{draft}' needs a loaded model")
-    if isinstance(draft, OracleDraft):
-        if continuations is None:
-            raise ValueError(f"draft '{draft}' needs the target's continuations")
-        return OracleDrafter(model, draft.acceptance, continuations, seed=seed)
-    return ModelDrafter(model)
