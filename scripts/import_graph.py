@@ -6,18 +6,19 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
                                 command group
     1  findings                 the studies' claims checked on measured runs
     2  report                   the HTML report
-    3  bench                    suites and runs (local and served), measured into the results store
-    4  zoo, perf                the model zoo; the performance model
-    5  results                  the results store, its row model and what is read from it; no torch
-    6  prompts                  prompt sets and chat templates, shared by zoo, results and bench
-    7  api                      one-call decoding for library users
-    8  metrics                  scalars derived from recorded counts
-    9  engine                   the SD loop, drafters, acceptance
-    10 audit                    audits of other tools' results: they need only theory and errors
-    11 backends, serving        model runtimes: in this process, or behind an OpenAI-compatible server
-    11 theory, extras, drafts   closed-form algebra; which optional extras are installed; the typed
+    3  bench                    measuring: a suite's runs (local and served) into the results store
+    4  suite                    suite files read, checked and expanded into runs
+    5  zoo, perf                the model zoo; the performance model
+    6  results                  the results store, its row model and what is read from it; no torch
+    7  prompts                  prompt sets and chat templates, shared by zoo, results and suites
+    8  api                      one-call decoding for library users
+    9  metrics                  scalars derived from recorded counts
+    10 engine                   the SD loop, drafters, acceptance
+    11 audit                    audits of other tools' results: they need only theory and errors
+    12 backends, serving        model runtimes: in this process, or behind an OpenAI-compatible server
+    12 theory, extras, drafts   closed-form algebra; which optional extras are installed; the typed
                                 drafts, parsed once from their spelling
-    12 errors, stats, console, dtypes, canonical
+    13 errors, stats, console, dtypes, canonical
                                 small shared modules that import no other specmoe module: the error
                                 type, interval statistics, terminal output, dtype names, canonical JSON
 
@@ -54,24 +55,25 @@ LAYERS: dict[str, int] = {
     "findings": 1,
     "report": 2,
     "bench": 3,
-    "zoo": 4,
-    "perf": 4,
-    "results": 5,
-    "prompts": 6,
-    "api": 7,
-    "metrics": 8,
-    "engine": 9,
-    "audit": 10,
-    "backends": 11,
-    "serving": 11,
-    "theory": 11,
-    "extras": 11,
-    "drafts": 11,
-    "errors": 12,
-    "stats": 12,
-    "console": 12,
-    "dtypes": 12,
-    "canonical": 12,
+    "suite": 4,
+    "zoo": 5,
+    "perf": 5,
+    "results": 6,
+    "prompts": 7,
+    "api": 8,
+    "metrics": 9,
+    "engine": 10,
+    "audit": 11,
+    "backends": 12,
+    "serving": 12,
+    "theory": 12,
+    "extras": 12,
+    "drafts": 12,
+    "errors": 13,
+    "stats": 13,
+    "console": 13,
+    "dtypes": 13,
+    "canonical": 13,
 }
 
 # (importer, imported) -> why the arrow points up and what removes it. Empty: no arrow points up.

@@ -27,9 +27,9 @@ from test_bad_input_more import STUDY, VLLM, suite_text
 from tiny_suites import tiny_sd_suite
 
 from specmoe.audit.inputs import audit_input
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
+from specmoe.suite.load import load_suite
 
 # --- servers -------------------------------------------------------------------------------------
 

@@ -191,9 +191,9 @@ def test_a_cell_with_one_noisy_run_in_every_pair_says_how_many():
 
 
 def test_the_run_count_is_what_the_suite_lists_or_an_upper_bound():
-    from specmoe.bench.suite_expand import expand
-    from specmoe.bench.suite_load import builtin_suite_path, load_suite
-    from specmoe.bench.suite_size import check_size
+    from specmoe.suite.expand import expand
+    from specmoe.suite.load import builtin_suite_path, load_suite
+    from specmoe.suite.size import check_size
 
     for name in ("family", "quick", "study"):
         suite = load_suite(builtin_suite_path(name))

@@ -62,8 +62,8 @@ TINY_SUITE = {
 
 @pytest.fixture(scope="module")
 def tiny_run_db(tiny_zoo, tmp_path_factory) -> Path:
-    from specmoe.bench.suite_load import load_suite
     from specmoe.bench.suite_run import run_suite
+    from specmoe.suite.load import load_suite
 
     folder = tmp_path_factory.mktemp("findings")
     run_suite(load_suite(write_suite(folder, **TINY_SUITE)), folder / "t.db", tiny_zoo, progress=False)

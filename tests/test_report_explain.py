@@ -14,7 +14,6 @@ from test_report import (
 )  # tests/ is on sys.path under pytest's default import mode
 
 from specmoe.bench.served_rows import served_row
-from specmoe.bench.suite import ModelSpec, RunSpec
 from specmoe.drafts import ModelDraft
 from specmoe.metrics import position_acceptance, time_shares_of
 from specmoe.perf.advise import advise
@@ -33,6 +32,7 @@ from specmoe.results.store import Store
 from specmoe.serving.load import RequestRecord, ServedRun
 from specmoe.serving.prometheus import SpecCounters
 from specmoe.serving.spec import ServerSpec
+from specmoe.suite.types import ModelSpec, RunSpec
 
 FITS = Path(__file__).resolve().parents[1] / "docs" / "results" / "cpu" / "findings" / "fits"
 

@@ -61,7 +61,7 @@ def model_shapes(suites: Sequence, zoos: Sequence[Path | None]) -> dict[str, tup
 def study_audit() -> str:
     """The audit of the study's published rows in one line, or why there is none."""
     from specmoe.audit.foreign import audit_csv
-    from specmoe.bench.shipped import STUDY_ROWS
+    from specmoe.suite.shipped import STUDY_ROWS
 
     if not STUDY_ROWS.is_file():
         return f"{STUDY_WHERE}: not found; they ship with the source tree"

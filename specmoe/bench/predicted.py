@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specmoe.bench.suite import ModelSpec, RunSpec, zoo_shape
 from specmoe.drafts import ModelDraft, OracleDraft
 from specmoe.perf.breakeven import Acceptance, Verdict, breakeven_alpha, from_alpha, verdict
 from specmoe.perf.compose import expected_speedup
@@ -29,6 +28,7 @@ from specmoe.perf.firstprinciples import first_principles_constants
 from specmoe.perf.hardware import Hardware
 from specmoe.perf.model import MoEShape
 from specmoe.perf.predict import ModelTimes
+from specmoe.suite.types import ModelSpec, RunSpec, zoo_shape
 
 PROMPT_TOKENS = 64  # a built-in prompt's typical length: the context is this plus half the new tokens
 

@@ -36,14 +36,14 @@ from pathlib import Path
 
 from specmoe.backends import backend_for
 from specmoe.bench.batches import prompt_ids
-from specmoe.bench.model_paths import local_files
-from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, RunSpec, Suite
-from specmoe.bench.suite_expand import expand
 from specmoe.drafts import ModelDraft
 from specmoe.errors import SpecmoeError
 from specmoe.extras import require
 from specmoe.prompts import load_prompt_set
 from specmoe.results.store import check_store_path
+from specmoe.suite.expand import expand
+from specmoe.suite.model_paths import local_files
+from specmoe.suite.types import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, RunSpec, Suite
 
 
 def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) -> None:

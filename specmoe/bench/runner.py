@@ -20,12 +20,10 @@ from specmoe.backends.base import Backend
 from specmoe.backends.weights import weights_fingerprint
 from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
-from specmoe.bench.model_paths import model_path
 from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, guard_on, own_cores, step_spread
 from specmoe.bench.plan import Block
 from specmoe.bench.served import ServedRunner
 from specmoe.bench.spec_row import run_row
-from specmoe.bench.suite import RunSpec, Suite
 from specmoe.drafts import ModelDraft, OracleDraft
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
@@ -35,6 +33,8 @@ from specmoe.engine.sampling import SamplingParams
 from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, run_times, totals
 from specmoe.results.run_audit import audit_run
 from specmoe.results.store import RunRow
+from specmoe.suite.model_paths import model_path
+from specmoe.suite.types import RunSpec, Suite
 
 log = logging.getLogger(__name__)
 

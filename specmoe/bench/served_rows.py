@@ -15,7 +15,6 @@ from dataclasses import asdict
 from typing import Any
 
 from specmoe.bench.spec_row import run_row
-from specmoe.bench.suite import RunSpec
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import (
     RunCounts,
@@ -32,6 +31,7 @@ from specmoe.serving.engines import engine_metrics
 from specmoe.serving.load import RequestRecord, ServedRun, unfinished
 from specmoe.serving.server_log import Counts
 from specmoe.serving.spec import ServerSpec
+from specmoe.suite.types import RunSpec
 
 
 def served_row(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from specmoe.bench.suite import RunSpec
 from specmoe.metrics import RunCounts, RunTimes, run_acceptance
 from specmoe.results.run_row import RunRow
+from specmoe.suite.types import RunSpec
 
 
 def run_row(

@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass
 from specmoe.backends.router_trace import distinct_experts_per_layer
 from specmoe.bench.batches import prompt_ids
 from specmoe.bench.runner import ModelPool
-from specmoe.bench.suite import RunSpec
 from specmoe.drafts import OracleDraft
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.make_drafter import make_drafter
 from specmoe.metrics import totals
 from specmoe.results.run_row import RunRow
+from specmoe.suite.types import RunSpec
 
 
 @dataclass(frozen=True)

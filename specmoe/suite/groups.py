@@ -1,6 +1,6 @@
 """A suite's [[groups]] (with [defaults] merged in) checked into `Group`s: their model and draft
 references and the rules that tie keys and tables together (served targets, prompt lengths,
-top-k). Each value's type and range is the schema's (`suite_schema`), checked before."""
+top-k). Each value's type and range is the schema's (`schema`), checked before."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.suite import PLAIN_SETTINGS, Group, ModelSpec, zoo_shape
-from specmoe.bench.suite_errors import SuiteContext, suggest
-from specmoe.bench.suite_schema import GroupSettings, GroupTable
 from specmoe.drafts import DraftSpec, ModelDraft, OracleDraft
 from specmoe.prompts import BUILTIN_PROMPT_SETS, is_builtin
+from specmoe.suite.errors import SuiteContext, suggest
+from specmoe.suite.schema import GroupSettings, GroupTable
+from specmoe.suite.types import PLAIN_SETTINGS, Group, ModelSpec, zoo_shape
 
 
 class _Merged:

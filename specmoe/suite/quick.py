@@ -18,14 +18,14 @@ from typing import Any
 
 import tomli_w
 
-from specmoe.bench.overrides import command_line_path
-from specmoe.bench.suite import Suite
-from specmoe.bench.suite_load import parse_suite
-from specmoe.bench.suite_schema import SCHEMA_VERSION
 from specmoe.drafts import NgramDraft, OracleDraft, is_reserved_name, parse_draft
 from specmoe.dtypes import DEFAULT_DTYPE
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import is_builtin, load_prompts
+from specmoe.suite.load import parse_suite
+from specmoe.suite.overrides import command_line_path
+from specmoe.suite.schema import SCHEMA_VERSION
+from specmoe.suite.types import Suite
 from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
 SUITE_NAME = "bench-quick"
