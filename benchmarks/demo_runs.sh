@@ -34,7 +34,7 @@ summarise() {
     "$1" - "$2" <<'EOF'
 import json, sys
 from specmoe.results.store import Store
-from specmoe.bench.story import Outcome, accounts, outcome
+from specmoe.report.story import Outcome, accounts, outcome
 with Store(sys.argv[1]) as store:
     rows = store.rows()
 found = accounts(rows, keep_noisy=True)

@@ -127,8 +127,8 @@ def _measured(out: Path) -> dict[tuple[str, float, int, int], dict]:
     db = out / "moesd-gpu.db"
     if not db.is_file():
         return {}
-    from specmoe.bench.summary_table import build, to_json
     from specmoe.drafts import OracleDraft, parse_draft
+    from specmoe.report.summary_table import build, to_json
     from specmoe.results.store import Store
 
     with Store(db) as store:

@@ -5,8 +5,9 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
     0  cli                      the command line: the specmoe/cli/ package, one module per
                                 command group
     1  findings                 the studies' claims checked on measured runs
-    2  report                   the HTML report
-    3  bench                    measuring: a suite's runs (local and served) into the results store
+    2  bench                    measuring: a suite's runs (local and served) into the results store
+    3  report                   the HTML report, the terminal result table and the demo's account:
+                                read from the results store, never from the harness that wrote it
     4  suite                    suite files read, checked and expanded into runs
     5  zoo, perf                the model zoo; the performance model
     6  results                  the results store, its row model and what is read from it; no torch
@@ -53,8 +54,8 @@ from pathlib import Path
 LAYERS: dict[str, int] = {
     "cli": 0,
     "findings": 1,
-    "report": 2,
-    "bench": 3,
+    "bench": 2,
+    "report": 3,
     "suite": 4,
     "zoo": 5,
     "perf": 5,

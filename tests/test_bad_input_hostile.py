@@ -24,7 +24,7 @@ import pytest
 from test_bad_input import Case, Outcome, _run_case, _stored_runs, _suite
 from test_summary_table import cell
 
-from specmoe.bench.summary_table import build, format_text, to_json
+from specmoe.report.summary_table import build, format_text, to_json
 from specmoe.results.store import Store
 
 

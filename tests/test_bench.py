@@ -17,8 +17,8 @@ from audited import counts_pass
 from suite_files import TINY_ZOO, write_suite, zoo_models
 
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.summary_table import format_summary
 from specmoe.metrics import TIME_KEYS, RunCounts, RunTimes
+from specmoe.report.summary_table import format_summary
 from specmoe.results.compare import compare
 from specmoe.results.run_audit import audit_run
 from specmoe.results.store import Store

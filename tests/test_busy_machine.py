@@ -14,9 +14,9 @@ from dataclasses import replace
 from test_report import simulate, spec
 from test_summary_table import cell
 
-from specmoe.bench.noise import NOISE_FIX
-from specmoe.bench.summary_table import build, format_text, to_json
 from specmoe.report import write_report
+from specmoe.report.summary_table import build, format_text, to_json
+from specmoe.results.noisy import NOISE_FIX
 from specmoe.results.store import RunRow, Store
 
 REASON = "other processes used 1.00 cores while it ran"

@@ -11,8 +11,8 @@ from test_summary_table import cell
 
 from specmoe.api import display_text, load_tokenizer
 from specmoe.bench.progress import MAX_LINE, ArmResult, block_line
-from specmoe.bench.summary_table import build, format_text
 from specmoe.cli import DESCRIPTION, main
+from specmoe.report.summary_table import build, format_text
 from specmoe.results.store import Store
 from specmoe.suite.shipped import shipped_suites
 

@@ -8,7 +8,7 @@ from tiny_suites import tiny_sd_suite
 from specmoe.bench import noise, runner
 from specmoe.bench.noise import Load, disturbance, step_spread
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.summary_table import format_summary
+from specmoe.report.summary_table import format_summary
 from specmoe.results.compare import compare
 from specmoe.suite.load import load_suite
 

@@ -13,8 +13,8 @@ from tiny_suites import tiny_sd_suite
 
 from specmoe.bench.plan import plan
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.summary_table import format_summary
 from specmoe.prompts import Prompt, load_prompts, prompt_batch, select_prompts
+from specmoe.report.summary_table import format_summary
 from specmoe.results.compare import compare
 from specmoe.suite.expand import expand
 from specmoe.suite.load import load_suite

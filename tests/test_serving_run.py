@@ -14,9 +14,9 @@ from serving_stub import StubConfig, StubServer
 from suite_files import suite_toml
 
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.summary_table import build, format_summary, to_json
 from specmoe.cli import main
 from specmoe.metrics import RunCounts, RunTimes, served_decode_tokens_per_s, served_run_times
+from specmoe.report.summary_table import build, format_summary, to_json
 from specmoe.results.compare import compare
 from specmoe.results.store import Store, export
 from specmoe.suite.expand import expand

@@ -11,7 +11,12 @@ from dataclasses import replace
 
 import pytest
 
-from specmoe.bench.summary_table import (
+from specmoe.cli import main
+from specmoe.cli import summary as summary_cli
+from specmoe.errors import SpecmoeError
+from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
+from specmoe.metrics import latency_percentiles as percentiles
+from specmoe.report.summary_table import (
     BY_CHOICES,
     CATEGORY,
     CONFIG,
@@ -21,11 +26,6 @@ from specmoe.bench.summary_table import (
     speedup_text,
     to_json,
 )
-from specmoe.cli import main
-from specmoe.cli import summary as summary_cli
-from specmoe.errors import SpecmoeError
-from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
-from specmoe.metrics import latency_percentiles as percentiles
 from specmoe.results.latency import served_latency
 from specmoe.results.store import RunRow, Store
 from specmoe.stats import Estimate, ratio_of_means

@@ -97,10 +97,10 @@ def probe_hardware(out: Path):
 def run_demo(args) -> int:
     """Predictions, measurements, the summary, the account and the closing paragraph; results under
     --out (results.db, results.csv, hw.json, and with --report the report)."""
-    from specmoe.bench.demo_story import demo_story, prediction_lines
     from specmoe.bench.noise import machine_load
-    from specmoe.bench.predicted import predict_suite
     from specmoe.bench.suite_run import run_suite
+    from specmoe.report.demo_story import demo_story, prediction_lines
+    from specmoe.report.predicted import predict_suite
     from specmoe.results.store import export
     from specmoe.suite.expand import expand
 

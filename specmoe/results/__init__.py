@@ -6,5 +6,5 @@ needs torch, so reading a results database loads no model runtime. The modules, 
 - `store` (SQLite, one row per finished run), `run_row` (the stored row), `run_config` (its
   configuration, typed), `export` (CSV, Parquet), `per_prompt` (one record per prompt).
 - `run_audit` (every run against physics and counting), `compare` (SD against its baseline, per
-  cell), `latency` (server runs' percentiles).
+  cell), `latency` (server runs' percentiles), `noisy` (what a run flagged noisy means).
 """

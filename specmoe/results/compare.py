@@ -4,7 +4,7 @@ A cell is one configuration over all its prompt batches and repeats (`RunSpec.ce
 speedup pairs each SD run with the baseline run of the same prompt batch and repeat (measured back
 to back, `specmoe.bench.plan`); each pair is one unit. Runs the noise guard flagged are left out of
 every number and counted beside them; a cell whose repeats of one batch disagree is marked unstable.
-The table made of these is `specmoe.bench.summary_table`.
+The table made of these is `specmoe.report.summary_table`.
 """
 
 from __future__ import annotations

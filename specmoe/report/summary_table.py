@@ -11,7 +11,7 @@ latency table: TTFT and TPOT percentiles per arm and concurrency (`specmoe.resul
 runs left out and counted as in the result table.
 
 The same table renders three ways: plain text (a file or a pipe), a rich table (a terminal,
-`specmoe.bench.summary_rich`) and JSON (`--json`), all from one `SummaryTable`.
+`specmoe.report.summary_rich`) and JSON (`--json`), all from one `SummaryTable`.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.noise import NOISE_FIX
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import prompt_label
 from specmoe.results.compare import Comparison, batch_category, cell_key, compare_by
 from specmoe.results.latency import Latency, served_latency
+from specmoe.results.noisy import NOISE_FIX
 from specmoe.results.store import RunRow
 from specmoe.stats import Estimate
 

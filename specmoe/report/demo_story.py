@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from specmoe.bench.noise import OTHER_CPU_LIMIT
-from specmoe.bench.predicted import Prediction, prediction_text
-from specmoe.bench.story import accounts, audit_line, label, story_lines
-from specmoe.bench.story_seeds import closing_lines
 from specmoe.perf.hardware import Hardware
+from specmoe.report.predicted import Prediction, prediction_text
+from specmoe.report.story import accounts, audit_line, label, story_lines
+from specmoe.report.story_seeds import closing_lines
+from specmoe.results.noisy import OTHER_CPU_LIMIT
 from specmoe.results.store import RunRow
 
 STUDY_WHERE = "The study's published rows (`specmoe audit docs/results/study-runs.csv`)"
