@@ -44,6 +44,23 @@ def test_no_draft_and_reserved_names():
     assert not is_reserved_name("ngram2") and not is_reserved_name("draft-xs")
 
 
+ORACLE_KEY = {"oracle": 0.6, "cost": "ID", "draws": "per-unit"}
+
+
+@pytest.mark.parametrize(
+    ("draft", "answers", "key"),
+    [
+        (ModelDraft("d"), ("d", True, False, None, "d"), "ID"),
+        (NgramDraft(1, 3), (None, False, False, None, None), {"ngram": [1, 3]}),
+        (OracleDraft(0.6), (None, True, True, 0.6, "cost"), ORACLE_KEY),
+    ],
+)
+def test_each_kind_answers_what_callers_ask(draft, answers, key):
+    asked = (draft.model_name, draft.runs_model, draft.needs_cost_model, draft.dialed_acceptance)
+    assert (*asked, draft.cost_model("cost")) == answers
+    assert draft.key("ID") == key  # a run key's draft part, as stored: never change it
+
+
 class _Model:
     vocab_size, max_context, device = 8, 64, torch.device("cpu")
 

@@ -36,7 +36,6 @@ from pathlib import Path
 
 from specmoe.backends import backend_for
 from specmoe.bench.batches import prompt_ids
-from specmoe.drafts import ModelDraft
 from specmoe.errors import SpecmoeError
 from specmoe.extras import require
 from specmoe.prompts import load_prompt_set
@@ -133,7 +132,8 @@ def _check_tokenizers(
     digests: dict[str, str | None] = {}
     for spec in specs:
         draft = spec.draft_model
-        if draft is None or not isinstance(spec.draft, ModelDraft):  # an oracle proposes no tokens
+        # Only a draft model proposes its own tokens; an oracle proposes the target's.
+        if draft is None or spec.draft is None or spec.draft.model_name is None:
             continue
         names = (draft.name, spec.target)
         if any(contexts.get(name) is None for name in names):  # not both HF models

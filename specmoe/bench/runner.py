@@ -24,7 +24,6 @@ from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, guard_on, own_c
 from specmoe.bench.plan import Block
 from specmoe.bench.served import ServedRunner
 from specmoe.bench.spec_row import run_row
-from specmoe.drafts import ModelDraft, OracleDraft
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
 from specmoe.engine.make_drafter import make_drafter
@@ -276,12 +275,11 @@ class Runner:
         draft = spec.draft
         if draft is None:
             return lambda: None
-        model, continuations = None, None
-        if isinstance(draft, OracleDraft):
-            model = self.pool.model(spec.oracle_cost, spec.dtype, spec.device, compile=spec.compile)
+        name = draft.cost_model(spec.oracle_cost)
+        model = None if name is None else self.pool.model(name, spec.dtype, spec.device, compile=spec.compile)
+        continuations = None
+        if draft.dialed_acceptance is not None:  # an oracle replays the target's own continuation
             continuations = self._continuation(spec, target, prompts, config)
-        elif isinstance(draft, ModelDraft):
-            model = self.pool.model(draft.name, spec.dtype, spec.device, compile=spec.compile)
         return lambda: make_drafter(draft, target, model, continuations, seed=spec.oracle_seed)
 
     @staticmethod

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specmoe.drafts import DraftSpec, NgramDraft, OracleDraft, draft_of
+from specmoe.drafts import DraftSpec, draft_of
 from specmoe.findings.cells import prompt_of
 from specmoe.metrics import acceptance_rate
 from specmoe.perf.advise import advise
@@ -112,7 +112,7 @@ class AdviceCheck:
 
 def is_free_drafter(draft: DraftSpec | None) -> bool:
     """Whether a stored run's draft runs no model (an n-gram draft), so costs nothing to model."""
-    return isinstance(draft, NgramDraft)
+    return draft is not None and not draft.runs_model
 
 
 def sd_schedule(row: RunRow, active: float | None = None) -> SDSchedule:
@@ -261,8 +261,8 @@ def group_alpha(cells: Sequence[Checked]) -> float:
     """The per-position acceptance a user would give advise: the oracle's dialed value, else the
     median over the group's cells of the α whose i.i.d. acceptance gives each cell's measured rate."""
     draft = draft_of(cells[0].draft)
-    if isinstance(draft, OracleDraft):
-        return draft.acceptance
+    if draft is not None and draft.dialed_acceptance is not None:
+        return draft.dialed_acceptance
     return min(statistics.median(per_token_alpha(c.acceptance, c.gamma) for c in cells), 0.999)
 
 
@@ -375,7 +375,7 @@ class ModelLibrary:
             return None
         if is_free_drafter(config.draft):
             return target, None
-        name = config.oracle_cost if isinstance(config.draft, OracleDraft) else config.draft_name
+        name = config.draft_name if config.draft is None else config.draft.cost_model(config.oracle_cost)
         draft_dtype = str(config.draft_field("gguf") or config.dtype)
         draft = self._times(config.draft_field("zoo_preset"), str(name), draft_dtype)
         return None if draft is None else (target, draft)

@@ -24,7 +24,6 @@ from dataclasses import asdict, dataclass
 from specmoe.backends.router_trace import distinct_experts_per_layer
 from specmoe.bench.batches import prompt_ids
 from specmoe.bench.runner import ModelPool
-from specmoe.drafts import OracleDraft
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.make_drafter import make_drafter
 from specmoe.metrics import totals
@@ -54,7 +53,7 @@ def replayable(row: RunRow) -> bool:
         and float(settings.temperature or 0.0) == 0.0
         and (settings.target_field("backend") or "hf") == "hf"
         and not settings.target_field("gguf")
-        and not isinstance(settings.draft, OracleDraft)
+        and (settings.draft is None or settings.draft.dialed_acceptance is None)
     )
 
 

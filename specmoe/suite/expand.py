@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from specmoe.drafts import ModelDraft, OracleDraft
 from specmoe.prompts import batch_count, load_prompts, prompt_set_digest, selection_size
 from specmoe.suite.types import GRID_AXES, Group, ModelSpec, RunSpec, Suite, zoo_shape
 
@@ -49,11 +48,8 @@ def _grid(suite: Suite, group: Group):
         point = dict(zip(GRID_AXES, values, strict=True))  # each axis is the RunSpec field of its name
         draft, prompt_set, served = point["draft"], point["prompt_set"], point["concurrency"] is not None
         target_model = suite.model(point["target"])
-        draft_model = None
-        if isinstance(draft, OracleDraft):
-            draft_model = suite.model(group.oracle_cost)
-        elif isinstance(draft, ModelDraft):
-            draft_model = suite.model(draft.name)
+        cost_model = None if draft is None else draft.cost_model(group.oracle_cost)
+        draft_model = None if cost_model is None else suite.model(cost_model)
         point["gamma"] = point["gamma"] if draft is not None else 0
         point["moe_top_k"] = _effective_top_k(target_model, point["moe_top_k"])
         yield RunSpec(
@@ -63,7 +59,7 @@ def _grid(suite: Suite, group: Group):
             arm="baseline" if draft is None else "sd",
             repeat=0,
             warmup=group.warmup,
-            oracle_cost=group.oracle_cost if isinstance(draft, OracleDraft) else None,
+            oracle_cost=group.oracle_cost if draft is not None and draft.needs_cost_model else None,
             target_model=target_model,
             draft_model=draft_model,
             requests=group.requests,

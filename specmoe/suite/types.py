@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specmoe.canonical import short_key
-from specmoe.drafts import DraftSpec, NgramDraft, OracleDraft, draft_spelling
+from specmoe.drafts import DraftSpec, draft_spelling
 from specmoe.errors import SpecmoeError
 from specmoe.serving.spec import ServerSpec
 
@@ -226,16 +226,8 @@ class RunSpec:
         models given by identity rather than by suite-local name."""
         draft: dict[str, Any] | None = None
         spec = self.draft
-        if isinstance(spec, NgramDraft):
-            draft = {"ngram": [spec.min_n, spec.max_n]}
-        elif self.draft_model is not None:
-            draft = (
-                # "draws": each paired unit draws its own accept/reject coins (`oracle_seed`); runs
-                # stored before that shared one stream per repeat and keep their older keys apart
-                {"oracle": spec.acceptance, "cost": self.draft_model.identity, "draws": "per-unit"}
-                if isinstance(spec, OracleDraft)
-                else self.draft_model.identity
-            )
+        if spec is not None and (self.draft_model is not None or not spec.runs_model):
+            draft = spec.key(None if self.draft_model is None else self.draft_model.identity)
         fields = {
             "arm": self.arm,
             "target": self.target_model.identity,
