@@ -27,8 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specmoe.bench.summary import compare  # noqa: E402
-from specmoe.engine.draft_spec import NgramDraft, OracleDraft, draft_of  # noqa: E402
+from specmoe.drafts import NgramDraft, OracleDraft, draft_of  # noqa: E402
 from specmoe.findings.model_check import read_rows  # noqa: E402
 from specmoe.perf.compose import expected_speedup  # noqa: E402
 from specmoe.perf.engines import engine_profile  # noqa: E402
@@ -37,6 +36,7 @@ from specmoe.perf.hardware import load_hardware  # noqa: E402
 from specmoe.perf.model import MoEShape  # noqa: E402
 from specmoe.perf.predict import ModelTimes  # noqa: E402
 from specmoe.perf.structure import parse_architecture  # noqa: E402
+from specmoe.results.compare import compare  # noqa: E402
 from specmoe.theory import per_token_alpha  # noqa: E402
 
 RUNS = [

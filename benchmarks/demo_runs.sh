@@ -33,8 +33,8 @@ seconds() { "$PYTHON" -c "import sys; print(round(float(sys.argv[2]) - float(sys
 summarise() {
     "$1" - "$2" <<'EOF'
 import json, sys
-from specmoe.bench.store import Store
-from specmoe.bench.story import Outcome, accounts, outcome
+from specmoe.results.store import Store
+from specmoe.report.story import Outcome, accounts, outcome
 with Store(sys.argv[1]) as store:
     rows = store.rows()
 found = accounts(rows, keep_noisy=True)

@@ -26,10 +26,10 @@ OLMOE = ROOT / "docs" / "perf-examples" / "olmoe-1b-7b.json"
 def models(suite_path: str, settings: list[str], device: str, lossless: list[str]) -> int:
     """Build the suite's config models as `bench run` does, and OLMoE with the `lossless` overrides
     (KEY=VALUE) on `device`; print each as "name<TAB>folder"."""
-    from specmoe.bench.model_paths import local_files
-    from specmoe.bench.overrides import SuiteOverrides, parse_assignment
-    from specmoe.bench.suite_load import load_suite
     from specmoe.bench.suite_zoo import prepare_zoo
+    from specmoe.suite.load import load_suite
+    from specmoe.suite.model_paths import local_files
+    from specmoe.suite.overrides import SuiteOverrides, parse_assignment
     from specmoe.zoo.config_build import build_cached
     from specmoe.zoo.config_source import parse_override, read_config_source
 
@@ -127,9 +127,9 @@ def _measured(out: Path) -> dict[tuple[str, float, int, int], dict]:
     db = out / "moesd-gpu.db"
     if not db.is_file():
         return {}
-    from specmoe.bench.store import Store
-    from specmoe.bench.summary_table import build, to_json
-    from specmoe.engine.draft_spec import OracleDraft, parse_draft
+    from specmoe.drafts import OracleDraft, parse_draft
+    from specmoe.report.summary_table import build, to_json
+    from specmoe.results.store import Store
 
     with Store(db) as store:
         table = to_json(build(store.rows(), ("config",)))

@@ -21,10 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specmoe.bench.runner import ModelPool, Runner, make_row
-from specmoe.bench.store import Store
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
-from specmoe.engine.draft_spec import draft_spelling
+from specmoe.drafts import draft_spelling
+from specmoe.results.store import Store
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 from specmoe.theory import sd_speedup
 
 SUITE = """

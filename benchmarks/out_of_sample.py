@@ -29,12 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specmoe.bench.summary import compare  # noqa: E402
-from specmoe.engine.draft_spec import NgramDraft, OracleDraft, draft_of  # noqa: E402
+from specmoe.drafts import NgramDraft, OracleDraft, draft_of  # noqa: E402
 from specmoe.errors import SpecmoeError  # noqa: E402
 from specmoe.findings.model_check import ModelLibrary, read_rows  # noqa: E402
 from specmoe.perf.compose import expected_speedup  # noqa: E402
 from specmoe.perf.engines import engine_profile  # noqa: E402
+from specmoe.results.compare import compare  # noqa: E402
 from specmoe.theory import per_token_alpha  # noqa: E402
 
 GOAL_MEDIAN, GOAL_WORST = 0.15, 0.35

@@ -111,11 +111,11 @@ def replay_routing(paths: list[Path], out: Path) -> None:
     """Replay the B = 1 runs of `paths` named as a findings step into `out` (run id -> Routed),
     saving after each run so an interrupted replay resumes."""
     from specmoe.bench.runner import ModelPool
-    from specmoe.bench.suite_load import builtin_suite_path, load_suite
     from specmoe.bench.suite_run import plan_specs
     from specmoe.bench.suite_zoo import prepare_zoo
     from specmoe.findings.plan import plan
     from specmoe.findings.routing import replay_rows
+    from specmoe.suite.load import builtin_suite_path, load_suite
 
     done = json.loads(out.read_text()) if out.is_file() else {}
     steps = {s.name: s for s in plan("cpu")}

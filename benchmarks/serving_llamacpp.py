@@ -36,16 +36,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specmoe.bench.served_rows import stored_counts
-from specmoe.bench.store import RunRow, Store
-from specmoe.bench.store_export import export_records, write_records
-from specmoe.bench.suite import ModelSpec, Suite
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.summary_table import build, format_text, to_json
+from specmoe.report.summary_table import build, format_text, to_json
+from specmoe.results.export import export_records, write_records
+from specmoe.results.store import RunRow, Store
 from specmoe.serving.client import metrics_text
 from specmoe.serving.llama_server import LlamaServerSpec, RunningServer, serving
 from specmoe.serving.server_log import check_counts, logged_requests
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
+from specmoe.suite.types import ModelSpec, Suite
 from specmoe.zoo.gguf import zoo_gguf
 from specmoe.zoo.smollm2 import GGUF_NAME as SMOLLM2_GGUF
 from specmoe.zoo.smollm2_draft import DRAFT_GGUF

@@ -5,17 +5,21 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
     0  cli                      the command line: the specmoe/cli/ package, one module per
                                 command group
     1  findings                 the studies' claims checked on measured runs
-    2  report                   the HTML report
-    3  bench                    suites, runs (local and served), the results store
-    4  zoo, perf                the model zoo; the performance model
-    5  prompts                  prompt sets and chat templates, shared by zoo and bench
-    6  api                      one-call decoding for library users
-    7  metrics                  scalars derived from recorded counts
-    8  engine                   the SD loop, drafters, acceptance
-    9  audit                    audits of other tools' results: they need only theory and errors
-    10 backends, serving        model runtimes: in this process, or behind an OpenAI-compatible server
-    10 theory, extras           closed-form algebra; which optional extras are installed
-    11 errors, stats, console, dtypes, canonical
+    2  bench                    measuring: a suite's runs (local and served) into the results store
+    3  report                   the HTML report, the terminal result table and the demo's account:
+                                read from the results store, never from the harness that wrote it
+    4  suite                    suite files read, checked and expanded into runs
+    5  zoo, perf                the model zoo; the performance model
+    6  results                  the results store, its row model and what is read from it; no torch
+    7  prompts                  prompt sets and chat templates, shared by zoo, results and suites
+    8  api                      one-call decoding for library users
+    9  metrics                  scalars derived from recorded counts
+    10 engine                   the SD loop, drafters, acceptance
+    11 audit                    audits of other tools' results: they need only theory and errors
+    12 backends, serving        model runtimes: in this process, or behind an OpenAI-compatible server
+    12 theory, extras, drafts   closed-form algebra; which optional extras are installed; the typed
+                                drafts, parsed once from their spelling
+    13 errors, stats, console, dtypes, canonical
                                 small shared modules that import no other specmoe module: the error
                                 type, interval statistics, terminal output, dtype names, canonical JSON
 
@@ -50,24 +54,27 @@ from pathlib import Path
 LAYERS: dict[str, int] = {
     "cli": 0,
     "findings": 1,
-    "report": 2,
-    "bench": 3,
-    "zoo": 4,
-    "perf": 4,
-    "prompts": 5,
-    "api": 6,
-    "metrics": 7,
-    "engine": 8,
-    "audit": 9,
-    "backends": 10,
-    "serving": 10,
-    "theory": 10,
-    "extras": 10,
-    "errors": 11,
-    "stats": 11,
-    "console": 11,
-    "dtypes": 11,
-    "canonical": 11,
+    "bench": 2,
+    "report": 3,
+    "suite": 4,
+    "zoo": 5,
+    "perf": 5,
+    "results": 6,
+    "prompts": 7,
+    "api": 8,
+    "metrics": 9,
+    "engine": 10,
+    "audit": 11,
+    "backends": 12,
+    "serving": 12,
+    "theory": 12,
+    "extras": 12,
+    "drafts": 12,
+    "errors": 13,
+    "stats": 13,
+    "console": 13,
+    "dtypes": 13,
+    "canonical": 13,
 }
 
 # (importer, imported) -> why the arrow points up and what removes it. Empty: no arrow points up.

@@ -18,10 +18,11 @@ from typing import Any
 
 from specmoe.backends import backend_for, load_backend
 from specmoe.backends.base import Backend
+from specmoe.drafts import DraftSpec
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
-from specmoe.engine.draft_spec import DraftSpec, ModelDraft, OracleDraft, make_drafter
 from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.make_drafter import make_drafter
 from specmoe.engine.ngram import NgramDrafter
 from specmoe.engine.oracle import OracleDrafter
 from specmoe.engine.records import DecodeResult
@@ -162,11 +163,11 @@ def generate_text(
     target_dir = resolve(target)
     if model_options.get("compile") and backend_for(target_dir) != "hf":
         raise SpecmoeError("--compile applies to transformers models; drop it for .gguf models")
-    if isinstance(draft, OracleDraft):
+    if draft is not None and draft.needs_cost_model:
         raise SpecmoeError(
             f"--draft {draft}: oracle drafts need a cost model; run them from a suite file (docs/suites.md)"
         )
-    draft_dir = resolve(draft.name) if isinstance(draft, ModelDraft) else None
+    draft_dir = resolve(draft.model_name) if draft is not None and draft.model_name is not None else None
     _check_text(prompts)
     tokenizer = load_tokenizer(target_dir)
     if chat:

@@ -98,7 +98,7 @@ def _stores(folder: Path) -> dict[str, Path]:
     directory = folder / "folder.db"
     directory.mkdir()
     corrupt = folder / "corrupt.db"
-    from specmoe.bench.store import FailedAttempt, Store
+    from specmoe.results.store import FailedAttempt, Store
 
     with Store(corrupt) as store:
         for i in range(50):

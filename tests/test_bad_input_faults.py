@@ -27,9 +27,9 @@ from test_bad_input_more import STUDY, VLLM, suite_text
 from tiny_suites import tiny_sd_suite
 
 from specmoe.audit.inputs import audit_input
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
+from specmoe.suite.load import load_suite
 
 # --- servers -------------------------------------------------------------------------------------
 
@@ -228,7 +228,7 @@ def test_a_store_another_process_holds_locked_is_one_line_and_untouched(
     tiny_zoo, tmp_path, capsys, monkeypatch
 ):
     monkeypatch.delenv("SPECMOE_DEBUG", raising=False)
-    monkeypatch.setattr("specmoe.bench.store.LOCK_TIMEOUT_S", 0.5)
+    monkeypatch.setattr("specmoe.results.store.LOCK_TIMEOUT_S", 0.5)
     defaults = {"prompts": 1, "max_new_tokens": 2, "repeats": 1, "warmup": 0}
     suite, db = tiny_sd_suite(tmp_path, "locked", defaults), tmp_path / "r.db"
     run_suite(load_suite(suite), db, tiny_zoo, progress=False)

@@ -24,8 +24,8 @@ import pytest
 from test_bad_input import Case, Outcome, _run_case, _stored_runs, _suite
 from test_summary_table import cell
 
-from specmoe.bench.store import Store
-from specmoe.bench.summary_table import build, format_text, to_json
+from specmoe.report.summary_table import build, format_text, to_json
+from specmoe.results.store import Store
 
 
 def _stored_run(folder: Path) -> Path:
@@ -191,9 +191,9 @@ def test_a_cell_with_one_noisy_run_in_every_pair_says_how_many():
 
 
 def test_the_run_count_is_what_the_suite_lists_or_an_upper_bound():
-    from specmoe.bench.suite_expand import expand
-    from specmoe.bench.suite_load import builtin_suite_path, load_suite
-    from specmoe.bench.suite_size import check_size
+    from specmoe.suite.expand import expand
+    from specmoe.suite.load import builtin_suite_path, load_suite
+    from specmoe.suite.size import check_size
 
     for name in ("family", "quick", "study"):
         suite = load_suite(builtin_suite_path(name))

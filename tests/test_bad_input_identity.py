@@ -14,14 +14,14 @@ from test_bad_input import other_tokenizer
 from tiny_suites import TINY_SD_GROUP, tiny_sd_suite
 
 from specmoe.backends.tokenizer_digest import tokenizer_digest
-from specmoe.bench.legacy_keys import keep_stored_keys, path_keyed
-from specmoe.bench.store import Store
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.summary_table import build, format_text, to_json
 from specmoe.cli import main
 from specmoe.prompts import original_id
+from specmoe.report.summary_table import build, format_text, to_json
+from specmoe.results.store import Store
+from specmoe.suite.expand import expand
+from specmoe.suite.legacy_keys import keep_stored_keys, path_keyed
+from specmoe.suite.load import load_suite
 
 
 def _prompt_file(path: Path, *texts: str) -> Path:

@@ -15,13 +15,13 @@ from test_bad_input import _closed_port, _served_suite, _stored_runs, _suite
 from test_gguf import require
 
 from specmoe.backends.gguf_layout import check_gguf_layout
-from specmoe.bench.suite_groups import MAX_SCHEDULE_S
-from specmoe.bench.suite_load import load_suite
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
 from specmoe.serving import client
 from specmoe.serving.client import MAX_BODY_BYTES
 from specmoe.serving.spec import ServerSpec
+from specmoe.suite.groups import MAX_SCHEDULE_S
+from specmoe.suite.load import load_suite
 
 # --- 4. a GGUF file is checked whole before any run ------------------------------------------------
 

@@ -283,8 +283,8 @@ def run_main(argv: tuple[str, ...]) -> int | None:
 def setting(tiny_zoo, tmp_path_factory) -> tuple[Path, dict[str, Case]]:
     from tiny_suites import tiny_sd_suite
 
-    from specmoe.bench.suite_load import load_suite
     from specmoe.bench.suite_run import run_suite
+    from specmoe.suite.load import load_suite
 
     folder = tmp_path_factory.mktemp("more")
     good_db = folder / "good.db"

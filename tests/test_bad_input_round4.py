@@ -350,8 +350,8 @@ def setting(tiny_zoo, tmp_path_factory) -> tuple[Path, dict[str, Case]]:
     from tiny_suites import tiny_sd_suite
 
     from specmoe.backends.llamacpp_probe import write_model
-    from specmoe.bench.suite_load import load_suite
     from specmoe.bench.suite_run import run_suite
+    from specmoe.suite.load import load_suite
 
     folder = tmp_path_factory.mktemp("round4")
     good_db = folder / "good.db"

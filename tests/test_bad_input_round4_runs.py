@@ -17,13 +17,13 @@ from safetensors.torch import load_file
 from test_bad_input_identity import _prompt_file
 from tiny_suites import TINY_SD_GROUP, tiny_sd_suite
 
-from specmoe.bench.legacy_keys import keep_stored_keys, path_keyed, warn_path_keys
-from specmoe.bench.store import Store
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
+from specmoe.results.store import Store
+from specmoe.suite.expand import expand
+from specmoe.suite.legacy_keys import keep_stored_keys, path_keyed, warn_path_keys
+from specmoe.suite.load import load_suite
 
 VLLM = Path(__file__).parent / "data" / "serving-results" / "vllm"
 
@@ -81,7 +81,7 @@ def test_more_prompts_than_the_set_holds_is_said_before_the_run_and_in_the_repor
     defaults = {"prompt_set": prompts, "prompts": 2, "max_new_tokens": 2, "repeats": 1, "warmup": 0}
     oracle = {**TINY_SD_GROUP, "draft": ["oracle:1.0"], "oracle_cost": "draft-xs"}
     suite = tiny_sd_suite(tmp_path, "copies", defaults, groups=[oracle])
-    with caplog.at_level(logging.WARNING, logger="specmoe.bench.suite_size"):
+    with caplog.at_level(logging.WARNING, logger="specmoe.suite.size"):
         rows = run_suite(load_suite(suite), tmp_path / "r.db", tiny_zoo, progress=False)
     said = [r.getMessage() for r in caplog.records if "numbered copies" in r.getMessage()]
     assert len(said) == 1 and "prompts = 2 but prompt set" in said[0] and "holds 1, so 1 of the 2" in said[0]
@@ -91,7 +91,7 @@ def test_more_prompts_than_the_set_holds_is_said_before_the_run_and_in_the_repor
 
 
 def test_a_selection_within_the_set_says_nothing(tiny_zoo, tmp_path, caplog):
-    from specmoe.bench.suite_size import warn_copies
+    from specmoe.suite.size import warn_copies
 
     prompts = _prompt_file(tmp_path / "two.jsonl", "one", "two")
     suite = tiny_sd_suite(tmp_path, "fits", {"prompt_set": prompts, "prompts": 2})
@@ -132,7 +132,7 @@ def test_a_store_keyed_by_path_says_an_edit_cannot_be_told(tmp_path, caplog):
     prompts = _prompt_file(tmp_path / "mine.jsonl", "one", "two")
     specs = expand(load_suite(tiny_sd_suite(tmp_path, "old", {"prompt_set": prompts, "prompts": 1})))
     old = {path_keyed(specs[0]).run_id}  # a store from before prompt files were keyed by content
-    with caplog.at_level(logging.WARNING, logger="specmoe.bench.legacy_keys"):
+    with caplog.at_level(logging.WARNING, logger="specmoe.suite.legacy_keys"):
         lines = warn_path_keys(specs, keep_stored_keys(specs, old))
     assert (
         len(lines) == 1

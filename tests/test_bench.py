@@ -16,14 +16,14 @@ import pytest
 from audited import counts_pass
 from suite_files import TINY_ZOO, write_suite, zoo_models
 
-from specmoe.bench.audit import audit_run
-from specmoe.bench.store import Store
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.summary import compare
-from specmoe.bench.summary_table import format_summary
 from specmoe.metrics import TIME_KEYS, RunCounts, RunTimes
+from specmoe.report.summary_table import format_summary
+from specmoe.results.compare import compare
+from specmoe.results.run_audit import audit_run
+from specmoe.results.store import Store
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 
 SUITE = {
     "name": "mini",

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from specmoe.bench.quick import QuickArgs, build_quick_suite, model_name, parse_int_list, suite_path_for
-from specmoe.bench.store import Store
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
+from specmoe.results.store import Store
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
+from specmoe.suite.quick import QuickArgs, build_quick_suite, model_name, parse_int_list, suite_path_for
 
 
 def _args(tiny_zoo, tmp_path, **changes) -> QuickArgs:

@@ -14,10 +14,10 @@ from dataclasses import replace
 from test_report import simulate, spec
 from test_summary_table import cell
 
-from specmoe.bench.noise import NOISE_FIX
-from specmoe.bench.store import RunRow, Store
-from specmoe.bench.summary_table import build, format_text, to_json
 from specmoe.report import write_report
+from specmoe.report.summary_table import build, format_text, to_json
+from specmoe.results.noisy import NOISE_FIX
+from specmoe.results.store import RunRow, Store
 
 REASON = "other processes used 1.00 cores while it ran"
 BUSY = {"noise": REASON, "noise_guard": True, "load_avg": 3.5, "other_cpu": 1.0, "attempts": 3}

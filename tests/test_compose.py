@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import pytest
 
-from specmoe.bench.store import RunRow
 from specmoe.findings.model_check import Checked, check_advice, check_rows, sd_schedule, trace_rounds
 from specmoe.metrics import RunCounts, RunTimes
 from specmoe.perf.advise import advise
@@ -23,6 +22,7 @@ from specmoe.perf.compose import (
     wide_share,
 )
 from specmoe.perf.predict import predict_rows
+from specmoe.results.store import RunRow
 from specmoe.theory import expected_tokens_per_round, sd_speedup
 
 

@@ -11,10 +11,10 @@ from test_summary_table import cell
 
 from specmoe.api import display_text, load_tokenizer
 from specmoe.bench.progress import MAX_LINE, ArmResult, block_line
-from specmoe.bench.shipped import shipped_suites
-from specmoe.bench.store import Store
-from specmoe.bench.summary_table import build, format_text
 from specmoe.cli import DESCRIPTION, main
+from specmoe.report.summary_table import build, format_text
+from specmoe.results.store import Store
+from specmoe.suite.shipped import shipped_suites
 
 
 def help_text(capsys, *command: str) -> str:

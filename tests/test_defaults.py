@@ -7,13 +7,13 @@ from pathlib import Path
 
 from test_report import build_store, spec
 
-from specmoe.bench.quick import QuickArgs
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.suite_schema import GridAxes
 from specmoe.cli import _parser
 from specmoe.dtypes import DEFAULT_DTYPE
 from specmoe.report import write_report
 from specmoe.report.modelled import unmatched_fit
+from specmoe.results.run_config import RunConfig
+from specmoe.suite.quick import QuickArgs
+from specmoe.suite.schema import GridAxes
 
 FITS = Path(__file__).parents[1] / "docs" / "results" / "cpu" / "perf_fits"
 

@@ -12,15 +12,15 @@ import pytest
 from test_busy_machine import flagged
 from test_summary_table import cell
 
-from specmoe.bench.demo_story import demo_story, prediction_lines
-from specmoe.bench.predicted import Prediction, predict_suite, prediction_text
-from specmoe.bench.story import accounts, sentence, tally
-from specmoe.bench.story_seeds import batch_claim, closing_lines, model_record
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.summary_table import build, format_text
 from specmoe.cli.demo import demo_suites
 from specmoe.perf.breakeven import Verdict
 from specmoe.perf.hardware import load_hardware
+from specmoe.report.demo_story import demo_story, prediction_lines
+from specmoe.report.predicted import Prediction, predict_suite, prediction_text
+from specmoe.report.story import accounts, sentence, tally
+from specmoe.report.story_seeds import batch_claim, closing_lines, model_record
+from specmoe.report.summary_table import build, format_text
+from specmoe.suite.expand import expand
 from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import BENCH, MOE, TINY, get_preset
 
@@ -184,7 +184,7 @@ def test_a_busy_machine_still_gets_every_row_flagged():
 
 def test_the_demo_story_ends_in_the_closing_paragraph_and_the_audit(monkeypatch, tmp_path):
     import specmoe.zoo.manifest as manifest
-    from specmoe.bench.shipped import STUDY_ROWS
+    from specmoe.suite.shipped import STUDY_ROWS
 
     shapes = {"moe": {"experts": 64, "top_k": 4}, "dense": {"experts": 0, "top_k": 0}}
     monkeypatch.setattr(manifest, "load_manifest", lambda zoo: {"models": shapes})
@@ -201,8 +201,8 @@ def test_the_demo_story_ends_in_the_closing_paragraph_and_the_audit(monkeypatch,
 
 
 def test_a_round_that_did_not_pay_says_what_weighed_most():
-    from specmoe.bench.story_seeds import lead
     from specmoe.metrics import RoundCost
+    from specmoe.report.story_seeds import lead
 
     (found,) = accounts(cell("a", 6, 0.6))
     low = replace(found, comparison=replace(found.comparison, acceptance_rate=0.01))

@@ -3,16 +3,9 @@
 import pytest
 import torch
 
-from specmoe.engine.draft_spec import (
-    ModelDraft,
-    NgramDraft,
-    OracleDraft,
-    draft_of,
-    is_reserved_name,
-    make_drafter,
-    parse_draft,
-)
+from specmoe.drafts import ModelDraft, NgramDraft, OracleDraft, draft_of, is_reserved_name, parse_draft
 from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.make_drafter import make_drafter
 from specmoe.engine.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramDrafter
 from specmoe.engine.oracle import OracleDrafter
 from specmoe.errors import SpecmoeError
@@ -49,6 +42,23 @@ def test_no_draft_and_reserved_names():
     assert draft_of(None) is None
     assert is_reserved_name("ngram") and is_reserved_name("oracle-x")
     assert not is_reserved_name("ngram2") and not is_reserved_name("draft-xs")
+
+
+ORACLE_KEY = {"oracle": 0.6, "cost": "ID", "draws": "per-unit"}
+
+
+@pytest.mark.parametrize(
+    ("draft", "answers", "key"),
+    [
+        (ModelDraft("d"), ("d", True, False, None, "d"), "ID"),
+        (NgramDraft(1, 3), (None, False, False, None, None), {"ngram": [1, 3]}),
+        (OracleDraft(0.6), (None, True, True, 0.6, "cost"), ORACLE_KEY),
+    ],
+)
+def test_each_kind_answers_what_callers_ask(draft, answers, key):
+    asked = (draft.model_name, draft.runs_model, draft.needs_cost_model, draft.dialed_acceptance)
+    assert (*asked, draft.cost_model("cost")) == answers
+    assert draft.key("ID") == key  # a run key's draft part, as stored: never change it
 
 
 class _Model:

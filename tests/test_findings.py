@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from suite_files import TINY_ZOO, write_suite, zoo_models
 
-from specmoe.bench.store import Store, export
 from specmoe.errors import SpecmoeError
 from specmoe.findings.batch_claims import claim_e, claim_f, inverted_u, u_shape
 from specmoe.findings.cells import Cell
@@ -19,6 +18,7 @@ from specmoe.findings.claims import FAILS, HOLDS, UNSURE, claim_a, claim_b, clai
 from specmoe.findings.document import render, template, values
 from specmoe.findings.regime import Regime
 from specmoe.findings.results import read_export
+from specmoe.results.store import Store, export
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = ROOT / "docs" / "results" / "cpu" / "findings"
@@ -62,8 +62,8 @@ TINY_SUITE = {
 
 @pytest.fixture(scope="module")
 def tiny_run_db(tiny_zoo, tmp_path_factory) -> Path:
-    from specmoe.bench.suite_load import load_suite
     from specmoe.bench.suite_run import run_suite
+    from specmoe.suite.load import load_suite
 
     folder = tmp_path_factory.mktemp("findings")
     run_suite(load_suite(write_suite(folder, **TINY_SUITE)), folder / "t.db", tiny_zoo, progress=False)
@@ -286,7 +286,7 @@ def test_b_s_gate_asks_a_dense_model_not_under_test_whether_the_engine_amortises
 
 
 def test_export_writes_home_paths_from_tilde(tmp_path, monkeypatch):
-    from specmoe.bench.store_export import flatten
+    from specmoe.results.export import flatten
 
     monkeypatch.setenv("HOME", str(tmp_path))
     flat = flatten("config", {"target_model": {"path": f"{tmp_path}/zoo/moe"}, "other": "/opt/x", "n": 3})

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from suite_files import write_suite
 
-from specmoe.bench.overrides import SuiteOverrides
 from specmoe.bench.preflight import preflight
-from specmoe.bench.suite_load import load_suite
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
+from specmoe.suite.load import load_suite
+from specmoe.suite.overrides import SuiteOverrides
 from specmoe.zoo import resolve_model
 from specmoe.zoo.hub_cache import hub_cache_dir, looks_like_hub_id, resolve_hub_id
 

@@ -1,6 +1,7 @@
 """specmoe's imports point only down its layers and close no circle (scripts/import_graph.py)."""
 
 import importlib.util
+import subprocess
 import sys
 from pathlib import Path
 
@@ -84,3 +85,11 @@ def test_the_checker_sees_a_module_named_by_a_string(tmp_path):
     assert len(GRAPH.unwritten_upward(graph)) == 1
     # This package has none of the arrows written down as exceptions: each is reported as stale.
     assert GRAPH.stale_exceptions(graph) == list(GRAPH.WRITTEN_EXCEPTIONS)
+
+
+def test_reading_results_imports_no_torch():
+    # A results database is read (stored, exported, compared, audited) without any model runtime.
+    modules = sorted(m for m in _graph().modules if m.startswith("specmoe.results") or m == "specmoe.drafts")
+    code = f"import sys\nfor m in {modules!r}:\n    __import__(m)\nprint('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert len(modules) > 5 and out.stdout.strip() == "False"

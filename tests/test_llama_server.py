@@ -16,11 +16,11 @@ from audited import counts_pass
 from suite_files import write_suite
 
 from specmoe.bench.served_rows import stored_counts
-from specmoe.bench.suite_load import SUITES_DIR, load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
 from specmoe.serving.llama_server import LlamaServerSpec, server_command, serving
 from specmoe.serving.server_log import check_counts, logged_requests
+from specmoe.suite.load import SUITES_DIR, load_suite
 
 ROOT = Path(__file__).resolve().parent.parent
 BINARY = os.environ.get("SPECMOE_LLAMA_SERVER")

@@ -18,14 +18,14 @@ from suite_files import TINY_ZOO, write_suite
 from test_gguf import require  # tests/ is on sys.path under pytest's default import mode
 
 from specmoe.api import load_model, load_tokenizer
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import invariant_violations, totals
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 from specmoe.zoo.gguf import export_gguf, zoo_gguf
 
 PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [40, 41], [99]]  # different lengths, one a single token

@@ -13,12 +13,12 @@ import pytest
 from test_gguf import require  # tests/ is on sys.path under pytest's default import mode
 from test_llamacpp import PROMPTS, greedy, llama
 
-from specmoe.bench.overrides import SuiteOverrides, apply_overrides
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
 from specmoe.findings.engines import NOT_MEASURED, cost_ratios, verdict_table
 from specmoe.findings.plan import ENGINES, engine, plan
 from specmoe.perf.floor import add_floors, floor_seconds
+from specmoe.suite.overrides import SuiteOverrides, apply_overrides
 from specmoe.zoo.gguf import zoo_gguf
 from specmoe.zoo.gguf_quantize import tensor_types, types_path
 

@@ -13,7 +13,6 @@ from small_vocab import VOCAB, exact_joint, small_vocab_model
 from suite_files import TINY_ZOO, write_suite, zoo_models
 
 import specmoe.engine.decode as decode_module
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.engine.acceptance import rejection_accept
 from specmoe.engine.decode import DecodeConfig, decode
@@ -22,6 +21,7 @@ from specmoe.engine.ngram import NgramDrafter, NgramIndex, copy_from, ngram_prop
 from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import count_violations, invariant_violations, totals
+from specmoe.suite.load import load_suite
 
 PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [40, 41], [99]]  # as in test_lossless: ragged, one single token
 SEED_PROMPT = [11, 12, 13, 14, 15, 16, 17]

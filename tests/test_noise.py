@@ -7,10 +7,10 @@ from tiny_suites import tiny_sd_suite
 
 from specmoe.bench import noise, runner
 from specmoe.bench.noise import Load, disturbance, step_spread
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.summary import compare
-from specmoe.bench.summary_table import format_summary
+from specmoe.report.summary_table import format_summary
+from specmoe.results.compare import compare
+from specmoe.suite.load import load_suite
 
 QUIET = Load(other_cpu=0.02, steal=0.0, load_avg=0.1)
 BUSY = Load(other_cpu=1.0, steal=0.0, load_avg=2.0)

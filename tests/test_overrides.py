@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from specmoe.bench.overrides import SuiteOverrides, apply_overrides, parse_assignment
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import builtin_suite_path, load_suite
 from specmoe.errors import SpecmoeError
+from specmoe.suite.expand import expand
+from specmoe.suite.load import builtin_suite_path, load_suite
+from specmoe.suite.overrides import SuiteOverrides, apply_overrides, parse_assignment
 
 
 def test_parse_assignment_reads_toml_values_and_falls_back_to_text():

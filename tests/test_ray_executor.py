@@ -12,11 +12,11 @@ from suite_files import TINY_ZOO, write_suite, zoo_models
 
 from specmoe.bench.executors import RayExecutor, _init, resources
 from specmoe.bench.plan import plan
-from specmoe.bench.store import Store
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
+from specmoe.results.store import Store
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 
 SUITE = {
     "name": "tiny-ray",

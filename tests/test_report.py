@@ -10,14 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from specmoe.bench.store import RunRow, Store, run_row
-from specmoe.bench.suite import ModelSpec, RunSpec
-from specmoe.engine.draft_spec import OracleDraft, draft_of
+from specmoe.bench.spec_row import run_row
+from specmoe.drafts import OracleDraft, draft_of
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import RunCounts, RunTimes
 from specmoe.report import write_report
 from specmoe.report.intervals import mean_interval
 from specmoe.report.slices import best_slice
+from specmoe.results.store import RunRow, Store
+from specmoe.suite.types import ModelSpec, RunSpec
 
 EVIL = "<script>alert(1)</script>"
 DRAWN = (

@@ -26,8 +26,8 @@ from test_report import build_store, study_specs  # tests/ is on sys.path under 
 from test_report_explain import served_rows
 from test_report_timing import write_small_report
 
-from specmoe.bench.store import Store
 from specmoe.report import write_report
+from specmoe.results.store import Store
 
 PROBE = """<script>
 (() => {

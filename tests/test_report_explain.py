@@ -14,9 +14,7 @@ from test_report import (
 )  # tests/ is on sys.path under pytest's default import mode
 
 from specmoe.bench.served_rows import served_row
-from specmoe.bench.store import Store
-from specmoe.bench.suite import ModelSpec, RunSpec
-from specmoe.engine.draft_spec import ModelDraft
+from specmoe.drafts import ModelDraft
 from specmoe.metrics import position_acceptance, time_shares_of
 from specmoe.perf.advise import advise
 from specmoe.report import write_report
@@ -30,9 +28,11 @@ from specmoe.report.serving_figures import latency_cdfs, latency_curves, speedup
 from specmoe.report.slices import varying_axes
 from specmoe.report.study_figures import acceptance_vs_gamma, label_offsets
 from specmoe.report.write import _load_fit
+from specmoe.results.store import Store
 from specmoe.serving.load import RequestRecord, ServedRun
 from specmoe.serving.prometheus import SpecCounters
 from specmoe.serving.spec import ServerSpec
+from specmoe.suite.types import ModelSpec, RunSpec
 
 FITS = Path(__file__).resolve().parents[1] / "docs" / "results" / "cpu" / "findings" / "fits"
 

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from test_report import simulate, spec  # tests/ is on sys.path under pytest's default import mode
 
-from specmoe.bench.store import RunRow, Store
 from specmoe.metrics import RunTimes, decode_split_per_token, local_time_to_first_token, ms_per_output_token
 from specmoe.report import write_report
 from specmoe.report.arm_times import arm_timings, first_token_s
@@ -24,6 +23,7 @@ from specmoe.report.results import collect
 from specmoe.report.slices import sort_key
 from specmoe.report.tables import sd_table
 from specmoe.report.timing_tables import decode_split_table, prompt_phase_table
+from specmoe.results.store import RunRow, Store
 from specmoe.stats import Estimate
 
 REASON = "other processes used 1.00 cores while it ran"

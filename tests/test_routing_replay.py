@@ -8,9 +8,9 @@ import json
 from suite_files import TINY_ZOO, write_suite, zoo_models
 
 from specmoe.bench.runner import ModelPool
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import plan_specs, run_suite
 from specmoe.findings.routing import replay_rows
+from specmoe.suite.load import load_suite
 from specmoe.zoo import resolve_model
 
 SUITE = {

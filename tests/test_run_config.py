@@ -7,10 +7,10 @@ import sqlite3
 import pytest
 from test_store import make_row
 
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.store import Store
-from specmoe.engine.draft_spec import ModelDraft, NgramDraft, OracleDraft
+from specmoe.drafts import ModelDraft, NgramDraft, OracleDraft
 from specmoe.errors import SpecmoeError
+from specmoe.results.run_config import RunConfig
+from specmoe.results.store import Store
 
 
 def test_a_stored_row_reads_its_settings_typed_and_keeps_its_dict(tmp_path):

@@ -12,12 +12,12 @@ import pytest
 from tiny_suites import tiny_sd_suite
 
 from specmoe.bench.plan import plan
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.summary import compare
-from specmoe.bench.summary_table import format_summary
 from specmoe.prompts import Prompt, load_prompts, prompt_batch, select_prompts
+from specmoe.report.summary_table import format_summary
+from specmoe.results.compare import compare
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 
 # Spec-Bench's question.jsonl: 480 questions in 13 categories of unequal size (MT-Bench's eight
 # categories of 10, then translation, summarization, QA, math reasoning and RAG of 80 each).

@@ -18,16 +18,16 @@ import pytest
 from serving_stub import StubConfig, StubServer
 from suite_files import suite_toml
 
-from specmoe.bench.store import Store
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
 from specmoe.errors import RunFailed, SpecmoeError
+from specmoe.results.store import Store
 from specmoe.serving import client
 from specmoe.serving.engines import ENGINES
 from specmoe.serving.load import request_body, run_requests
 from specmoe.serving.spec import ServerSpec
 from specmoe.serving.trust import CHUNK_SLACK, count_problem
+from specmoe.suite.load import load_suite
 
 MODEL = "stub-model"
 MAX_EVENTS = 2000  # the most events any mode sends: a bound on the server, not a claim on the client

@@ -11,13 +11,13 @@ from audited import counts_pass
 from serving_stub import StubConfig, StubServer
 from test_serving_run import MODEL, write_suite
 
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.serving import client
 from specmoe.serving.engines import ENGINES
 from specmoe.serving.load import RequestRecord, request_body, run_requests, unfinished
 from specmoe.serving.spec import ServerSpec
 from specmoe.serving.sse import parse_chunk
+from specmoe.suite.load import load_suite
 
 
 def server_for(stub: StubServer, **kw) -> ServerSpec:

@@ -14,9 +14,6 @@ import pytest
 from audited import counts_pass
 from suite_files import write_suite
 
-from specmoe.bench.store import Store
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import (
@@ -26,8 +23,11 @@ from specmoe.metrics import (
     served_run_times,
     time_to_first_token,
 )
+from specmoe.results.store import Store
 from specmoe.serving.client import check_model
 from specmoe.serving.spec import ServerSpec
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 
 ALIAS = "tiny-moe"
 START_TIMEOUT_S = 120.0

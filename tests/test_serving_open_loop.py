@@ -12,12 +12,12 @@ from serving_stub import StubConfig, StubServer
 from suite_files import without, write_suite
 from test_serving_suite import GROUP, error, load, served
 
-from specmoe.bench.store import Store
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.errors import SpecmoeError
+from specmoe.results.store import Store
 from specmoe.serving.arrivals import arrival_times
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 
 OPEN = without(GROUP, "concurrency") | {"request_rate": [2.0, "inf"], "requests": 8}
 

@@ -13,14 +13,14 @@ from audited import counts_pass
 from serving_stub import StubConfig, StubServer
 from suite_files import suite_toml
 
-from specmoe.bench.store import Store, export
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.summary import compare
-from specmoe.bench.summary_table import build, format_summary, to_json
 from specmoe.cli import main
 from specmoe.metrics import RunCounts, RunTimes, served_decode_tokens_per_s, served_run_times
+from specmoe.report.summary_table import build, format_summary, to_json
+from specmoe.results.compare import compare
+from specmoe.results.store import Store, export
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 
 MODEL = "stub-model"
 

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from suite_files import TINY_ZOO, suite_toml, without, zoo_models
 
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.errors import SpecmoeError
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 
 PLAIN = {"url": "http://10.0.0.5:8000/v1", "model": "Qwen/Qwen3-235B-A22B", "engine": "vllm"}
 EAGLE = {

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from specmoe.bench import store as store_module
-from specmoe.bench.store import RunRow, Store, export
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
+from specmoe.results import store as store_module
+from specmoe.results.store import RunRow, Store, export
 
 
 def make_row(i: int, suite: str = "s", trace_len: int = 3) -> RunRow:
@@ -256,7 +256,7 @@ def test_stored_counts_and_times_need_exactly_their_keys(kind, values):
 WRITER = textwrap.dedent(
     """
     import sys
-    from specmoe.bench.store import RunRow, Store
+    from specmoe.results.store import RunRow, Store
     from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
 
     db, total = sys.argv[1], int(sys.argv[2])

@@ -13,12 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from specmoe.bench.executors import LocalExecutor, Work
-from specmoe.bench.store import RunRow, Store
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
 from specmoe.bench.suite_run import run_suite
-from specmoe.engine.draft_spec import OracleDraft
+from specmoe.drafts import OracleDraft
 from specmoe.metrics import acceptance_rate
+from specmoe.results.store import RunRow, Store
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 
 DATA = Path(__file__).parent / "data"
 SUITE = DATA / "pre_typed_rows.toml"

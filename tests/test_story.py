@@ -10,7 +10,9 @@ import pytest
 from test_summary_table import cell
 
 from specmoe.audit.foreign import AuditRow, audit_csv
-from specmoe.bench.story import (
+from specmoe.metrics import RoundCost, round_cost
+from specmoe.perf.breakeven import round_breakeven
+from specmoe.report.story import (
     CellAccount,
     Outcome,
     accounts,
@@ -20,9 +22,7 @@ from specmoe.bench.story import (
     sentence,
     sweep_sentence,
 )
-from specmoe.bench.summary import cell_key, compare_by
-from specmoe.metrics import RoundCost, round_cost
-from specmoe.perf.breakeven import round_breakeven
+from specmoe.results.compare import cell_key, compare_by
 from specmoe.stats import Estimate
 from specmoe.theory import expected_active_experts
 
@@ -108,7 +108,7 @@ def test_few_units_are_never_called_95_percent_in_a_sentence():
 def test_the_tally_counts_each_verdict_and_the_configurations_without_a_number():
     from test_busy_machine import flagged
 
-    from specmoe.bench.story import tally
+    from specmoe.report.story import tally
 
     found = [_account(LOSS, None, 1.0), _account(GAIN, None, 1.0), *accounts(flagged(cell("n", 3, 1.0)))]
     expected = "In this run SD paid in 1 of 3 configurations, lost in 1 and broke about even in 0"

@@ -14,13 +14,14 @@ import pytest
 from suite_files import TINY_ZOO, suite_toml, without, zoo_models
 
 from specmoe.bench.plan import plan
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.suite import ModelSpec, RunSpec
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import SUITES_DIR, builtin_suite_path, load_suite, resolve_suite_path
-from specmoe.engine.draft_spec import NgramDraft, OracleDraft
+from specmoe.drafts import NgramDraft, OracleDraft
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import load_prompt_set
+from specmoe.results.run_config import RunConfig
+from specmoe.suite.expand import expand
+from specmoe.suite.load import SUITES_DIR, builtin_suite_path, load_suite, resolve_suite_path
+from specmoe.suite.schema import GridAxes, keys
+from specmoe.suite.types import GRID_AXES, ModelSpec, RunSpec
 
 DEFAULTS = {"prompts": 1, "repeats": 2, "max_new_tokens": 16}
 MODELS = zoo_models("moe", "dense-s", "draft-xs")
@@ -61,6 +62,11 @@ def test_shipped_suite_sizes(name, size):
     specs = expand(load_suite(builtin_suite_path(name)))
     assert len(specs) == size
     assert len({s.run_id for s in specs}) == size
+
+
+def test_the_file_format_declares_the_grid_axes_expand_nests_and_size_counts():
+    # One list of axes (`GRID_AXES`): the schema's fields, in the order `expand` nests them.
+    assert keys(GridAxes) == GRID_AXES
 
 
 def test_study_reproduces_the_study_design_over_every_prompt():
@@ -131,8 +137,8 @@ def test_expand_is_deterministic():
 
 def test_run_ids_are_stable_across_processes():
     code = (
-        "from specmoe.bench.suite_expand import expand\n"
-        "from specmoe.bench.suite_load import builtin_suite_path, load_suite\n"
+        "from specmoe.suite.expand import expand\n"
+        "from specmoe.suite.load import builtin_suite_path, load_suite\n"
         "print(','.join(s.run_id for s in expand(load_suite(builtin_suite_path('quick')))))"
     )
     outputs = set()

@@ -8,15 +8,15 @@ from pathlib import Path
 import pytest
 from suite_files import suite_toml
 
-from specmoe.bench.model_paths import local_files
-from specmoe.bench.overrides import SuiteOverrides
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import builtin_suite_path, load_suite
 from specmoe.bench.suite_run import run_suite
-from specmoe.bench.suite_size import check_size
 from specmoe.bench.suite_zoo import prepare_zoo
-from specmoe.engine.draft_spec import OracleDraft
+from specmoe.drafts import OracleDraft
 from specmoe.errors import SpecmoeError
+from specmoe.suite.expand import expand
+from specmoe.suite.load import builtin_suite_path, load_suite
+from specmoe.suite.model_paths import local_files
+from specmoe.suite.overrides import SuiteOverrides
+from specmoe.suite.size import check_size
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "perf-examples"
 OLMOE_JSON = str(EXAMPLES / "olmoe-1b-7b.json")

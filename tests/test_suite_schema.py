@@ -13,10 +13,10 @@ from pydantic import ValidationError
 from suite_files import TINY_ZOO
 from tiny_suites import TINY_SD_GROUP, tiny_sd_suite
 
-from specmoe.bench.suite_load import SUITES_DIR, load_suite
-from specmoe.bench.suite_schema import SuiteFile, builtin_defaults
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
+from specmoe.suite.load import SUITES_DIR, load_suite
+from specmoe.suite.schema import SuiteFile, builtin_defaults
 
 SHIPPED = sorted(SUITES_DIR.glob("*.toml"))
 

@@ -11,9 +11,12 @@ from dataclasses import replace
 
 import pytest
 
-from specmoe.bench.latency import served_latency
-from specmoe.bench.store import RunRow, Store
-from specmoe.bench.summary_table import (
+from specmoe.cli import main
+from specmoe.cli import summary as summary_cli
+from specmoe.errors import SpecmoeError
+from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
+from specmoe.metrics import latency_percentiles as percentiles
+from specmoe.report.summary_table import (
     BY_CHOICES,
     CATEGORY,
     CONFIG,
@@ -23,11 +26,8 @@ from specmoe.bench.summary_table import (
     speedup_text,
     to_json,
 )
-from specmoe.cli import main
-from specmoe.cli import summary as summary_cli
-from specmoe.errors import SpecmoeError
-from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
-from specmoe.metrics import latency_percentiles as percentiles
+from specmoe.results.latency import served_latency
+from specmoe.results.store import RunRow, Store
 from specmoe.stats import Estimate, ratio_of_means
 
 BASE = {
@@ -316,7 +316,7 @@ def test_a_speedup_beyond_the_physical_bound_is_shown_as_impossible():
 
 
 def test_without_draft_counts_the_bound_is_one_plus_gamma_and_without_gamma_a_ceiling():
-    from specmoe.bench.audit import SPEEDUP_CEILING, impossible_speedup
+    from specmoe.results.run_audit import SPEEDUP_CEILING, impossible_speedup
 
     assert impossible_speedup(4.9, 4) == "" and "exceeds 1 + gamma = 5" in impossible_speedup(5.5, 4)
     assert impossible_speedup(999.0, None) == "" and "sanity ceiling" in impossible_speedup(

@@ -9,8 +9,8 @@ from suite_files import TINY_ZOO, write_suite, zoo_models
 
 import specmoe.bench.runner as runner_module
 from specmoe.bench.runner import SETTLE_MAX_RUNS, ModelPool, Runner, settled
-from specmoe.bench.suite_expand import expand
-from specmoe.bench.suite_load import load_suite
+from specmoe.suite.expand import expand
+from specmoe.suite.load import load_suite
 
 
 def test_settled_needs_two_agreeing_runs_or_the_cap():

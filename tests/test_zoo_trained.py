@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specmoe.bench.suite_load import builtin_suite_path, load_suite
 from specmoe.bench.suite_zoo import default_zoo_dir
 from specmoe.errors import SpecmoeError
+from specmoe.suite.load import builtin_suite_path, load_suite
 from specmoe.zoo import build_zoo, load_manifest
 from specmoe.zoo.agreement import greedy_acceptance
 from specmoe.zoo.build import zoo_model

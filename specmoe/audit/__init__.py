@@ -3,7 +3,7 @@
 Each claim is held against the timing-free SD bound of `specmoe.theory` and gets one verdict:
 consistent, impossible, unverifiable or invalid. Nothing here measures anything or reads the
 results store, so the package needs only the theory and the error type; the audit of specmoe's own
-runs, which reads stored rows, stays with them (`specmoe.bench.audit`). The modules, one concept
+runs, which reads stored rows, stays with them (`specmoe.results.run_audit`). The modules, one concept
 each:
 
 - `foreign`: the verdicts and the audit row; the MoE SD study's results CSV and folders of

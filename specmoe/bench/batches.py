@@ -5,7 +5,6 @@ Shared by the runner (what it decodes) and the preflight (whether every batch fi
 
 from __future__ import annotations
 
-from specmoe.bench.suite import RunSpec
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import (
     Prompt,
@@ -15,6 +14,7 @@ from specmoe.prompts import (
     select_prompts,
     synthetic_prompt,
 )
+from specmoe.suite.types import RunSpec
 
 
 def batch_prompts_of(spec: RunSpec) -> list[Prompt]:

@@ -25,9 +25,9 @@ from specmoe.bench.noise import choose_threads
 from specmoe.bench.plan import Block
 from specmoe.bench.progress import SuiteProgress
 from specmoe.bench.runner import ModelPool, Runner
-from specmoe.bench.store import FailedAttempt, RunRow
-from specmoe.bench.suite import RunSpec, Suite
 from specmoe.errors import RunFailed, SpecmoeError
+from specmoe.results.store import FailedAttempt, RunRow
+from specmoe.suite.types import RunSpec, Suite
 
 EXECUTORS = ("local", "ray")
 DEFAULT_MAX_RETRIES = 2

@@ -31,23 +31,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from specmoe.results.noisy import GUARD_ENV, OTHER_CPU_LIMIT
+
 log = logging.getLogger(__name__)
 
-OTHER_CPU_LIMIT = 0.25  # cores' worth of other processes' CPU during a run before it is disturbed
+# The busy-core limit (OTHER_CPU_LIMIT) and the switch (GUARD_ENV) are `specmoe.results.noisy`'s,
+# beside the advice on flagged runs: readers of results need them too.
 STEAL_LIMIT = 0.05  # share of CPU time stolen by the hypervisor
 STEP_SPREAD_LIMIT = 0.5  # (p75 − p25) / median of per-round verify times
 STEP_SPREAD_MIN_ROUNDS = 8  # fewer rounds say too little about their spread
 RETRIES = 2  # extra measurements of a disturbed run
-GUARD_ENV = "SPECMOE_NOISE_GUARD"  # "0" turns the guard off: loads are still recorded, never judged
-
-
-# What to do about flagged runs, printed once under any table that lists them. A store keeps
-# flagged runs as finished (a rerun skips them), hence the new store.
-NOISE_FIX = (
-    "to measure them undisturbed, run the suite again into a new store (--db) on cores nothing else "
-    "uses, e.g. `taskset -c 2 specmoe bench run SUITE --db new.db --threads 1`; or set "
-    f"{GUARD_ENV}=0 to keep every run (its numbers then include the disturbance)"
-)
 
 
 def guard_on() -> bool:

@@ -19,8 +19,8 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specmoe.bench.suite import RunSpec, Suite
-from specmoe.bench.suite_expand import expand
+from specmoe.suite.expand import expand
+from specmoe.suite.types import RunSpec, Suite
 
 
 @dataclass(frozen=True)

@@ -36,14 +36,13 @@ from pathlib import Path
 
 from specmoe.backends import backend_for
 from specmoe.bench.batches import prompt_ids
-from specmoe.bench.model_paths import local_files
-from specmoe.bench.store import check_store_path
-from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, RunSpec, Suite
-from specmoe.bench.suite_expand import expand
-from specmoe.engine.draft_spec import ModelDraft
 from specmoe.errors import SpecmoeError
 from specmoe.extras import require
 from specmoe.prompts import load_prompt_set
+from specmoe.results.store import check_store_path
+from specmoe.suite.expand import expand
+from specmoe.suite.model_paths import local_files
+from specmoe.suite.types import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, RunSpec, Suite
 
 
 def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) -> None:
@@ -133,7 +132,8 @@ def _check_tokenizers(
     digests: dict[str, str | None] = {}
     for spec in specs:
         draft = spec.draft_model
-        if draft is None or not isinstance(spec.draft, ModelDraft):  # an oracle proposes no tokens
+        # Only a draft model proposes its own tokens; an oracle proposes the target's.
+        if draft is None or spec.draft is None or spec.draft.model_name is None:
             continue
         names = (draft.name, spec.target)
         if any(contexts.get(name) is None for name in names):  # not both HF models

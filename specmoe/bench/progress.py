@@ -35,11 +35,11 @@ from rich.progress import (
 from rich.text import Text
 
 from specmoe.bench.plan import Block
-from specmoe.bench.store import RunRow
-from specmoe.bench.suite import RunSpec
 from specmoe.console import info_enabled, is_terminal, stderr_console
-from specmoe.engine.draft_spec import draft_spelling
+from specmoe.drafts import draft_spelling
 from specmoe.prompts import prompt_label
+from specmoe.results.store import RunRow
+from specmoe.suite.types import RunSpec
 
 log = logging.getLogger(__name__)
 

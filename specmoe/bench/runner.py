@@ -18,21 +18,22 @@ import torch
 from specmoe.backends import load_backend
 from specmoe.backends.base import Backend
 from specmoe.backends.weights import weights_fingerprint
-from specmoe.bench.audit import audit_run
 from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
-from specmoe.bench.model_paths import model_path
 from specmoe.bench.noise import RETRIES, LoadMeter, disturbance, guard_on, own_cores, step_spread
 from specmoe.bench.plan import Block
 from specmoe.bench.served import ServedRunner
-from specmoe.bench.store import RunRow, run_row
-from specmoe.bench.suite import RunSpec, Suite
+from specmoe.bench.spec_row import run_row
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences
-from specmoe.engine.draft_spec import ModelDraft, OracleDraft, make_drafter
+from specmoe.engine.make_drafter import make_drafter
 from specmoe.engine.records import DecodeResult
 from specmoe.engine.sampling import SamplingParams
 from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, run_times, totals
+from specmoe.results.run_audit import audit_run
+from specmoe.results.store import RunRow
+from specmoe.suite.model_paths import model_path
+from specmoe.suite.types import RunSpec, Suite
 
 log = logging.getLogger(__name__)
 
@@ -274,12 +275,11 @@ class Runner:
         draft = spec.draft
         if draft is None:
             return lambda: None
-        model, continuations = None, None
-        if isinstance(draft, OracleDraft):
-            model = self.pool.model(spec.oracle_cost, spec.dtype, spec.device, compile=spec.compile)
+        name = draft.cost_model(spec.oracle_cost)
+        model = None if name is None else self.pool.model(name, spec.dtype, spec.device, compile=spec.compile)
+        continuations = None
+        if draft.dialed_acceptance is not None:  # an oracle replays the target's own continuation
             continuations = self._continuation(spec, target, prompts, config)
-        elif isinstance(draft, ModelDraft):
-            model = self.pool.model(draft.name, spec.dtype, spec.device, compile=spec.compile)
         return lambda: make_drafter(draft, target, model, continuations, seed=spec.oracle_seed)
 
     @staticmethod

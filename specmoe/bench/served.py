@@ -9,13 +9,13 @@ from typing import Any
 import specmoe
 from specmoe.bench.batches import set_prompts
 from specmoe.bench.served_rows import served_row
-from specmoe.bench.store import RunRow
-from specmoe.bench.suite import RunSpec
 from specmoe.prompts import batch_prompts, synthetic_prompt
+from specmoe.results.store import RunRow
 from specmoe.serving import client
 from specmoe.serving.arrivals import arrival_times
 from specmoe.serving.load import run_requests
 from specmoe.serving.spec import ServerSpec
+from specmoe.suite.types import RunSpec
 
 
 def run_server(spec: RunSpec) -> ServerSpec:

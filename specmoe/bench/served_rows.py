@@ -14,9 +14,7 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from specmoe.bench.audit import audit_served_run
-from specmoe.bench.store import RunRow, run_row
-from specmoe.bench.suite import RunSpec
+from specmoe.bench.spec_row import run_row
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import (
     RunCounts,
@@ -27,10 +25,13 @@ from specmoe.metrics import (
     time_per_output_token,
     time_to_first_token,
 )
+from specmoe.results.run_audit import audit_served_run
+from specmoe.results.store import RunRow
 from specmoe.serving.engines import engine_metrics
 from specmoe.serving.load import RequestRecord, ServedRun, unfinished
 from specmoe.serving.server_log import Counts
 from specmoe.serving.spec import ServerSpec
+from specmoe.suite.types import RunSpec
 
 
 def served_row(

@@ -11,14 +11,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from specmoe.bench.executors import Executor, LocalExecutor, Work
-from specmoe.bench.legacy_keys import keep_stored_keys, warn_path_keys
 from specmoe.bench.plan import blocks, plan
 from specmoe.bench.preflight import check_extras, preflight
-from specmoe.bench.store import FailedAttempt, RunRow, Store
-from specmoe.bench.suite import RunSpec, Suite
-from specmoe.bench.suite_size import check_size, warn_copies
 from specmoe.bench.weights_check import warn_changed_weights
 from specmoe.errors import SpecmoeError
+from specmoe.results.store import FailedAttempt, RunRow, Store
+from specmoe.suite.legacy_keys import keep_stored_keys, warn_path_keys
+from specmoe.suite.size import check_size, warn_copies
+from specmoe.suite.types import RunSpec, Suite
 
 log = logging.getLogger(__name__)
 

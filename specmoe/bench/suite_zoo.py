@@ -28,9 +28,9 @@ def prepare_zoo(suite, zoo: Path | None, progress: Callable[[str], None] | None 
 def build_config_models(suite, progress: Callable[[str], None] | None = None) -> None:
     """Build (or find built) every config model a run of the suite uses, on the device of its first
     run when that is a CUDA GPU (seconds there) and on the CPU otherwise."""
-    from specmoe.bench.model_paths import config_source_of
-    from specmoe.bench.suite import CONFIG_WEIGHTS
-    from specmoe.bench.suite_expand import expand
+    from specmoe.suite.expand import expand
+    from specmoe.suite.model_paths import config_source_of
+    from specmoe.suite.types import CONFIG_WEIGHTS
     from specmoe.zoo.config_build import build_cached
 
     devices: dict[str, str] = {}

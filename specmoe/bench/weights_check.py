@@ -14,8 +14,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from specmoe.bench.store import RunRow
-from specmoe.bench.suite import SERVING_BACKEND, Suite
+from specmoe.results.store import RunRow
+from specmoe.suite.types import SERVING_BACKEND, Suite
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
 
 
 def add_bench(commands) -> None:
-    from specmoe.bench.shipped import shipped_suites
+    from specmoe.suite.shipped import shipped_suites
 
     bench = commands.add_parser("bench", help="run suites, export results").add_subparsers(title="bench")
     run = bench.add_parser("run", help="run a suite (resumes: finished runs are skipped)")
@@ -147,10 +147,10 @@ def add_bench_quick(bench) -> None:
 
 def run_bench(args) -> int:
     from specmoe.bench.executors import make_executor
-    from specmoe.bench.overrides import SuiteOverrides, parse_assignment
-    from specmoe.bench.suite_load import load_suite, resolve_suite_path
     from specmoe.bench.suite_run import check_suite_extras, run_suite
     from specmoe.bench.suite_zoo import prepare_zoo
+    from specmoe.suite.load import load_suite, resolve_suite_path
+    from specmoe.suite.overrides import SuiteOverrides, parse_assignment
 
     overrides = SuiteOverrides(tuple(parse_assignment(s) for s in args.settings), tuple(args.groups))
     executor = make_executor(args.executor, args.address, args.max_retries)
@@ -164,8 +164,8 @@ def run_bench(args) -> int:
 
 def run_bench_quick(args) -> int:
     """Build, write and run the suite of the arguments; print the summary."""
-    from specmoe.bench.quick import QuickArgs, build_quick_suite, parse_int_list
     from specmoe.bench.suite_run import run_suite
+    from specmoe.suite.quick import QuickArgs, build_quick_suite, parse_int_list
 
     quick = QuickArgs(
         model=args.model,
@@ -191,9 +191,9 @@ def run_bench_quick(args) -> int:
 
 
 def run_export(args) -> int:
-    from specmoe.bench.per_prompt import export_per_prompt
-    from specmoe.bench.store import export
-    from specmoe.bench.store_export import default_export_path
+    from specmoe.results.export import default_export_path
+    from specmoe.results.per_prompt import export_per_prompt
+    from specmoe.results.store import export
 
     out = args.out or default_export_path(args.db, args.format, args.per_prompt)
     (export_per_prompt if args.per_prompt else export)(args.db, out, args.format)
@@ -210,7 +210,7 @@ def run_report(args) -> int:
 
 
 def run_bench_schema(args) -> int:
-    from specmoe.bench.suite_schema import json_schema
+    from specmoe.suite.schema import json_schema
 
     print(json_schema())
     return 0

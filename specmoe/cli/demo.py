@@ -55,8 +55,8 @@ def add_demo(commands) -> None:
 
 def demo_suites(quick: bool) -> list:
     """The suites the demo runs, loaded: both, or with `quick` the wide one shortened."""
-    from specmoe.bench.overrides import SuiteOverrides
-    from specmoe.bench.suite_load import builtin_suite_path, load_suite
+    from specmoe.suite.load import builtin_suite_path, load_suite
+    from specmoe.suite.overrides import SuiteOverrides
 
     if quick:
         return [load_suite(builtin_suite_path("wide"), SuiteOverrides(settings=QUICK_SETTINGS))]
@@ -97,12 +97,12 @@ def probe_hardware(out: Path):
 def run_demo(args) -> int:
     """Predictions, measurements, the summary, the account and the closing paragraph; results under
     --out (results.db, results.csv, hw.json, and with --report the report)."""
-    from specmoe.bench.demo_story import demo_story, prediction_lines
     from specmoe.bench.noise import machine_load
-    from specmoe.bench.predicted import predict_suite
-    from specmoe.bench.store import export
-    from specmoe.bench.suite_expand import expand
     from specmoe.bench.suite_run import run_suite
+    from specmoe.report.demo_story import demo_story, prediction_lines
+    from specmoe.report.predicted import predict_suite
+    from specmoe.results.store import export
+    from specmoe.suite.expand import expand
 
     out = args.out
     started = time.perf_counter()

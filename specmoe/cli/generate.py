@@ -54,7 +54,7 @@ def add_generate(commands) -> None:
 
 def run_generate(args) -> int:
     from specmoe.api import generate_text
-    from specmoe.engine.draft_spec import draft_of
+    from specmoe.drafts import draft_of
     from specmoe.zoo.manifest import resolve_model_file
 
     report = generate_text(

@@ -14,9 +14,9 @@ from specmoe.console import is_terminal
 from specmoe.errors import SpecmoeError
 
 if TYPE_CHECKING:
-    from specmoe.bench.store import RunRow
+    from specmoe.results.store import RunRow
 
-CONFIG, CATEGORY = "config", "category"  # as specmoe.bench.summary_table names them
+CONFIG, CATEGORY = "config", "category"  # as specmoe.report.summary_table names them
 BY_HELP = (
     "one row per value of these columns, every other column pooled but target and draft (rows split by "
     "them too); repeatable. config (the default): "
@@ -31,8 +31,8 @@ def print_summary(
 ) -> None:
     """The result table on stdout: JSON when asked, rich tables on a terminal, plain text otherwise
     (`bench summary`, and the end of `bench run` and `demo`); `keep_noisy` as `summary_table.build`."""
-    from specmoe.bench.summary_rich import print_rich
-    from specmoe.bench.summary_table import build, format_text, to_json
+    from specmoe.report.summary_rich import print_rich
+    from specmoe.report.summary_table import build, format_text, to_json
 
     table = build(rows, by, keep_noisy)
     if as_json:
@@ -64,8 +64,8 @@ def add_summary(bench) -> None:
 def run_summary(args: argparse.Namespace) -> int:
     if not args.db.is_file():
         raise SpecmoeError(f"results store not found: {args.db}; run a suite first or pass the right --db")
-    from specmoe.bench.store import Store
-    from specmoe.bench.summary_table import check_by, select
+    from specmoe.report.summary_table import check_by, select
+    from specmoe.results.store import Store
 
     by = check_by(args.by)  # before the store is read: a typo is one line at once
     with Store(args.db) as store:

@@ -1,10 +1,11 @@
 """The lossless speculative-decoding engine over any backend of `specmoe.backends` (docs/engine.md).
 
-Imports only backends and the error type; the modules, one concept each:
+Imports only backends, the typed drafts and the error type; the modules, one concept each:
 
 - `acceptance`: the acceptance rules for draft-then-verify (greedy match, rejection sampling), pure.
 - `sampling`: logits to the distribution both draft and target sample from.
-- `draft_spec`: what drafts a run (a model, an oracle, an n-gram lookup), one typed value parsed once.
+- `make_drafter`: the drafter a typed draft (`specmoe.drafts`: a model, an oracle, an n-gram lookup)
+  builds against a target.
 - `drafters`: the drafters that propose up to γ tokens per sequence; `oracle` and `ngram` hold the
   oracle's dialed acceptance and prompt-lookup drafting.
 - `decode`: the decode loops, speculative and plain, through the same backend calls.

@@ -27,12 +27,10 @@ import torch
 
 from specmoe.backends.base import Backend
 from specmoe.backends.slots import to_device
+from specmoe.drafts import DEFAULT_MAX_N, DEFAULT_MIN_N
 from specmoe.engine.drafters import Proposal
 from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
-
-DEFAULT_MIN_N = 1
-DEFAULT_MAX_N = 3
 
 
 def check_ngram_sizes(min_n: int, max_n: int) -> None:

@@ -7,7 +7,7 @@ import itertools
 from collections.abc import Callable, Sequence
 from statistics import median
 
-from specmoe.engine.draft_spec import draft_of
+from specmoe.drafts import draft_of
 from specmoe.findings.cells import Cell, decided_by, select
 from specmoe.findings.claims import FAILS, HOLDS, UNSURE, Verdict, duel, x
 from specmoe.findings.rules import RULES

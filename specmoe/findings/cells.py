@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.store import RunRow
-from specmoe.bench.summary import cell_key, compare
+from specmoe.results.compare import cell_key, compare
+from specmoe.results.run_config import RunConfig
+from specmoe.results.store import RunRow
 
 
 def prompt_of(settings: RunConfig) -> str:
@@ -32,7 +32,7 @@ class Cell:
     efficiency: float  # T(B,1) / T(B,γ+1), measured
     repeats: int  # paired units (prompt batch × repeat), noisy runs left out
     level: float | None = None  # None: fewer than 5 units, low/high are only their range
-    unstable: bool = False  # repeats of one batch disagree (specmoe.bench.summary)
+    unstable: bool = False  # repeats of one batch disagree (specmoe.results.compare)
     round_s: float | None = None  # mean decode seconds per SD round over the cell's SD runs
     draft_round_s: float | None = None  # of which drafting (the drafter's propose calls)
     step_s: float | None = None  # the paired baseline's decode seconds per target forward

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from specmoe.engine.draft_spec import NgramDraft, draft_of
+from specmoe.drafts import NgramDraft, draft_of
 from specmoe.findings.cells import Cell, decided_by, select
 from specmoe.findings.regime import Regime
 from specmoe.findings.rules import RULES

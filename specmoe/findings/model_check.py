@@ -28,14 +28,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.store import RunRow
-from specmoe.bench.summary import cell_key, compare
-from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_of
+from specmoe.drafts import DraftSpec, draft_of
 from specmoe.findings.cells import prompt_of
 from specmoe.metrics import acceptance_rate
 from specmoe.perf.advise import advise
 from specmoe.perf.compose import PlainSchedule, Rounds, SDSchedule, plain_seconds, sd_seconds
+from specmoe.results.compare import cell_key, compare
+from specmoe.results.run_config import RunConfig
+from specmoe.results.store import RunRow
 from specmoe.stats import ratio_of_means
 from specmoe.theory import per_token_alpha
 
@@ -112,7 +112,7 @@ class AdviceCheck:
 
 def is_free_drafter(draft: DraftSpec | None) -> bool:
     """Whether a stored run's draft runs no model (an n-gram draft), so costs nothing to model."""
-    return isinstance(draft, NgramDraft)
+    return draft is not None and not draft.runs_model
 
 
 def sd_schedule(row: RunRow, active: float | None = None) -> SDSchedule:
@@ -261,8 +261,8 @@ def group_alpha(cells: Sequence[Checked]) -> float:
     """The per-position acceptance a user would give advise: the oracle's dialed value, else the
     median over the group's cells of the α whose i.i.d. acceptance gives each cell's measured rate."""
     draft = draft_of(cells[0].draft)
-    if isinstance(draft, OracleDraft):
-        return draft.acceptance
+    if draft is not None and draft.dialed_acceptance is not None:
+        return draft.dialed_acceptance
     return min(statistics.median(per_token_alpha(c.acceptance, c.gamma) for c in cells), 0.999)
 
 
@@ -311,7 +311,7 @@ def check_advice(checked: Sequence[Checked], models: Models) -> list[AdviceCheck
 def read_rows(path: Path) -> list[RunRow]:
     """A store (.db: round traces included) or an exported CSV (counts only)."""
     if Path(path).suffix == ".db":
-        from specmoe.bench.store import Store
+        from specmoe.results.store import Store
 
         with Store(path) as store:
             return store.rows()
@@ -375,7 +375,7 @@ class ModelLibrary:
             return None
         if is_free_drafter(config.draft):
             return target, None
-        name = config.oracle_cost if isinstance(config.draft, OracleDraft) else config.draft_name
+        name = config.draft_name if config.draft is None else config.draft.cost_model(config.oracle_cost)
         draft_dtype = str(config.draft_field("gguf") or config.dtype)
         draft = self._times(config.draft_field("zoo_preset"), str(name), draft_dtype)
         return None if draft is None else (target, draft)

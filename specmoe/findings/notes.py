@@ -13,10 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from statistics import median
 
-from specmoe.bench.store import RunRow
 from specmoe.findings.batch_claims import Predict, batch_series
 from specmoe.findings.cells import Cell, cells
 from specmoe.findings.results import read_export
+from specmoe.results.store import RunRow
 
 
 def repeat_ratios(rows: Sequence[RunRow], target: str) -> list[float]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specmoe.bench.overrides import SuiteOverrides
 from specmoe.errors import SpecmoeError
+from specmoe.suite.overrides import SuiteOverrides
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.store import RunRow
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import RunCounts, RunTimes
+from specmoe.results.store import RunRow
 
 _INT = re.compile(r"-?\d+")
 _NESTED = ("config", "env", "measure")

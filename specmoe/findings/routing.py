@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass
 
 from specmoe.backends.router_trace import distinct_experts_per_layer
 from specmoe.bench.batches import prompt_ids
-from specmoe.bench.run_row import RunRow
 from specmoe.bench.runner import ModelPool
-from specmoe.bench.suite import RunSpec
 from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.draft_spec import OracleDraft, make_drafter
+from specmoe.engine.make_drafter import make_drafter
 from specmoe.metrics import totals
+from specmoe.results.run_row import RunRow
+from specmoe.suite.types import RunSpec
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def replayable(row: RunRow) -> bool:
         and float(settings.temperature or 0.0) == 0.0
         and (settings.target_field("backend") or "hf") == "hf"
         and not settings.target_field("gguf")
-        and not isinstance(settings.draft, OracleDraft)
+        and (settings.draft is None or settings.draft.dialed_acceptance is None)
     )
 
 

@@ -35,9 +35,9 @@ RULES: dict = tomllib.loads(rules_text())
 
 
 def _agrees_with_the_code() -> None:
-    """The [cells] rules are enforced below the findings (specmoe.stats, specmoe.bench.summary);
+    """The [cells] rules are enforced below the findings (specmoe.stats, specmoe.results.compare);
     the file states them so the hash covers them, and must say what the code does."""
-    from specmoe.bench.summary import REPEAT_CV_LIMIT
+    from specmoe.results.compare import REPEAT_CV_LIMIT
     from specmoe.stats import LEVEL, MIN_UNITS
 
     cells = RULES["cells"]

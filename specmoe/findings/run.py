@@ -8,11 +8,11 @@ import logging
 import time
 from pathlib import Path
 
-from specmoe.bench.store import export
-from specmoe.bench.suite_load import builtin_suite_path, load_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.bench.suite_zoo import prepare_zoo
 from specmoe.findings.plan import ENGINE_PROFILES, LLAMACPP_THREADS, PROFILES, Profile, Step, plan
+from specmoe.results.store import export
+from specmoe.suite.load import builtin_suite_path, load_suite
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def run_findings(
 
 
 def _stored(db: Path) -> int:
-    from specmoe.bench.store import Store
+    from specmoe.results.store import Store
 
     if not db.is_file():
         return 0

@@ -15,8 +15,26 @@ The modules, one concept each:
 - `modelled`: the performance model beside measured runs.
 - `served`, `serving_figures`: server runs: latencies per arm, throughput and speedup by load.
 - `runinfo`: the prose sections: failed audits, where the runs were measured.
+
+Beside the page, what a terminal shows: `summary_table` and `summary_rich` (the result table every
+harness command ends with), `story`, `story_seeds` and `demo_story` (the demo's account of a run),
+`predicted` (the performance model's call on a suite's configurations, before they run).
 """
 
-from specmoe.report.write import write_report
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from specmoe.report.write import write_report
 
 __all__ = ["write_report"]
+
+
+def __getattr__(name: str) -> Any:
+    # Imported on first use: the terminal table and the demo's account need no matplotlib.
+    if name == "write_report":
+        from specmoe.report.write import write_report
+
+        return write_report
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.store import RunRow
-from specmoe.bench.summary import cell_key, noise_reason
 from specmoe.metrics import decode_split_per_token, local_time_to_first_token
 from specmoe.report.intervals import Interval, mean_interval
 from specmoe.report.slices import sorted_by_config
+from specmoe.results.compare import cell_key, noise_reason
+from specmoe.results.run_config import RunConfig
+from specmoe.results.store import RunRow
 
 
 @dataclass(frozen=True)

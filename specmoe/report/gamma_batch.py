@@ -18,7 +18,6 @@ import numpy as np
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.patches import Patch, Rectangle
 
-from specmoe.bench.run_config import RunConfig
 from specmoe.report.figures import PAIR, Drawn, Omitted, Outcome, fixed_phrase, new_figure
 from specmoe.report.intervals import Interval
 from specmoe.report.modelled import modelled_pair, pair_alpha
@@ -32,6 +31,7 @@ from specmoe.report.tables import (
     no_number_fields,
     status_cell,
 )
+from specmoe.results.run_config import RunConfig
 
 TITLE = "Speedup over γ × batch size"
 NOT_SPANNED = "no target/draft pair was run at two or more γ and two or more batch sizes"

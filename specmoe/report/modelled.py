@@ -12,9 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specmoe.bench.run_config import RunConfig
-from specmoe.engine.draft_spec import NgramDraft, OracleDraft
 from specmoe.report.results import SdResult
+from specmoe.results.run_config import RunConfig
 from specmoe.theory import per_token_alpha
 
 MAX_ALPHA = 0.999  # sd_speedup's geometric sum is 0/0 at α = 1
@@ -50,10 +49,10 @@ def modelled_pair(settings: RunConfig, fits: Sequence[tuple[str, str, Any]]) -> 
     top_k = settings.moe_top_k
     if top_k and target.shape.num_experts and top_k != target.shape.top_k:
         target = replace(target, shape=with_top_k(target.shape, top_k, "report"))
-    draft_name = str(settings.draft_name)
-    if isinstance(settings.draft, NgramDraft):
+    draft_name, spec = str(settings.draft_name), settings.draft
+    if spec is not None and not spec.runs_model:
         return ModelledPair(target, FreeDraft(draft_name))
-    cost_model = settings.oracle_cost if isinstance(settings.draft, OracleDraft) else draft_name
+    cost_model = draft_name if spec is None else spec.cost_model(settings.oracle_cost)
     draft = by_name.get((cost_model, settings.dtype))
     return None if draft is None else ModelledPair(target, draft)
 

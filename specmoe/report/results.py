@@ -1,6 +1,6 @@
 """A results store reduced to what the report shows: one record per measured configuration.
 
-Speedup, acceptance and target efficiency come from `specmoe.bench.summary.compare`, the same
+Speedup, acceptance and target efficiency come from `specmoe.results.compare.compare`, the same
 numbers `specmoe bench run` prints; this module adds what the views need beside them: tokens/s
 intervals per arm, parameter counts, the accepted-length histogram from the round traces, the
 mean pass times that the analytic speedup curve takes, the shares of decode time spent drafting,
@@ -13,12 +13,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.store import RunRow
-from specmoe.bench.summary import Comparison, cell_key, compare_by, known_sum, noise_reason
 from specmoe.metrics import mean_accepted_length, position_acceptance, time_shares_of
 from specmoe.report.intervals import Interval, mean_interval
 from specmoe.report.sizes import ModelSize, is_moe_target, target_size
+from specmoe.results.compare import Comparison, cell_key, compare_by, known_sum, noise_reason
+from specmoe.results.run_config import RunConfig
+from specmoe.results.store import RunRow
 
 
 @dataclass(frozen=True)

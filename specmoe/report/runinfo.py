@@ -7,10 +7,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from specmoe.bench.noise import NOISE_FIX
-from specmoe.bench.store import RunRow
-from specmoe.bench.store_export import flatten
 from specmoe.report.slices import AXES, SD_ONLY_AXES, axis_value, format_axis, label
+from specmoe.results.export import flatten
+from specmoe.results.noisy import NOISE_FIX
+from specmoe.results.store import RunRow
 
 # Environment keys in reading order (specmoe.bench.env); any others follow, sorted.
 ENV_ORDER = (

@@ -16,15 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from specmoe.bench.latency import request_records
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.store import RunRow
-from specmoe.bench.summary import cell_key
 from specmoe.metrics import LATENCY_PERCENTILES, latency_percentiles
 from specmoe.report.figures import Omitted
 from specmoe.report.results import Results
 from specmoe.report.slices import AXES, axis_value, format_axis, sort_key, varying_axes
 from specmoe.report.tables import Table
+from specmoe.results.compare import cell_key
+from specmoe.results.latency import request_records
+from specmoe.results.run_config import RunConfig
+from specmoe.results.store import RunRow
 
 PERCENTILES = LATENCY_PERCENTILES
 NO_SERVER_RUNS = "no server runs (suites whose models have a url)"

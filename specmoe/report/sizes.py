@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from specmoe.bench.run_config import RunConfig
 from specmoe.errors import SpecmoeError
+from specmoe.results.run_config import RunConfig
 from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import get_preset
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from specmoe.bench.suite_schema import GRID_AXES
+from specmoe.suite.types import GRID_AXES
 
 # The axes of a suite grid, moe_top_k folded into "target" and request_rate left to the serving
 # tables. Concurrency is the requests in flight of a server run (None for local runs, which have

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import matplotlib
 
-from specmoe.bench.store import Store
 from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
 from specmoe.perf.advise import FIT_WARNING
@@ -47,6 +46,7 @@ from specmoe.report.study_figures import STUDY_FIGURES
 from specmoe.report.tables import TABLES, write_csv
 from specmoe.report.timing_figures import TIMING_FIGURES
 from specmoe.report.timing_tables import decode_split_table, prompt_phase_table
+from specmoe.results.store import Store
 
 log = logging.getLogger(__name__)
 REPORT_NAME = "report.html"

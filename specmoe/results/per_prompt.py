@@ -10,9 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.store import RunRow, stored_rows
-from specmoe.bench.store_export import write_records
 from specmoe.metrics import acceptance_rate, decode_tokens_per_s
+from specmoe.results.export import write_records
+from specmoe.results.store import RunRow, stored_rows
 
 PER_PROMPT_COLUMNS = (
     "run_id",

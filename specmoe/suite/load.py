@@ -1,5 +1,5 @@
-"""Reading a suite file: TOML, command-line overrides, the schema (`suite_schema`), then [models]
-and the groups (`suite_groups`); every problem is one line naming the file and key (`suite_errors`)."""
+"""Reading a suite file: TOML, command-line overrides, the schema (`schema`), then [models]
+and the groups (`groups`); every problem is one line naming the file and key (`errors`)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from specmoe.backends import available_backends, backend_for
-from specmoe.bench.model_paths import spelled_path
-from specmoe.bench.overrides import SuiteOverrides, apply_overrides
-from specmoe.bench.shipped import SUITES_DIR, shipped_suites
-from specmoe.bench.suite import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, Suite
-from specmoe.bench.suite_errors import SuiteContext, explain, suggest
-from specmoe.bench.suite_groups import parse_group
-from specmoe.bench.suite_schema import ModelTable, SuiteFile
 from specmoe.errors import SpecmoeError
 from specmoe.serving.spec import DEFAULT_TIMEOUT_S, ServerSpec
+from specmoe.suite.errors import SuiteContext, explain, suggest
+from specmoe.suite.groups import parse_group
+from specmoe.suite.model_paths import spelled_path
+from specmoe.suite.overrides import SuiteOverrides, apply_overrides
+from specmoe.suite.schema import ModelTable, SuiteFile
+from specmoe.suite.shipped import SUITES_DIR, shipped_suites
+from specmoe.suite.types import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, Suite
 
 
 def builtin_suite_path(name: str) -> Path:
@@ -77,7 +77,7 @@ def parse_suite(raw: dict[str, Any], path: Path) -> Suite:
     taken from its folder, errors name it): `load_suite` after reading, and `specmoe bench quick`,
     which builds the table from its arguments. The values go through the schema (`SuiteFile`),
     then the checks that tie tables together: zoo models against the preset, backends against the
-    registry, groups against the models (`suite_groups`)."""
+    registry, groups against the models (`groups`)."""
     try:
         table = SuiteFile.model_validate(raw)
     except ValidationError as err:

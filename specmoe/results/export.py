@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-from specmoe.bench.run_row import RunRow
 from specmoe.canonical import canonical_json
 from specmoe.errors import SpecmoeError
 from specmoe.extras import require
 from specmoe.metrics import COUNT_KEYS, EXPORT_TIME_KEYS
+from specmoe.results.run_row import RunRow
 
 EXPORT_FORMATS = ("csv", "parquet")
 _LEAD_COLUMNS = ("run_id", "config_key", "baseline_key", "suite", "group", "arm", "repeat")

@@ -1,12 +1,12 @@
 """The suite file format, described once as pydantic models: its tables, keys, types, defaults and
 the values each key may take.
 
-`suite_load` validates the parsed TOML through `SuiteFile` and `suite_errors` turns the first
+`load` validates the parsed TOML through `SuiteFile` and `errors` turns the first
 problem into one line naming the file and the key. Validation is strict: TOML's types are the file's
 types, so "64" is not an integer and `true` is not 1. A check that one table can answer alone (a
 served model's keys, prompt_set against prompt_length) is a model validator here; what needs other
 tables or the file system (a draft naming an undefined model, a zoo model its preset lacks, a
-prompt file) is `suite_groups` / `suite_load`. `specmoe bench schema` prints the JSON Schema.
+prompt file) is `groups` / `load`. `specmoe bench schema` prints the JSON Schema.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from specmoe.bench.suite import SERVING_BACKEND
+from specmoe.drafts import NGRAM, DraftSpec, is_reserved_name, parse_draft
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
-from specmoe.engine.draft_spec import NGRAM, DraftSpec, is_reserved_name, parse_draft
 from specmoe.errors import SpecmoeError
 from specmoe.serving.engines import ENGINES
 from specmoe.serving.spec import ENDPOINTS, normalize_url, without_userinfo
+from specmoe.suite.types import SERVING_BACKEND
 
 SCHEMA_VERSION = 1
 
@@ -40,7 +40,7 @@ _ENV_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
-# --- errors a validator raises: `suite_errors` words them with the file and key -----------------
+# --- errors a validator raises: `errors` words them with the file and key -----------------
 
 
 def fail(message: str, key: str = "") -> NoReturn:
@@ -70,7 +70,7 @@ def _device(value: str) -> str:
 
 
 def _draft(value: str) -> DraftSpec:
-    """The typed draft a spelling names (`specmoe.engine.draft_spec`): the one place a suite's drafts
+    """The typed draft a spelling names (`specmoe.drafts`): the one place a suite's drafts
     are parsed, so "ngram" and "ngram:1-3", or "oracle:0.60" and "oracle:0.6", are one run."""
     try:
         return parse_draft(value)
@@ -334,7 +334,6 @@ def keys(model: type[BaseModel]) -> tuple[str, ...]:
     return tuple(field.alias or name for name, field in model.model_fields.items())
 
 
-GRID_AXES = keys(GridAxes)
 DEFAULTS_KEYS = keys(GroupSettings)
 GROUP_KEYS = ("name", "description", *DEFAULTS_KEYS)  # a group's own keys first
 TOP_KEYS = keys(SuiteFile)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import replace
 
-from specmoe.bench.suite import Group, ModelSpec, RunSpec, Suite, zoo_shape
-from specmoe.engine.draft_spec import ModelDraft, OracleDraft
 from specmoe.prompts import batch_count, load_prompts, prompt_set_digest, selection_size
+from specmoe.suite.types import GRID_AXES, Group, ModelSpec, RunSpec, Suite, zoo_shape
 
 
 def expand(suite: Suite) -> list[RunSpec]:
@@ -44,69 +43,29 @@ def _batches(spec: RunSpec) -> int:
 
 
 def _grid(suite: Suite, group: Group):
-    axes = itertools.product(
-        group.target,
-        group.draft or (None,),
-        group.gamma,
-        group.prompt_set,
-        group.prompt_length,
-        group.batch_size,
-        group.concurrency,
-        group.request_rate,
-        group.moe_top_k,
-        group.temperature,
-        group.max_new_tokens,
-        group.dtype,
-        group.device,
-    )
     digests = {name: prompt_set_digest(name) for name in group.prompt_set if name is not None}
-    for (
-        target,
-        draft,
-        gamma,
-        prompt_set,
-        length,
-        batch,
-        concurrency,
-        rate,
-        top_k,
-        temperature,
-        new_tokens,
-        dtype,
-        device,
-    ) in axes:
-        target_model = suite.model(target)
-        draft_model = None
-        if isinstance(draft, OracleDraft):
-            draft_model = suite.model(group.oracle_cost)
-        elif isinstance(draft, ModelDraft):
-            draft_model = suite.model(draft.name)
+    for values in itertools.product(*(group.axis(name) for name in GRID_AXES)):
+        point = dict(zip(GRID_AXES, values, strict=True))  # each axis is the RunSpec field of its name
+        draft, prompt_set, served = point["draft"], point["prompt_set"], point["concurrency"] is not None
+        target_model = suite.model(point["target"])
+        cost_model = None if draft is None else draft.cost_model(group.oracle_cost)
+        draft_model = None if cost_model is None else suite.model(cost_model)
+        point["gamma"] = point["gamma"] if draft is not None else 0
+        point["moe_top_k"] = _effective_top_k(target_model, point["moe_top_k"])
         yield RunSpec(
+            **point,
             suite=suite.name,
             group=group.name,
             arm="baseline" if draft is None else "sd",
-            target=target,
-            draft=draft,
-            gamma=gamma if draft is not None else 0,
-            prompt_set=prompt_set,
-            prompt_length=length,
-            batch_size=batch,
-            temperature=temperature,
-            max_new_tokens=new_tokens,
-            moe_top_k=_effective_top_k(target_model, top_k),
-            dtype=dtype,
-            device=device,
             repeat=0,
             warmup=group.warmup,
-            oracle_cost=group.oracle_cost if isinstance(draft, OracleDraft) else None,
+            oracle_cost=group.oracle_cost if draft is not None and draft.needs_cost_model else None,
             target_model=target_model,
             draft_model=draft_model,
-            concurrency=concurrency,
-            request_rate=rate,
             requests=group.requests,
-            prompts=None if concurrency is not None else group.prompts,
-            compile=group.compile and concurrency is None,
-            chat=group.chat and concurrency is None,
+            prompts=None if served else group.prompts,
+            compile=group.compile and not served,
+            chat=group.chat and not served,
             prompt_digest=None if prompt_set is None else digests[prompt_set],
             plain=group.plain,
         )

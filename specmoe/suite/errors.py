@@ -1,7 +1,7 @@
 """A suite file's problems as one line each: file, key, what is wrong, the fix, and a did-you-mean
 where a name is close to a valid one.
 
-Pydantic's `ValidationError` (from `suite_schema`) is worded here, one error type at a time; the
+Pydantic's `ValidationError` (from `schema`) is worded here, one error type at a time; the
 loader's own cross-table checks raise through `SuiteContext.fail` in the same shape.
 """
 
@@ -14,7 +14,8 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from specmoe.bench.suite_schema import (
+from specmoe.errors import SpecmoeError
+from specmoe.suite.schema import (
     DEFAULTS_KEYS,
     GROUP_KEYS,
     MODEL_KEYS,
@@ -22,7 +23,6 @@ from specmoe.bench.suite_schema import (
     TOP_KEYS,
     ZOO_KEYS,
 )
-from specmoe.errors import SpecmoeError
 
 _GROUPS_NEEDED = "a suite needs at least one [[groups]] table"
 _MISSING = {  # what to write when a required key is absent, by key

@@ -20,8 +20,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from specmoe.bench.suite import ModelSpec, RunSpec, zoo_shape
-from specmoe.engine.draft_spec import ModelDraft, OracleDraft
 from specmoe.perf.breakeven import Acceptance, Verdict, breakeven_alpha, from_alpha, verdict
 from specmoe.perf.compose import expected_speedup
 from specmoe.perf.engines import EngineProfile, engine_profile
@@ -29,6 +27,7 @@ from specmoe.perf.firstprinciples import first_principles_constants
 from specmoe.perf.hardware import Hardware
 from specmoe.perf.model import MoEShape
 from specmoe.perf.predict import ModelTimes
+from specmoe.suite.types import ModelSpec, RunSpec, zoo_shape
 
 PROMPT_TOKENS = 64  # a built-in prompt's typical length: the context is this plus half the new tokens
 
@@ -79,7 +78,8 @@ def predictable(spec: RunSpec) -> bool:
         and spec.target_model.gguf is None
         and cost is not None
         and cost.zoo is not None
-        and isinstance(spec.draft, ModelDraft | OracleDraft)
+        and spec.draft is not None
+        and spec.draft.runs_model
         and engine_for(spec) is not None
     )
 
@@ -119,8 +119,8 @@ def predict(spec: RunSpec, hardware: Hardware) -> Prediction:
     found = breakeven_alpha(speedup)
     breakeven = None if found is None else from_alpha(found, gamma)
     factor = engine.uncertainty
-    if isinstance(spec.draft, OracleDraft):
-        alpha = spec.draft.acceptance
+    alpha = None if spec.draft is None else spec.draft.dialed_acceptance
+    if alpha is not None:
         value = speedup(alpha)
         band = (value / factor, value * factor)
         call = verdict(at_full * factor, band)

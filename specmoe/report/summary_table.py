@@ -2,16 +2,16 @@
 
 Rows are groups of SD runs (`--by`): by default one per configuration (cell), or one per value of
 the columns named, every other column pooled (the speedup is then the ratio of mean rates over all
-the group's paired units, `specmoe.bench.summary.compare_by`) except the target and the draft, which
+the group's paired units, `specmoe.results.compare.compare_by`) except the target and the draft, which
 a speedup is of: rows are split by them too, and the table says so (`identity_split`). The table
 shows the configuration columns that vary among its rows and no others: the ones the selection
 holds fixed are listed once above it, and the ones a coarser `--by` pools over are named with
 their values, so two rows never look alike while measuring different things. Server runs add a
-latency table: TTFT and TPOT percentiles per arm and concurrency (`specmoe.bench.latency`), noisy
+latency table: TTFT and TPOT percentiles per arm and concurrency (`specmoe.results.latency`), noisy
 runs left out and counted as in the result table.
 
 The same table renders three ways: plain text (a file or a pipe), a rich table (a terminal,
-`specmoe.bench.summary_rich`) and JSON (`--json`), all from one `SummaryTable`.
+`specmoe.report.summary_rich`) and JSON (`--json`), all from one `SummaryTable`.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.latency import Latency, served_latency
-from specmoe.bench.noise import NOISE_FIX
-from specmoe.bench.store import RunRow
-from specmoe.bench.summary import Comparison, batch_category, cell_key, compare_by
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import prompt_label
+from specmoe.results.compare import Comparison, batch_category, cell_key, compare_by
+from specmoe.results.latency import Latency, served_latency
+from specmoe.results.noisy import NOISE_FIX
+from specmoe.results.store import RunRow
 from specmoe.stats import Estimate
 
 CONFIG = "config"  # --by config: one row per configuration (the default)

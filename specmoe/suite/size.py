@@ -19,15 +19,18 @@ from __future__ import annotations
 import logging
 import math
 
-from specmoe.bench.suite import Group, Suite
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import batch_count, load_prompts, selection_size
+from specmoe.suite.types import GRID_AXES, Group, Suite
 
 log = logging.getLogger(__name__)
 
 MAX_BATCH_SIZE = 4096
 MAX_PROMPTS = 100_000
 MAX_RUNS = 100_000
+# Grid axes counted apart from the product of the others: the arms (drafts × γ, plus the baseline)
+# and the prompt batches (which depend on the set, the prompt length and the batch size).
+_COUNTED_APART = ("draft", "gamma", "prompt_set", "prompt_length", "batch_size")
 
 
 def check_size(suite: Suite) -> int:
@@ -60,21 +63,9 @@ def check_size(suite: Suite) -> int:
 
 
 def _group_runs(group: Group, set_sizes: dict[str, int]) -> int:
-    """Runs of one group, as `specmoe.bench.suite_expand.expand` lists them: per grid point, one
+    """Runs of one group, as `specmoe.suite.expand.expand` lists them: per grid point, one
     baseline and one SD run per (draft, gamma), each for every prompt batch and repeat."""
-    others = math.prod(
-        len(axis)
-        for axis in (
-            group.target,
-            group.concurrency,
-            group.request_rate,
-            group.moe_top_k,
-            group.temperature,
-            group.max_new_tokens,
-            group.dtype,
-            group.device,
-        )
-    )
+    others = math.prod(len(group.axis(name)) for name in GRID_AXES if name not in _COUNTED_APART)
     arms = 1 + len(group.draft) * len(group.gamma) if group.draft else 1
     batches = 0
     for prompt_set in group.prompt_set:
@@ -85,7 +76,7 @@ def _group_runs(group: Group, set_sizes: dict[str, int]) -> int:
 
 
 def _batches(group: Group, prompt_set: str | None, length: int | None, batch_size: int, sizes: dict) -> int:
-    """Prompt batches of one grid point (`suite_expand._batches`); a served group counts one."""
+    """Prompt batches of one grid point (`expand._batches`); a served group counts one."""
     if group.served:
         return 1
     if length is not None or prompt_set is None:

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from specmoe.bench.noise import OTHER_CPU_LIMIT
-from specmoe.bench.predicted import Prediction, prediction_text
-from specmoe.bench.store import RunRow
-from specmoe.bench.story import accounts, audit_line, label, story_lines
-from specmoe.bench.story_seeds import closing_lines
 from specmoe.perf.hardware import Hardware
+from specmoe.report.predicted import Prediction, prediction_text
+from specmoe.report.story import accounts, audit_line, label, story_lines
+from specmoe.report.story_seeds import closing_lines
+from specmoe.results.noisy import OTHER_CPU_LIMIT
+from specmoe.results.store import RunRow
 
 STUDY_WHERE = "The study's published rows (`specmoe audit docs/results/study-runs.csv`)"
 
@@ -61,7 +61,7 @@ def model_shapes(suites: Sequence, zoos: Sequence[Path | None]) -> dict[str, tup
 def study_audit() -> str:
     """The audit of the study's published rows in one line, or why there is none."""
     from specmoe.audit.foreign import audit_csv
-    from specmoe.bench.shipped import STUDY_ROWS
+    from specmoe.suite.shipped import STUDY_ROWS
 
     if not STUDY_ROWS.is_file():
         return f"{STUDY_WHERE}: not found; they ship with the source tree"

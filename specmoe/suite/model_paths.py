@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specmoe.bench.suite import ModelSpec
 from specmoe.errors import SpecmoeError
+from specmoe.suite.types import ModelSpec
 
 
 def spelled_path(text: str, base_dir: Path) -> tuple[Path, str | None]:
@@ -87,7 +87,7 @@ def config_source_of(model: ModelSpec):
 def config_model_dir(model: ModelSpec) -> Path:
     """Where a config model's directory is (or will be, once `prepare_zoo` builds it): the per-user
     cache folder of its config, seed and weights dtype."""
-    from specmoe.bench.suite import CONFIG_WEIGHTS
+    from specmoe.suite.types import CONFIG_WEIGHTS
     from specmoe.zoo.config_build import config_cache_dir
 
     source = config_source_of(model)

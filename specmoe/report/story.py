@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from specmoe.audit.foreign import AuditRow, summarise
-from specmoe.bench.store import RunRow
-from specmoe.bench.summary import Comparison, cell_key, clean_pairs, compare_by, known_sum, paired_units
-from specmoe.bench.summary_table import speedup_text
 from specmoe.metrics import RoundCost, round_cost
 from specmoe.perf.breakeven import Acceptance, round_breakeven
 from specmoe.prompts import prompt_label
+from specmoe.report.summary_table import speedup_text
+from specmoe.results.compare import Comparison, cell_key, clean_pairs, compare_by, known_sum, paired_units
+from specmoe.results.store import RunRow
 from specmoe.stats import Estimate
 from specmoe.theory import expected_active_experts
 

@@ -2,10 +2,10 @@
 
 A suite is a TOML file (`schema = 1`) naming models and groups of experiments; list-valued axes of a
 group form a cartesian grid. This module holds what a loaded suite is (`Suite`, `ModelSpec`, `Group`)
-and the unit of work it expands into (`RunSpec`). Reading and checking a file is `suite_load`
-(`load_suite`: the values through the pydantic schema, `suite_schema`; the groups, `suite_groups`;
-every error one line naming the file and key, `suite_errors`); flattening it into runs, each SD arm
-paired with its baseline arm, is `suite_expand.expand`. The schema is documented in docs/suites.md.
+and the unit of work it expands into (`RunSpec`). Reading and checking a file is `load`
+(`load_suite`: the values through the pydantic schema, `schema`; the groups, `groups`; every error
+one line naming the file and key, `errors`); flattening it into runs, each SD arm paired with its
+baseline arm, is `expand.expand`. The schema is documented in docs/suites.md.
 
 Run identity: `RunSpec.config_key` hashes everything that decides the measured work (models by what
 they are, not by their suite-local names), so the same work in two groups or two suites is one run.
@@ -19,14 +19,30 @@ from pathlib import Path
 from typing import Any
 
 from specmoe.canonical import short_key
-from specmoe.engine.draft_spec import DraftSpec, NgramDraft, OracleDraft, draft_spelling
+from specmoe.drafts import DraftSpec, draft_spelling
 from specmoe.errors import SpecmoeError
 from specmoe.serving.spec import ServerSpec
 
-ARMS = ("baseline", "sd")
 LLAMACPP_BACKEND = "llamacpp"
 SERVING_BACKEND = "openai"  # a model behind an OpenAI-compatible server (specmoe.serving)
 CONFIG_WEIGHTS = "bfloat16"  # the dtype a suite's config-built models are stored in (runs cast it)
+# The axes of a group's grid, each a tuple of values on `Group`, in the order `expand` nests them
+# (target outermost) and `schema.GridAxes` declares them; `size` counts the same product.
+GRID_AXES = (
+    "target",
+    "draft",
+    "gamma",
+    "prompt_set",
+    "prompt_length",
+    "batch_size",
+    "concurrency",
+    "request_rate",
+    "moe_top_k",
+    "temperature",
+    "max_new_tokens",
+    "dtype",
+    "device",
+)
 
 
 @dataclass(frozen=True)
@@ -88,7 +104,7 @@ class PlainSetting:
 
 
 # Settings with no rule of their own, each declared in three places: its field in the suite schema
-# (`suite_schema.GroupSettings`, default None), its line here, and its field of the stored config's
+# (`schema.GroupSettings`, default None), its line here, and its field of the stored config's
 # typed view (`run_config.RunConfig`). The group merge, the expansion into runs, the run key and the
 # stored config carry them from this table.
 PLAIN_SETTINGS: tuple[PlainSetting, ...] = (PlainSetting("note"),)
@@ -127,6 +143,11 @@ class Group:
     @property
     def served(self) -> bool:
         return self.concurrency != (None,)
+
+    def axis(self, name: str) -> tuple[Any, ...]:
+        """The values of one of `GRID_AXES`; a group without drafts has the one draft None (baseline)."""
+        values = getattr(self, name)
+        return (values or (None,)) if name == "draft" else values
 
 
 @dataclass(frozen=True)
@@ -185,7 +206,7 @@ class RunSpec:
     # What a prompt set read from a file holds (`specmoe.prompts.prompt_set_digest`), so a file edited
     # in place is new work, not "already measured"; None for built-in sets and synthetic prompts,
     # whose content ships with the package, and for runs a store holds from before files were keyed
-    # by content (`specmoe.bench.legacy_keys`).
+    # by content (`specmoe.suite.legacy_keys`).
     prompt_digest: str | None = None
     plain: tuple[tuple[str, Any], ...] = ()  # (name, value) of each PLAIN_SETTINGS set, from its group
 
@@ -205,16 +226,8 @@ class RunSpec:
         models given by identity rather than by suite-local name."""
         draft: dict[str, Any] | None = None
         spec = self.draft
-        if isinstance(spec, NgramDraft):
-            draft = {"ngram": [spec.min_n, spec.max_n]}
-        elif self.draft_model is not None:
-            draft = (
-                # "draws": each paired unit draws its own accept/reject coins (`oracle_seed`); runs
-                # stored before that shared one stream per repeat and keep their older keys apart
-                {"oracle": spec.acceptance, "cost": self.draft_model.identity, "draws": "per-unit"}
-                if isinstance(spec, OracleDraft)
-                else self.draft_model.identity
-            )
+        if spec is not None and (self.draft_model is not None or not spec.runs_model):
+            draft = spec.key(None if self.draft_model is None else self.draft_model.identity)
         fields = {
             "arm": self.arm,
             "target": self.target_model.identity,
@@ -318,7 +331,6 @@ def zoo_shape(spec: ModelSpec):
 
 
 __all__ = [
-    "ARMS",
     "CONFIG_WEIGHTS",
     "LLAMACPP_BACKEND",
     "PLAIN_SETTINGS",

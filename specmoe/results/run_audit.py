@@ -13,7 +13,7 @@ from specmoe.metrics import RunCounts, RunTimes, acceptance_rate, count_violatio
 from specmoe.theory import speedup_bound_no_timing, speedup_bound_timed
 
 if TYPE_CHECKING:
-    from specmoe.bench.store import RunRow
+    from specmoe.results.store import RunRow
 
 # Two timings of the same work on a shared machine differ by a few percent; a speedup is only
 # called impossible beyond that.

@@ -22,11 +22,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from specmoe.bench.run_row import FailedAttempt, RunRow, run_row
-from specmoe.bench.store_export import EXPORT_FORMATS, export_records, write_records
 from specmoe.canonical import canonical_json, json_value
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import RunCounts, RunTimes
+from specmoe.results.export import EXPORT_FORMATS, export_records, write_records
+from specmoe.results.run_row import FailedAttempt, RunRow
 
 STORE_SCHEMA_VERSION = 2
 
@@ -388,7 +388,7 @@ def _row_from_values(values: tuple[Any, ...]) -> RunRow:
     )
 
 
-# --- export (the file formats are `store_export`'s) ----------------------------------------------
+# --- export (the file formats are `export`'s) -----------------------------------------------------
 
 
 def export(db_path: str | Path, out_path: str | Path, fmt: str) -> int:
@@ -427,6 +427,5 @@ __all__ = [  # the run's row types live in `run_row`; importers of the store fin
     "Store",
     "check_store_path",
     "export",
-    "run_row",
     "stored_rows",
 ]

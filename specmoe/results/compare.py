@@ -4,7 +4,7 @@ A cell is one configuration over all its prompt batches and repeats (`RunSpec.ce
 speedup pairs each SD run with the baseline run of the same prompt batch and repeat (measured back
 to back, `specmoe.bench.plan`); each pair is one unit. Runs the noise guard flagged are left out of
 every number and counted beside them; a cell whose repeats of one batch disagree is marked unstable.
-The table made of these is `specmoe.bench.summary_table`.
+The table made of these is `specmoe.report.summary_table`.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 
-from specmoe.bench.audit import impossible_speedup
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.store import RunRow
 from specmoe.metrics import acceptance_rate, speedup, target_efficiency_measured
 from specmoe.prompts import original_id
+from specmoe.results.run_audit import impossible_speedup
+from specmoe.results.run_config import RunConfig
+from specmoe.results.store import RunRow
 from specmoe.stats import Estimate, coefficient_of_variation
 
 REPEAT_CV_LIMIT = 0.10  # coefficient of variation across repeats of one batch (see repeat_instability)

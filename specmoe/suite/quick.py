@@ -18,14 +18,14 @@ from typing import Any
 
 import tomli_w
 
-from specmoe.bench.overrides import command_line_path
-from specmoe.bench.suite import Suite
-from specmoe.bench.suite_load import parse_suite
-from specmoe.bench.suite_schema import SCHEMA_VERSION
+from specmoe.drafts import is_reserved_name, parse_draft
 from specmoe.dtypes import DEFAULT_DTYPE
-from specmoe.engine.draft_spec import NgramDraft, OracleDraft, is_reserved_name, parse_draft
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import is_builtin, load_prompts
+from specmoe.suite.load import parse_suite
+from specmoe.suite.overrides import command_line_path
+from specmoe.suite.schema import SCHEMA_VERSION
+from specmoe.suite.types import Suite
 from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
 SUITE_NAME = "bench-quick"
@@ -110,19 +110,19 @@ def quick_table(args: QuickArgs) -> dict[str, Any]:
     names: dict[str, str] = {}  # model spec -> its suite-local name
     parsed = {spec: parse_draft(spec) for spec in (args.model, *args.drafts)}  # the one parse
     for spec, draft in parsed.items():
-        if isinstance(draft, NgramDraft) or spec in names:
-            continue
-        if isinstance(draft, OracleDraft):
+        if draft.needs_cost_model:
             raise SpecmoeError(
                 f"--draft {spec}: oracle drafts need a cost model; write a suite file (docs/suites.md)"
             )
+        if draft.model_name is None or spec in names:
+            continue
         name = base = model_name(spec)
         count = 2
         while name in models:
             name, count = f"{base}-{count}", count + 1
         names[spec] = name
         models[name] = {"path": _model_source(spec)}
-    drafts = [spec if isinstance(parsed[spec], NgramDraft) else names[spec] for spec in args.drafts]
+    drafts = [spec if parsed[spec].model_name is None else names[spec] for spec in args.drafts]
     group: dict[str, Any] = {
         "name": GROUP_NAME,
         "target": names[args.model],

@@ -15,9 +15,9 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 
-from specmoe.bench.store import RunRow
-from specmoe.bench.summary import cell_key, noise_reason
 from specmoe.metrics import latency_percentiles
+from specmoe.results.compare import cell_key, noise_reason
+from specmoe.results.store import RunRow
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The demo's closing paragraph: the two studies' claims answered in one run's numbers.
 
-Built from the run's accounts (`specmoe.bench.story`) and the performance model's calls made before
-it ran (`specmoe.bench.predicted`), nothing else: where SD paid and why (for an MoE target, what a
+Built from the run's accounts (`specmoe.report.story`) and the performance model's calls made before
+it ran (`specmoe.report.predicted`), nothing else: where SD paid and why (for an MoE target, what a
 verify cost against the experts it wakes beyond a step's, MoESD's account of why batch helps),
 where it lost and why, whether batch helped SD on the MoE more than on the dense target (MoESD's
 claim), how the model's calls compared with the verdicts, and the audit of the study's rows.
@@ -15,10 +15,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Mapping, Sequence
 
-from specmoe.bench.predicted import CALLS, Prediction, acceptance_call
-from specmoe.bench.story import CellAccount, Outcome, label, outcome
-from specmoe.bench.summary_table import speedup_text
 from specmoe.perf.breakeven import Verdict
+from specmoe.report.predicted import CALLS, Prediction, acceptance_call
+from specmoe.report.story import CellAccount, Outcome, label, outcome
+from specmoe.report.summary_table import speedup_text
 from specmoe.theory import expected_active_experts
 
 MATCHES = {Verdict.GO: Outcome.PAYS, Verdict.NO_GO: Outcome.LOSES, Verdict.DEPENDS: Outcome.EVEN}

@@ -1,18 +1,17 @@
-"""A finished run as the store holds it (`RunRow`), built in one place (`run_row`), and an attempt
-that produced none (`FailedAttempt`). `store` writes and reads them; `store_export` flattens them."""
+"""A finished run as the store holds it (`RunRow`), and an attempt that produced none
+(`FailedAttempt`). `store` writes and reads them; `export` flattens them; the harness builds a row in
+one place (`specmoe.bench.spec_row.run_row`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from specmoe.bench.run_config import RunConfig
-from specmoe.bench.suite import ARMS
-from specmoe.metrics import RunCounts, RunTimes, run_acceptance
+from specmoe.metrics import RunCounts, RunTimes
+from specmoe.results.run_config import RunConfig
 
-if TYPE_CHECKING:
-    from specmoe.bench.suite import RunSpec
+ARMS = ("baseline", "sd")  # a run measures its configuration without a draft, or with one
 
 
 @dataclass(frozen=True)
@@ -58,47 +57,6 @@ class RunRow:
         if not (math.isfinite(self.tokens_per_s) and self.tokens_per_s > 0):  # a run emits >= 1 token
             raise ValueError(f"tokens_per_s must be a finite number > 0, got {self.tokens_per_s}")
         object.__setattr__(self, "settings", RunConfig.from_dict(self.config))  # frozen: set once
-
-
-def run_row(
-    spec: RunSpec,
-    *,
-    env: dict[str, Any],
-    counts: RunCounts,
-    times: RunTimes,
-    tokens_per_s: float,
-    rounds_trace: list[dict[str, Any]],
-    audit_verdict: str,
-    audit_reason: str,
-    created_at: str,
-    prompts: list[dict[str, Any]] | None = None,
-    measure: dict[str, Any] | None = None,
-    noisy: bool = False,
-) -> RunRow:
-    """The row of a finished run of `spec`, local or served: its identity and config come from the
-    spec, its acceptance rate from its counts (`metrics.run_acceptance`), so no caller derives them."""
-    return RunRow(
-        run_id=spec.run_id,
-        config_key=spec.config_key,
-        baseline_key=spec.baseline_key,
-        suite=spec.suite,
-        group=spec.group,
-        arm=spec.arm,
-        repeat=spec.repeat,
-        config=spec.as_dict(),
-        env=env,
-        counts=counts,
-        times=times,
-        tokens_per_s=tokens_per_s,
-        acceptance_rate=run_acceptance(spec.arm, counts),
-        rounds_trace=rounds_trace,
-        audit_verdict=audit_verdict,
-        audit_reason=audit_reason,
-        created_at=created_at,
-        prompts=[] if prompts is None else prompts,
-        measure={} if measure is None else measure,
-        noisy=noisy,
-    )
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """A suite's [[groups]] (with [defaults] merged in) checked into `Group`s: their model and draft
 references and the rules that tie keys and tables together (served targets, prompt lengths,
-top-k). Each value's type and range is the schema's (`suite_schema`), checked before."""
+top-k). Each value's type and range is the schema's (`schema`), checked before."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from specmoe.bench.suite import PLAIN_SETTINGS, Group, ModelSpec, zoo_shape
-from specmoe.bench.suite_errors import SuiteContext, suggest
-from specmoe.bench.suite_schema import GroupSettings, GroupTable
-from specmoe.engine.draft_spec import DraftSpec, ModelDraft, OracleDraft
+from specmoe.drafts import DraftSpec
 from specmoe.prompts import BUILTIN_PROMPT_SETS, is_builtin
+from specmoe.suite.errors import SuiteContext, suggest
+from specmoe.suite.schema import GroupSettings, GroupTable
+from specmoe.suite.types import PLAIN_SETTINGS, Group, ModelSpec, zoo_shape
 
 
 class _Merged:
@@ -52,8 +52,8 @@ def parse_group(
         _model_ref(ctx, key("target"), name, models)
     draft: tuple[DraftSpec, ...] = _axis(merged["draft"])  # typed by the schema
     for spec in draft:
-        if isinstance(spec, ModelDraft):
-            _model_ref(ctx, key("draft"), spec.name, models)
+        if spec.model_name is not None:
+            _model_ref(ctx, key("draft"), spec.model_name, models)
     gamma: tuple[int, ...] = (0,)
     if draft:
         if merged["gamma"] is None:
@@ -63,7 +63,7 @@ def parse_group(
         ctx.fail(f"{where}.gamma", "gamma is set but the group has no draft; add a draft or remove gamma")
     prompt_set, prompt_length = _prompts(ctx, merged)
     oracle_cost = merged["oracle_cost"]
-    if any(isinstance(d, OracleDraft) for d in draft) and oracle_cost not in models:
+    if any(d.needs_cost_model for d in draft) and oracle_cost not in models:
         ctx.fail(
             key("oracle_cost"),
             f"oracle drafts run model '{oracle_cost}' for their cost, but it is not in [models]; "
@@ -209,7 +209,7 @@ def _check_serving(
 
 def _model_of(draft: DraftSpec, models: dict[str, ModelSpec]) -> ModelSpec | None:
     """The [models] entry a draft names; None for n-gram and oracle drafts, which name none."""
-    return models.get(draft.name) if isinstance(draft, ModelDraft) else None
+    return None if draft.model_name is None else models.get(draft.model_name)
 
 
 def _check_served_lengths(

@@ -1,9 +1,9 @@
 """The result table as rich tables on a terminal: the same cells and notes as the plain text
-(`specmoe.bench.summary_table`), coloured by what a row's marks say."""
+(`specmoe.report.summary_table`), coloured by what a row's marks say."""
 
 from __future__ import annotations
 
-from specmoe.bench.summary_table import (
+from specmoe.report.summary_table import (
     SummaryTable,
     context_lines,
     header_cells,

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from specmoe.bench.suite import RunSpec
+from specmoe.suite.types import RunSpec
 
 log = logging.getLogger(__name__)
 

@@ -10,29 +10,39 @@ is stored and keyed under (the results store's run keys contain it, so it must n
 
 An oracle draft proposes the target's own continuation, each token accepted with probability P, and
 pays for the forward passes of a real model (a suite's `oracle_cost`): that cost model is a setting of
-the run, not part of the draft's spelling. `make_drafter` is the one place a drafter is built.
+the run, not part of the draft's spelling. `specmoe.engine.make_drafter` is the one place a drafter
+is built; this module imports no torch, so the results store can parse a stored draft without it.
 
 A draft is parsed once, where a suite or a command line is read, and travels typed from there; code
 dispatches on its type, never on its spelling. A draft equals, hashes and sorts as its canonical
 string (`draft_spelling`), so a typed draft meets the stored rows, dict keys and sets that hold the
 spelling: `ModelDraft("draft-xs") == "draft-xs"`, `NgramDraft(1, 3) == "ngram:1-3"`.
+
+Each kind answers the questions a caller would otherwise ask of its type, so a new kind is written
+here (and in `specmoe.engine.make_drafter`) rather than in every module that handles drafts:
+
+- `model_name`: the model (a [models] entry or a path) the draft is: a ModelDraft's name, else None.
+- `runs_model`: whether drafting runs a model's forwards (a model or an oracle, not an n-gram).
+- `needs_cost_model`: whether a run names the model it pays for (an oracle's `oracle_cost`).
+- `dialed_acceptance`: the acceptance an oracle is set to; None where acceptance is measured.
+- `cost_model(oracle_cost)`: the model whose forwards drafting runs: a ModelDraft's name, an
+  oracle's `oracle_cost`, None for an n-gram.
+- `key(model_identity)`: the draft's part of a run's key (stored: never change it).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
-from specmoe.backends.base import Backend
-from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramDrafter
-from specmoe.engine.oracle import OracleDrafter
 from specmoe.errors import SpecmoeError
 
 NGRAM = "ngram"
 ORACLE_PREFIX = "oracle:"
-NGRAM_DEFAULT = (DEFAULT_MIN_N, DEFAULT_MAX_N)  # what "ngram" alone means
+DEFAULT_MIN_N = 1  # n-gram lengths, in tokens, that "ngram" alone means
+DEFAULT_MAX_N = 3
+NGRAM_DEFAULT = (DEFAULT_MIN_N, DEFAULT_MAX_N)
 _NGRAM_RE = re.compile(r"ngram:(\d+)-(\d+)")
 
 
@@ -60,9 +70,22 @@ class ModelDraft(_Spelled):
     """A draft model, named as the user named it (a suite model name or a path)."""
 
     name: str
+    runs_model: ClassVar[bool] = True
+    needs_cost_model: ClassVar[bool] = False
+    dialed_acceptance: ClassVar[float | None] = None
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def model_name(self) -> str:
+        return self.name
+
+    def cost_model(self, oracle_cost: str | None) -> str:
+        return self.name
+
+    def key(self, model_identity: Any) -> Any:
+        return model_identity
 
 
 @dataclass(frozen=True, eq=False)
@@ -71,9 +94,19 @@ class NgramDraft(_Spelled):
 
     min_n: int
     max_n: int
+    model_name: ClassVar[str | None] = None
+    runs_model: ClassVar[bool] = False
+    needs_cost_model: ClassVar[bool] = False
+    dialed_acceptance: ClassVar[float | None] = None
 
     def __str__(self) -> str:
         return f"{NGRAM}:{self.min_n}-{self.max_n}"
+
+    def cost_model(self, oracle_cost: str | None) -> None:
+        return None
+
+    def key(self, model_identity: Any) -> dict[str, list[int]]:
+        return {"ngram": [self.min_n, self.max_n]}
 
 
 @dataclass(frozen=True, eq=False)
@@ -81,10 +114,25 @@ class OracleDraft(_Spelled):
     """The target's own continuation, each token accepted with probability `acceptance`."""
 
     acceptance: float
+    model_name: ClassVar[str | None] = None
+    runs_model: ClassVar[bool] = True
+    needs_cost_model: ClassVar[bool] = True
 
     def __str__(self) -> str:
         # repr, so "oracle:0.60" and "oracle:0.6" are one run.
         return f"{ORACLE_PREFIX}{self.acceptance!r}"
+
+    @property
+    def dialed_acceptance(self) -> float:
+        return self.acceptance
+
+    def cost_model(self, oracle_cost: str | None) -> str | None:
+        return oracle_cost
+
+    def key(self, model_identity: Any) -> dict[str, Any]:
+        # "draws": each paired unit draws its own accept/reject coins (`oracle_seed`); runs stored
+        # before that shared one stream per repeat and keep their older keys apart.
+        return {"oracle": self.acceptance, "cost": model_identity, "draws": "per-unit"}
 
 
 DraftSpec = ModelDraft | NgramDraft | OracleDraft
@@ -137,24 +185,3 @@ def _parse_oracle(text: str) -> OracleDraft:
     if not 0.0 <= acceptance <= 1.0:  # also rejects nan
         raise SpecmoeError(f"bad oracle draft '{text}'; write oracle:P with P in [0, 1], e.g. \"oracle:0.6\"")
     return OracleDraft(acceptance)
-
-
-def make_drafter(
-    draft: DraftSpec,
-    target: Backend,
-    model: Backend | None = None,
-    continuations: Sequence[Sequence[int]] | None = None,
-    seed: int = 0,
-) -> ModelDrafter | NgramDrafter | OracleDrafter:
-    """The drafter for `draft` against `target`. `model` is the draft model for a ModelDraft and the
-    cost model for an OracleDraft; `continuations` (the target's greedy continuation of each prompt)
-    and `seed` are the oracle's."""
-    if isinstance(draft, NgramDraft):
-        return NgramDrafter(target, draft.min_n, draft.max_n)
-    if model is None:
-        raise ValueError(f"draft '{draft}' needs a loaded model")
-    if isinstance(draft, OracleDraft):
-        if continuations is None:
-            raise ValueError(f"draft '{draft}' needs the target's continuations")
-        return OracleDrafter(model, draft.acceptance, continuations, seed=seed)
-    return ModelDrafter(model)

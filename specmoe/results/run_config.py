@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from specmoe.engine.draft_spec import DraftSpec, OracleDraft, draft_of
+from specmoe.drafts import DraftSpec, draft_of
 from specmoe.errors import SpecmoeError
 
 
@@ -87,7 +87,7 @@ class RunConfig:
     @property
     def oracle_p(self) -> float | None:
         """The per-position acceptance an "oracle:P" draft was set to; None for any other draft."""
-        return self.draft.acceptance if isinstance(self.draft, OracleDraft) else None
+        return None if self.draft is None else self.draft.dialed_acceptance
 
     @property
     def cell(self) -> str | None:
