@@ -17,7 +17,7 @@ from specmoe.findings.cells import Cell
 from specmoe.findings.claims import FAILS, HOLDS, UNSURE, claim_a, claim_b, claim_c, claim_d
 from specmoe.findings.document import render, template, values
 from specmoe.findings.regime import Regime
-from specmoe.findings.results import read_export
+from specmoe.findings.results import parse_cell, read_export
 from specmoe.results.store import Store, export
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -212,6 +212,22 @@ def test_export_reads_back_as_the_stored_rows(tmp_path, tiny_run_db):
             want.arm,
         )
         assert (got.noisy, got.measure) == (want.noisy, want.measure)
+
+
+def test_keys_that_look_like_numbers_read_back_as_text():
+    # A hex key of digits and one "e" parses as a float (here infinity); one of digits as an int.
+    assert parse_cell("1234e56789012345", "config_key") == "1234e56789012345"
+    assert parse_cell("1234567890123456", "cell_key") == "1234567890123456"
+    assert parse_cell("0b2c8b33", "git_sha") == "0b2c8b33"
+    assert parse_cell("", "config_key") is None
+    assert parse_cell("1e3", "gamma") == 1000.0 and parse_cell("4", "gamma") == 4
+
+
+def test_every_shipped_export_reads_back():
+    for path in sorted(Path(__file__).parents[1].glob("docs/results/**/*.csv")):
+        if "run_id,config_key" in path.read_text(encoding="utf-8").partition("\n")[0]:
+            rows = read_export(path)
+            assert all(isinstance(r.config["config_key"], str) for r in rows), path
 
 
 def test_render_refuses_a_value_nobody_computed():

@@ -21,10 +21,18 @@ _INT = re.compile(r"-?\d+")
 _NESTED = ("config", "env", "measure")
 
 
-def parse_cell(text: str) -> Any:
-    """A CSV cell as the value it was written from: empty -> None, numbers, booleans, JSON lists."""
+# Keys and digests are text whatever their characters: a hex key such as "8431e05..." or one of
+# digits only would otherwise come back as a number (the first as infinity).
+_TEXT_SUFFIXES = ("_key", "_id", "_sha")
+
+
+def parse_cell(text: str, name: str = "") -> Any:
+    """A CSV cell as the value it was written from: empty -> None, numbers, booleans, JSON lists;
+    `name`, the cell's column's last part, keeps identifiers as text."""
     if text == "":
         return None
+    if name.endswith(_TEXT_SUFFIXES):
+        return text
     if text in ("True", "False"):
         return text == "True"
     if _INT.fullmatch(text):
@@ -47,7 +55,7 @@ def _unflatten(flat: dict[str, str]) -> dict[str, Any]:
             if not isinstance(node.get(part), dict):
                 node[part] = {}
             node = node[part]
-        node[parts[-1]] = parse_cell(flat[key])
+        node[parts[-1]] = parse_cell(flat[key], parts[-1])
     return out
 
 
