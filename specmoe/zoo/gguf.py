@@ -37,6 +37,7 @@ from specmoe.errors import SpecmoeError
 from specmoe.extras import require
 from specmoe.zoo.files import sha256_file
 from specmoe.zoo.gguf_hybrid import HYBRID_ARCHITECTURES, KEEP_F32, add_hybrid_hparams, hybrid_tensors
+from specmoe.zoo.gguf_names import GLOBAL_TENSORS, refuse_unmapped, stacked_experts
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
 DEFAULT_GGUF_TYPE = "f16"
@@ -71,16 +72,6 @@ _LAYER_TENSORS = {
     "mlp.up_proj.weight": "ffn_up.weight",
     "mlp.down_proj.weight": "ffn_down.weight",
     "mlp.gate.weight": "ffn_gate_inp.weight",  # the MoE router
-}
-_EXPERT_TENSORS = {
-    "gate_proj": "ffn_gate_exps.weight",
-    "up_proj": "ffn_up_exps.weight",
-    "down_proj": "ffn_down_exps.weight",
-}
-_GLOBAL_TENSORS = {
-    "model.embed_tokens.weight": "token_embd.weight",
-    "model.norm.weight": "output_norm.weight",
-    "lm_head.weight": "output.weight",
 }
 _KEEP_F32 = ("_norm.weight", "ffn_gate_inp.weight", *KEEP_F32)  # as llama.cpp's converter does
 
@@ -312,7 +303,7 @@ def _gguf_tensors(weights: Path, layers: int) -> Iterator[tuple[str, np.ndarray]
         def read(key: str) -> np.ndarray:
             return f.get_tensor(key).float().numpy()
 
-        for key, name in _GLOBAL_TENSORS.items():
+        for key, name in GLOBAL_TENSORS.items():
             if key in keys:
                 yield name, read(key)
         for i in range(layers):
@@ -320,26 +311,8 @@ def _gguf_tensors(weights: Path, layers: int) -> Iterator[tuple[str, np.ndarray]
             for suffix, name in _LAYER_TENSORS.items():
                 if prefix + suffix in keys:
                     yield f"blk.{i}.{name}", read(prefix + suffix)
-            experts = sorted(
-                {int(k[len(prefix) :].split(".")[2]) for k in keys if k.startswith(prefix + "mlp.experts.")}
-            )
-            for proj, name in _EXPERT_TENSORS.items():
-                if experts:
-                    parts = [read(f"{prefix}mlp.experts.{e}.{proj}.weight") for e in experts]
-                    yield f"blk.{i}.{name}", np.stack(parts)
-    unknown = sorted(k for k in keys if not _known(k))
-    if unknown:
-        raise SpecmoeError(f"'{weights}' holds tensors GGUF export does not map: {', '.join(unknown[:3])}")
-
-
-def _known(key: str) -> bool:
-    if key in _GLOBAL_TENSORS:
-        return True
-    parts = key.split(".")
-    if len(parts) < 4 or parts[:2] != ["model", "layers"]:
-        return False
-    rest = ".".join(parts[3:])
-    return rest in _LAYER_TENSORS or (rest.startswith("mlp.experts.") and parts[-2] in _EXPERT_TENSORS)
+            yield from stacked_experts(i, keys, read)
+    refuse_unmapped(weights, keys, _LAYER_TENSORS)
 
 
 def _encode(name: str, tensor: np.ndarray, gguf_type: str):

@@ -45,6 +45,7 @@ import numpy as np
 import torch
 
 from specmoe.errors import SpecmoeError
+from specmoe.zoo.gguf_names import GLOBAL_TENSORS, refuse_unmapped, stacked_experts
 
 # transformers model_type -> llama.cpp architecture
 HYBRID_ARCHITECTURES = {"qwen3_5_text": "qwen35", "qwen3_5_moe_text": "qwen35moe", "qwen3_next": "qwen3next"}
@@ -81,16 +82,6 @@ _LAYER_TENSORS = {
     "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
     "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
     "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
-}
-_EXPERT_TENSORS = {
-    "gate_proj": "ffn_gate_exps.weight",
-    "up_proj": "ffn_up_exps.weight",
-    "down_proj": "ffn_down_exps.weight",
-}
-_GLOBAL_TENSORS = {
-    "model.embed_tokens.weight": "token_embd.weight",
-    "model.norm.weight": "output_norm.weight",
-    "lm_head.weight": "output.weight",
 }
 _ZERO_CENTRED = (
     "input_layernorm.weight",
@@ -211,7 +202,7 @@ def hybrid_tensors(weights: Path, config: dict) -> Iterator[tuple[str, np.ndarra
         def read(key: str) -> np.ndarray:
             return f.get_tensor(key).float().numpy()
 
-        for key, name in _GLOBAL_TENSORS.items():
+        for key, name in GLOBAL_TENSORS.items():
             if key in keys:
                 array = read(key)
                 yield name, array + np.float32(1) if key == "model.norm.weight" else array
@@ -226,23 +217,5 @@ def hybrid_tensors(weights: Path, config: dict) -> Iterator[tuple[str, np.ndarra
                     yield f"blk.{i}.attn_gate.weight", z
                 else:
                     yield f"blk.{i}.{name}", _layer_tensor(suffix, read(prefix + suffix), heads, tile)
-            experts = sorted(
-                {int(k[len(prefix) :].split(".")[2]) for k in keys if k.startswith(prefix + "mlp.experts.")}
-            )
-            for proj, name in _EXPERT_TENSORS.items():
-                if experts:
-                    parts = [read(f"{prefix}mlp.experts.{e}.{proj}.weight") for e in experts]
-                    yield f"blk.{i}.{name}", np.stack(parts)
-    unknown = sorted(k for k in keys if not _known(k))
-    if unknown:
-        raise SpecmoeError(f"'{weights}' holds tensors GGUF export does not map: {', '.join(unknown[:3])}")
-
-
-def _known(key: str) -> bool:
-    if key in _GLOBAL_TENSORS:
-        return True
-    parts = key.split(".")
-    if len(parts) < 4 or parts[:2] != ["model", "layers"]:
-        return False
-    rest = ".".join(parts[3:])
-    return rest in _LAYER_TENSORS or (rest.startswith("mlp.experts.") and parts[-2] in _EXPERT_TENSORS)
+            yield from stacked_experts(i, keys, read)
+    refuse_unmapped(weights, keys, _LAYER_TENSORS)
