@@ -185,6 +185,16 @@ def _weights(
     return iter(family.models[shape.name].weights.items())
 
 
+def library_versions() -> dict[str, str]:
+    """The versions a build's random streams and files depend on, recorded in its manifest."""
+    return {
+        "specmoe": specmoe.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "tokenizers": tokenizers.__version__,
+    }
+
+
 def _manifest(build_args: dict, zoo: ZooPreset, models: dict[str, dict], out_dir: Path) -> dict:
     return {
         **build_args,
@@ -193,12 +203,7 @@ def _manifest(build_args: dict, zoo: ZooPreset, models: dict[str, dict], out_dir
         "pad_token_id": EOS_TOKEN_ID,
         "tokenizer_sha256": sha256_file(out_dir / zoo.models[0].name / "tokenizer.json"),
         # torch.randn's stream is only guaranteed stable within one torch version.
-        "versions": {
-            "specmoe": specmoe.__version__,
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__,
-        },
+        "versions": library_versions(),
         "models": models,
     }
 

@@ -327,10 +327,7 @@ def _already_built(out_dir: Path, build_args: dict) -> bool:
 
 
 def _manifest(build_args: dict, models: dict[str, dict], out_dir: Path) -> dict:
-    import tokenizers
-    import transformers
-
-    import specmoe
+    from specmoe.zoo.build import library_versions
     from specmoe.zoo.tokenizer import EOS_TOKEN_ID
 
     first = next(iter(models.values()))["path"]
@@ -340,12 +337,7 @@ def _manifest(build_args: dict, models: dict[str, dict], out_dir: Path) -> dict:
         "pad_token_id": EOS_TOKEN_ID,
         "tokenizer_sha256": sha256_file(out_dir / first / "tokenizer.json"),
         # random streams are only guaranteed stable within one torch version and device type
-        "versions": {
-            "specmoe": specmoe.__version__,
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "tokenizers": tokenizers.__version__,
-        },
+        "versions": library_versions(),
         "models": models,
     }
 
