@@ -57,7 +57,7 @@ def load_text(tmp_path: Path, text: str):
 # --- shipped suites ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("name", "size"), [("study", 1818), ("moesd", 2760), ("quick", 40), ("wide", 116)])
+@pytest.mark.parametrize(("name", "size"), [("study", 1818), ("moesd", 2760), ("quick", 40), ("wide", 54)])
 def test_shipped_suite_sizes(name, size):
     specs = expand(load_suite(builtin_suite_path(name)))
     assert len(specs) == size
