@@ -216,6 +216,11 @@ def top_k_override(lib, path: Path, top_k: int):
     return overrides
 
 
+def library_versions() -> dict[str, str]:
+    """The llama-cpp-python version a profile records beside torch's."""
+    return {"llama_cpp_python": getattr(llama_lib(), "__version__", "?")}
+
+
 def load_llamacpp(
     path: str | Path,
     dtype: str | None = None,
