@@ -42,7 +42,7 @@ from specmoe.prompts import load_prompt_set
 from specmoe.results.store import check_store_path
 from specmoe.suite.expand import expand
 from specmoe.suite.model_paths import local_files
-from specmoe.suite.types import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, RunSpec, Suite
+from specmoe.suite.types import SERVING_BACKEND, ModelSpec, RunSpec, Suite
 
 
 def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) -> None:
@@ -87,8 +87,9 @@ def check_extras(suite: Suite, local: bool = True, executor_extra: str | None = 
     used = {name for spec in expand(suite) for name in spec.model_names}
     for name in sorted(used):
         model = suite.models[name]
-        if model.backend == LLAMACPP_BACKEND or model.gguf is not None:
-            require("llamacpp", f"suite {suite.name}: model {name} (backend llamacpp)")
+        info = model.backend_info
+        if info is not None and info.extra is not None:
+            require(info.extra, f"suite {suite.name}: model {name} (backend {info.name})")
         elif model.backend == SERVING_BACKEND:
             require("serve", f"suite {suite.name}: model {name} (backend openai)")
 
@@ -111,7 +112,7 @@ def _check_files(model: ModelSpec, path: Path | None) -> int | None:
     model's config.json states, None for other models."""
     if path is None:
         return None
-    if LLAMACPP_BACKEND in (model.backend, backend_for(path)):
+    if model.reads_file or backend_for(path).reads_file:
         from specmoe.backends.llamacpp import check_gguf_file
 
         check_gguf_file(path)
@@ -156,8 +157,7 @@ def _check_devices(suite: Suite, specs: list[RunSpec], contexts: dict[str, int |
     for spec in specs:
         hf = contexts.get(spec.target) is not None
         model = suite.models[spec.target]
-        llamacpp = model.backend == LLAMACPP_BACKEND or model.gguf is not None
-        if (hf, spec.device) in seen or not (hf or llamacpp):
+        if (hf, spec.device) in seen or not (hf or model.reads_file):
             continue
         seen.add((hf, spec.device))
         asked = f"suite {suite.name}, group {spec.group}: device"

@@ -263,7 +263,7 @@ def _engine_run_values(out: Path) -> dict[str, str]:
     """Runs, audit and thread counts of the llama.cpp study passes."""
     found: dict[str, str] = {}
     for engine in ENGINES:
-        if engine.backend == "hf":
+        if engine.runs_family:  # its runs are the study's own, summed up elsewhere
             continue
         key = engine.name.replace("-", "_")
         _, rows = _step_cells(out, engine.study)

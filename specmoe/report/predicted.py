@@ -56,16 +56,16 @@ class Prediction:
 
 def engine_for(spec: RunSpec) -> str | None:
     """The shipped engine profile that describes how the run's target executes, or None."""
-    model = spec.target_model
-    if model.backend == "llamacpp":
-        return "llamacpp-cpu" if spec.device == "cpu" else "llamacpp-cuda"
-    if model.backend != "hf":
+    info = spec.target_model.backend_info
+    if info is None:  # a served model
         return None
-    if spec.device == "cpu":
-        return "hf-compiled-cpu" if spec.compile else "hf-eager-cpu"
-    if spec.device.startswith("cuda"):
-        return "hf-compiled" if spec.compile else "hf-eager"
-    return None
+    cpu = spec.device == "cpu"
+    if not info.can_compile:
+        return f"{info.name}-cpu" if cpu else f"{info.name}-cuda"
+    mode = f"{info.name}-compiled" if spec.compile else f"{info.name}-eager"
+    if cpu:
+        return f"{mode}-cpu"
+    return mode if spec.device.startswith("cuda") else None
 
 
 def predictable(spec: RunSpec) -> bool:
