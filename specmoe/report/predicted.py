@@ -3,7 +3,7 @@
 Inputs are what exists before measuring: each zoo model's config (its preset's shape), the
 configuration (draft, γ, batch, dtype, new tokens), a hardware file (`specmoe hw`, or the probe
 `specmoe demo` takes) and the engine profile of the backend and device the runs use
-(`specmoe.perf.engines`). Forward times come from first principles (`perf.firstprinciples`) and
+(`specmoe.perf.runtimes`). Forward times come from first principles (`perf.firstprinciples`) and
 the speedup from the expected round (`perf.compose.expected_speedup`, the composition `advise`
 prints), with the profile's ×/÷ band and `perf.breakeven.verdict`'s rule:
 
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 from specmoe.perf.breakeven import Acceptance, Verdict, breakeven_alpha, from_alpha, verdict
 from specmoe.perf.compose import expected_speedup
-from specmoe.perf.engines import EngineProfile, engine_profile
 from specmoe.perf.firstprinciples import first_principles_constants
 from specmoe.perf.hardware import Hardware
 from specmoe.perf.model import MoEShape
 from specmoe.perf.predict import ModelTimes
+from specmoe.perf.runtimes import EngineProfile, engine_profile
 from specmoe.suite.types import ModelSpec, RunSpec, zoo_shape
 
 PROMPT_TOKENS = 64  # a built-in prompt's typical length: the context is this plus half the new tokens
