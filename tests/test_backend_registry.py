@@ -29,7 +29,8 @@ def test_the_facts_callers_ask():
 
 def test_every_loader_names_a_function_of_its_module():
     # The loaders are imported only on use, so a misspelt one would surface at a run's first load.
-    for target in [t for info in BACKENDS.values() for t in (info.loader, info.versions) if t]:
+    named = [(i.loader, i.versions, i.files_check, i.device_check) for i in BACKENDS.values()]
+    for target in [t for targets in named for t in targets if t]:
         module, attr = target.split(":")
         source = (ROOT / Path(*module.split("."))).with_suffix(".py").read_text(encoding="utf-8")
         assert f"def {attr}(" in source, target

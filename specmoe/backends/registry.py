@@ -40,6 +40,11 @@ class BackendInfo:
     # caller sizes both; transformers grows its cache and reads torch's thread count.
     sized_at_load: bool = False
     versions: str | None = None  # "module:attr" of a function giving {library: version} for a profile
+    # "module:attr" of the checks a suite runs before anything loads (`specmoe.bench.preflight`):
+    # the model's files, (path) -> the context in tokens they state or None; a device, (device,
+    # asked, fix) -> None, refused in one line naming where it was asked and how to fix it.
+    files_check: str | None = None
+    device_check: str | None = None
 
     @property
     def reads_file(self) -> bool:
@@ -49,6 +54,16 @@ class BackendInfo:
     def load(self, path: str, **options: Any) -> Any:
         """The model at `path` through this backend, its module imported only now."""
         return _by_name(self.loader)(path, **options)
+
+    def check_files(self, path: Path) -> int | None:
+        """Refuse, in one line, model files this backend would fail on late; the context in tokens
+        they state (a config.json's), None when they state none or there is no check."""
+        return None if self.files_check is None else _by_name(self.files_check)(path)
+
+    def check_device(self, device: str, asked: str, fix: str) -> None:
+        """Refuse, in one line, a device this backend cannot run on here (nothing without a check)."""
+        if self.device_check is not None:
+            _by_name(self.device_check)(device, asked, fix)
 
     def library_versions(self) -> dict[str, str]:
         """{library: version} of what it runs on, beyond torch ({} when there is nothing to add)."""
@@ -67,6 +82,8 @@ HF = BackendInfo(
     runtime="transformers",
     can_compile=True,
     traces_routers=True,
+    files_check="specmoe.backends.hf:stated_context",
+    device_check="specmoe.backends.hf:resolve_device",
 )
 LLAMACPP = BackendInfo(
     name="llamacpp",
@@ -78,6 +95,8 @@ LLAMACPP = BackendInfo(
     self_contained=True,
     sized_at_load=True,
     versions="specmoe.backends.llamacpp:library_versions",
+    files_check="specmoe.backends.llamacpp:check_gguf_file",
+    device_check="specmoe.backends.llamacpp:check_device",
 )
 BACKENDS: dict[str, BackendInfo] = {info.name: info for info in (HF, LLAMACPP)}
 DEFAULT_BACKEND = HF  # for a model directory, a hub ID, or a model a suite builds

@@ -74,12 +74,6 @@ class ModelSpec:
         return BACKENDS.get(self.backend)
 
     @property
-    def reads_file(self) -> bool:
-        """Loaded from one weights file (a GGUF export or a .gguf path), not a model directory."""
-        info = self.backend_info
-        return self.gguf is not None or (info is not None and info.reads_file)
-
-    @property
     def identity(self) -> dict[str, Any]:
         """What the model *is*, independent of its suite-local name: part of every run's key."""
         if self.server is not None:
