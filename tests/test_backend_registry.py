@@ -47,3 +47,21 @@ def test_the_registry_imports_no_runtime():
     code = "import sys, specmoe.backends\nprint('torch' in sys.modules, 'llama_cpp' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False"
+
+
+def test_a_runs_runtime_profile_is_named_from_its_backends_facts():
+    from types import SimpleNamespace
+
+    from specmoe.report.predicted import engine_for
+    from specmoe.suite.types import ModelSpec
+
+    def profile(backend: str, device: str, compile: bool = False) -> str | None:
+        target = ModelSpec("t", "moe", None, backend)
+        return engine_for(SimpleNamespace(target_model=target, device=device, compile=compile))
+
+    assert profile("hf", "cpu") == "hf-eager-cpu"
+    assert profile("hf", "cuda:1", compile=True) == "hf-compiled"
+    assert profile("hf", "mps") is None  # no shipped profile of eager transformers on Apple GPUs
+    assert profile("llamacpp", "cpu") == "llamacpp-cpu"
+    assert profile("llamacpp", "cuda") == "llamacpp-cuda"
+    assert profile("openai", "cpu") is None  # a served model
