@@ -4,7 +4,7 @@ Every row of docs/results/calibration/published.csv is one measured speedup from
 blog, a model card or a docs page, priced from configs, a hardware file and an engine profile alone
 (`specmoe.perf.calibrate`). Three kinds of number come out:
 
-    in sample    the shipped profiles (engines.toml), whose refitted constants saw every row: a
+    in sample    the shipped profiles (runtimes.toml), whose refitted constants saw every row: a
                  reconstruction, not a forecast
     held out     leave-one-source-out (`specmoe.perf.heldout`): each source's rows predicted from
                  constants refitted from the priors on the other sources alone; an engine with rows
@@ -19,7 +19,7 @@ both are on the same side of 1× (rows measured within 0.95–1.05 are listed bu
     python benchmarks/calibration.py --out docs/results/calibration # calibration.md and .json
     python benchmarks/calibration.py --fit                          # refit on every row, print TOML
 
-Each engine's band (`uncertainty` in engines.toml) is the 80th percentile of its held-out error
+Each engine's band (`uncertainty` in runtimes.toml) is the 80th percentile of its held-out error
 factors where it has at least five, else the priors' 1.5; `--fit` prints both.
 """
 
@@ -36,7 +36,6 @@ sys.path.insert(0, str(ROOT))
 
 from specmoe.perf.breakeven import Verdict  # noqa: E402
 from specmoe.perf.calibrate import Measurement, is_moe, load_measurements  # noqa: E402
-from specmoe.perf.engines import load_engines  # noqa: E402
 from specmoe.perf.heldout import (  # noqa: E402
     PRIOR_BAND,
     Scored,
@@ -52,6 +51,7 @@ from specmoe.perf.heldout import (  # noqa: E402
     trivial,
 )
 from specmoe.perf.priors import fitted_keys, load_priors, value_of  # noqa: E402
+from specmoe.perf.runtimes import load_engines  # noqa: E402
 
 DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
 EXAMPLES = ROOT / "docs" / "perf-examples"
@@ -272,6 +272,7 @@ def report(rows: list[Measurement], by_rule: dict, engines: dict, fitted: dict, 
         *verdict_table(by_rule["in sample"]),
     ]
     lines += ["", "## Bands: the 80th percentile of each engine's own held-out error factors", ""]
+    # "engines.toml", the profiles file's former name: the column keeps the shipped table's header
     lines += ["| engine | held-out rows | band | basis | in engines.toml |", "|---|---|---|---|---|"]
     for name, b in bands(held, engines).items():
         lines.append(

@@ -30,11 +30,11 @@ sys.path.insert(0, str(ROOT))
 from specmoe.drafts import NgramDraft, OracleDraft, draft_of  # noqa: E402
 from specmoe.findings.model_check import read_rows  # noqa: E402
 from specmoe.perf.compose import expected_speedup  # noqa: E402
-from specmoe.perf.engines import engine_profile  # noqa: E402
 from specmoe.perf.firstprinciples import first_principles_constants  # noqa: E402
 from specmoe.perf.hardware import load_hardware  # noqa: E402
 from specmoe.perf.model import MoEShape  # noqa: E402
 from specmoe.perf.predict import ModelTimes  # noqa: E402
+from specmoe.perf.runtimes import engine_profile  # noqa: E402
 from specmoe.perf.structure import parse_architecture  # noqa: E402
 from specmoe.results.compare import compare  # noqa: E402
 from specmoe.theory import per_token_alpha  # noqa: E402

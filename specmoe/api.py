@@ -49,7 +49,7 @@ __all__ = [
 def load_model(path: str | Path, backend: str | None = None, **options: Any) -> Backend:
     """Load a model through a registered backend (options: dtype, device, ...); by default
     llamacpp for a .gguf file and hf for anything else."""
-    return load_backend(backend or backend_for(path), str(path), **options)
+    return load_backend(backend or backend_for(path).name, str(path), **options)
 
 
 def display_text(tokenizer, token_ids: Sequence[int]) -> str:
@@ -60,7 +60,7 @@ def display_text(tokenizer, token_ids: Sequence[int]) -> str:
 
 def load_tokenizer(path: str | Path):
     """The model's tokenizer: tokenizer.json of an HF directory, or the vocabulary inside a GGUF file."""
-    if backend_for(path) == "llamacpp":
+    if backend_for(path).self_contained:
         from specmoe.backends.gguf_tokenizer import GGUFTokenizer
 
         return GGUFTokenizer(path)
@@ -161,7 +161,7 @@ def generate_text(
     if draft is not None and gamma < 1:
         raise SpecmoeError(f"--gamma must be >= 1 (tokens drafted per round), got {gamma}")
     target_dir = resolve(target)
-    if model_options.get("compile") and backend_for(target_dir) != "hf":
+    if model_options.get("compile") and not backend_for(target_dir).can_compile:
         raise SpecmoeError("--compile applies to transformers models; drop it for .gguf models")
     if draft is not None and draft.needs_cost_model:
         raise SpecmoeError(

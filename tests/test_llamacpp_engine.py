@@ -15,7 +15,7 @@ from test_llamacpp import PROMPTS, greedy, llama
 
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
-from specmoe.findings.engines import NOT_MEASURED, cost_ratios, verdict_table
+from specmoe.findings.by_runtime import NOT_MEASURED, cost_ratios, verdict_table
 from specmoe.findings.plan import ENGINES, engine, plan
 from specmoe.perf.floor import add_floors, floor_seconds
 from specmoe.suite.overrides import SuiteOverrides, apply_overrides
@@ -139,7 +139,7 @@ def test_cost_ratios_come_from_the_engines_own_batch_one_profiles(tmp_path):
 
 
 def test_verdict_table_has_one_column_per_engine_and_a_ratio_beside_measured_verdicts(tmp_path):
-    from specmoe.findings.engines import EngineVerdicts
+    from specmoe.findings.by_runtime import EngineVerdicts
     from specmoe.findings.regime import Regime
 
     _profile(tmp_path, "profiles-llamacpp", "moe-q8_0", {1: 0.020, 5: 0.050}, moe=True)

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from specmoe.perf.calibrate import Role, load_measurements
-from specmoe.perf.engines import load_engines
 from specmoe.perf.heldout import band_of, c_tau, leave_one_source_out, trivial
 from specmoe.perf.priors import load_priors
+from specmoe.perf.runtimes import load_engines
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "perf-examples"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from specmoe.errors import SpecmoeError
-from specmoe.perf.engines import load_engines
 from specmoe.perf.priors import (
     TABLES,
     Basis,
@@ -16,6 +15,7 @@ from specmoe.perf.priors import (
     value_of,
     with_values,
 )
+from specmoe.perf.runtimes import load_engines
 
 # what a profile holds that is not a number to source: its identity and its own annotations
 _NOT_VALUES = {"name", "description", "device", "sources", "band_basis", "band_rows", "hybrid_rollback"}
@@ -56,7 +56,7 @@ def test_shipped_values_are_the_priors_except_where_refitted():
                 if prior.fit is not None and shipped is not None:
                     assert prior.fit.low <= shipped <= prior.fit.high, f"{name}.{key}"
                 continue
-            assert shipped == pytest.approx(prior.value), f"{name}.{key}: engines.toml differs from its prior"
+            assert shipped == pytest.approx(prior.value), f"{name}.{key}: differs from its prior"
 
 
 def test_every_engine_refits_the_same_three_constants():
@@ -84,6 +84,6 @@ def test_a_published_prior_names_its_source():
 def test_priors_errors_are_one_line(monkeypatch):
     import specmoe.perf.priors as module
 
-    monkeypatch.setattr(module, "_SHIPPED", "engines.toml")  # a file of another shape
+    monkeypatch.setattr(module, "_SHIPPED", "runtimes.toml")  # a file of another shape
     with pytest.raises(SpecmoeError):
         load_priors()

@@ -23,8 +23,8 @@ from specmoe.cli import main
 from specmoe.errors import RunFailed, SpecmoeError
 from specmoe.results.store import Store
 from specmoe.serving import client
-from specmoe.serving.engines import ENGINES
 from specmoe.serving.load import request_body, run_requests
+from specmoe.serving.servers import ENGINES
 from specmoe.serving.spec import ServerSpec
 from specmoe.serving.trust import CHUNK_SLACK, count_problem
 from specmoe.suite.load import load_suite

@@ -12,8 +12,8 @@ from serving_stub import StubConfig, StubServer
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import time_per_output_token, time_to_first_token
 from specmoe.serving import client
-from specmoe.serving.engines import ENGINES
 from specmoe.serving.load import request_body, run_requests
+from specmoe.serving.servers import ENGINES
 from specmoe.serving.spec import ServerSpec, normalize_url
 from specmoe.serving.sse import MalformedResponse, StreamedError, event_data, parse_chunk
 

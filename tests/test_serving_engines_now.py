@@ -13,8 +13,8 @@ from test_serving_run import MODEL, write_suite
 
 from specmoe.bench.suite_run import run_suite
 from specmoe.serving import client
-from specmoe.serving.engines import ENGINES
 from specmoe.serving.load import RequestRecord, request_body, run_requests, unfinished
+from specmoe.serving.servers import ENGINES
 from specmoe.serving.spec import ServerSpec
 from specmoe.serving.sse import parse_chunk
 from specmoe.suite.load import load_suite

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from specmoe.errors import SpecmoeError
-from specmoe.serving.engines import ENGINES, engine_metrics
 from specmoe.serving.prometheus import UNKNOWN, SpecCounters, counter_delta, parse_samples, snapshot
+from specmoe.serving.servers import ENGINES, engine_metrics
 
 DATA = Path(__file__).parent / "data" / "serving"
 VLLM = ENGINES["vllm"]

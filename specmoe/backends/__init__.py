@@ -17,41 +17,51 @@ The modules, one concept each:
   `pickle_weights`: the opted-in load of pickle checkpoints.
 - `tokenizer_digest`: which tokenizer a model directory has, by content.
 - `router_trace`: the experts a transformers MoE model's routers select.
+- `registry`: the backends by name, with the facts callers ask of them (torch-free).
+
+Importing this package loads no runtime: `Backend` (the protocol, which needs torch) is imported
+on first use.
 """
 
 from __future__ import annotations
 
-import importlib
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from specmoe.backends.base import Backend
-from specmoe.errors import SpecmoeError
+from specmoe.backends.registry import (
+    BACKENDS,
+    DEFAULT_BACKEND,
+    BackendInfo,
+    available_backends,
+    backend_for,
+    backend_info,
+    file_backends,
+)
 
-# name -> "module:loader". Loaders take (path, **options) and return a Backend.
-_REGISTRY: dict[str, str] = {
-    "hf": "specmoe.backends.hf:load_hf",
-    "llamacpp": "specmoe.backends.llamacpp:load_llamacpp",
-}
-
-
-def available_backends() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def backend_for(path: str | Path) -> str:
-    """The backend a model path implies: llama.cpp reads GGUF files, transformers reads directories
-    (and hub IDs). The one place a backend is chosen from a path."""
-    return "llamacpp" if str(path).endswith(".gguf") else "hf"
+if TYPE_CHECKING:
+    from specmoe.backends.base import Backend
 
 
 def load_backend(name: str, path: str, **options: Any) -> Backend:
     """Load a model through the backend registered as `name`, importing that backend only now."""
-    if name not in _REGISTRY:
-        raise SpecmoeError(f"unknown backend '{name}'; available: {', '.join(available_backends())}")
-    module_name, attr = _REGISTRY[name].split(":")
-    loader = getattr(importlib.import_module(module_name), attr)
-    return loader(path, **options)
+    return backend_info(name).load(path, **options)
 
 
-__all__ = ["Backend", "available_backends", "backend_for", "load_backend"]
+def __getattr__(name: str) -> Any:
+    if name == "Backend":  # the protocol imports torch: only when asked for
+        from specmoe.backends.base import Backend
+
+        return Backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_BACKEND",
+    "Backend",
+    "BackendInfo",
+    "available_backends",
+    "backend_for",
+    "backend_info",
+    "file_backends",
+    "load_backend",
+]

@@ -86,6 +86,13 @@ def resolve_device(device: str, asked: str = "--device", fix: str = "use --devic
     return torch.device(device)
 
 
+def stated_context(path: Path) -> int:
+    """`check_model_dir` as a suite checks a model before its runs (no pickle checkpoints): the
+    context in tokens its config.json states (unbounded when it states none)."""
+    config = check_model_dir(path, allow_pickle=False)
+    return int(config.get("max_position_embeddings") or 1 << 30)
+
+
 def check_model_dir(path: Path, allow_pickle: bool) -> dict:
     """Fail early, in one line, on anything that would make transformers fail late or reach a hub."""
     if path.is_file():

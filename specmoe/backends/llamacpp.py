@@ -216,6 +216,11 @@ def top_k_override(lib, path: Path, top_k: int):
     return overrides
 
 
+def library_versions() -> dict[str, str]:
+    """The llama-cpp-python version a profile records beside torch's."""
+    return {"llama_cpp_python": getattr(llama_lib(), "__version__", "?")}
+
+
 def load_llamacpp(
     path: str | Path,
     dtype: str | None = None,
@@ -284,9 +289,10 @@ def _gpu_layers(lib, device: str, n_gpu_layers: int | None, asked: str = "--devi
     return -1 if n_gpu_layers is None else n_gpu_layers
 
 
-def check_device(device: str, asked: str = "--device") -> None:
+def check_device(device: str, asked: str = "--device", fix: str | None = None) -> None:
     """Refuse, in one line, a device this llama-cpp-python cannot run on (suites check it before
-    their first run); `asked` names where it was given."""
+    their first run); `asked` names where it was given. `fix` is the caller's advice, unused: each
+    refusal names its own."""
     _gpu_layers(llama_lib(), device, None, asked)
 
 

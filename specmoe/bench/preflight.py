@@ -34,7 +34,7 @@ import gc
 from collections.abc import Sequence
 from pathlib import Path
 
-from specmoe.backends import backend_for
+from specmoe.backends import BackendInfo, backend_for
 from specmoe.bench.batches import prompt_ids
 from specmoe.errors import SpecmoeError
 from specmoe.extras import require
@@ -42,7 +42,7 @@ from specmoe.prompts import load_prompt_set
 from specmoe.results.store import check_store_path
 from specmoe.suite.expand import expand
 from specmoe.suite.model_paths import local_files
-from specmoe.suite.types import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, RunSpec, Suite
+from specmoe.suite.types import SERVING_BACKEND, ModelSpec, RunSpec, Suite
 
 
 def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) -> None:
@@ -62,8 +62,9 @@ def preflight(suite: Suite, db: Path, zoo_dir: Path | None, local: bool = True) 
     specs = [s for s in every if s.concurrency is None]  # served runs load no model here
     dtypes = _local_models(specs)
     paths = {name: local_files(suite.models[name], zoo_dir) for name in dtypes}
-    contexts = {name: _check_files(suite.models[name], path) for name, path in paths.items()}
-    _check_devices(suite, specs, contexts)
+    backends = {name: _backend_of(suite.models[name], path) for name, path in paths.items()}
+    contexts = {name: None if b is None else b.check_files(paths[name]) for name, b in backends.items()}
+    _check_devices(suite, specs, backends)
     _check_context(specs, paths, contexts)
     _check_tokenizers(specs, paths, contexts)
     for name, path in paths.items():
@@ -87,8 +88,9 @@ def check_extras(suite: Suite, local: bool = True, executor_extra: str | None = 
     used = {name for spec in expand(suite) for name in spec.model_names}
     for name in sorted(used):
         model = suite.models[name]
-        if model.backend == LLAMACPP_BACKEND or model.gguf is not None:
-            require("llamacpp", f"suite {suite.name}: model {name} (backend llamacpp)")
+        info = model.backend_info
+        if info is not None and info.extra is not None:
+            require(info.extra, f"suite {suite.name}: model {name} (backend {info.name})")
         elif model.backend == SERVING_BACKEND:
             require("serve", f"suite {suite.name}: model {name} (backend openai)")
 
@@ -106,20 +108,13 @@ def _local_models(specs: list[RunSpec]) -> dict[str, str]:
     return dtypes
 
 
-def _check_files(model: ModelSpec, path: Path | None) -> int | None:
-    """Check the model's files without loading it; returns the context in tokens that an HF
-    model's config.json states, None for other models."""
+def _backend_of(model: ModelSpec, path: Path | None) -> BackendInfo | None:
+    """The backend whose checks the model's files get: the one a weights file names by its suffix
+    (a .gguf path, a zoo model's GGUF export), else the model's own; None when nothing is local."""
     if path is None:
         return None
-    if LLAMACPP_BACKEND in (model.backend, backend_for(path)):
-        from specmoe.backends.llamacpp import check_gguf_file
-
-        check_gguf_file(path)
-        return None
-    from specmoe.backends.hf import check_model_dir
-
-    config = check_model_dir(path, allow_pickle=False)
-    return int(config.get("max_position_embeddings") or 1 << 30)
+    implied = backend_for(path)
+    return implied if implied.reads_file else model.backend_info
 
 
 def _check_tokenizers(
@@ -147,28 +142,18 @@ def _check_tokenizers(
             raise SpecmoeError(f"{where}: {mismatch}")
 
 
-def _check_devices(suite: Suite, specs: list[RunSpec], contexts: dict[str, int | None]) -> None:
+def _check_devices(suite: Suite, specs: list[RunSpec], backends: dict[str, BackendInfo | None]) -> None:
     """Every device a local run asks for exists here, for the backend that runs it: torch's for HF
     models, llama.cpp's GPU offload for GGUF models. A llama.cpp model also runs llama.cpp's self-test
     (`llamacpp_check`) here, so a build that cannot run on this machine is found before the store."""
     fix = 'set device = "cpu" in the suite, or pass --set device=cpu'
-    seen: set[tuple[bool, str]] = set()
+    seen: set[tuple[str, str]] = set()
     for spec in specs:
-        hf = contexts.get(spec.target) is not None
-        model = suite.models[spec.target]
-        llamacpp = model.backend == LLAMACPP_BACKEND or model.gguf is not None
-        if (hf, spec.device) in seen or not (hf or llamacpp):
+        backend = backends.get(spec.target)
+        if backend is None or (backend.name, spec.device) in seen:
             continue
-        seen.add((hf, spec.device))
-        asked = f"suite {suite.name}, group {spec.group}: device"
-        if hf:
-            from specmoe.backends.hf import resolve_device
-
-            resolve_device(spec.device, asked, fix)
-        else:
-            from specmoe.backends.llamacpp import check_device
-
-            check_device(spec.device, asked)
+        seen.add((backend.name, spec.device))
+        backend.check_device(spec.device, f"suite {suite.name}, group {spec.group}: device", fix)
 
 
 def _top_ks(specs: list[RunSpec], target: str) -> list[int]:

@@ -27,9 +27,9 @@ from specmoe.metrics import (
 )
 from specmoe.results.run_audit import audit_served_run
 from specmoe.results.store import RunRow
-from specmoe.serving.engines import engine_metrics
 from specmoe.serving.load import RequestRecord, ServedRun, unfinished
 from specmoe.serving.server_log import Counts
+from specmoe.serving.servers import engine_metrics
 from specmoe.serving.spec import ServerSpec
 from specmoe.suite.types import RunSpec
 

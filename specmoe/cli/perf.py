@@ -225,13 +225,13 @@ def run_check(args) -> int:
     fit = load_fit(args.fit)
     batches, tokens = check_points(fit["grid"])
     model = resolve_model_file(args.model, args.zoo)
-    gguf = backend_for(model) == "llamacpp"
+    typed = backend_for(model).self_contained  # the file fixes its weight types: no dtype
     profile = profile_model(
         model,
         args.batch or batches,
         args.tokens or tokens,
         context=int(fit.get("context", 64)),
-        dtype=None if gguf else (args.dtype or fit["model"].get("dtype")),
+        dtype=None if typed else (args.dtype or fit["model"].get("dtype")),
         device=args.device,
         repeats=args.repeats,
         threads=args.threads,

@@ -11,7 +11,8 @@ exports back, fits and predicts with `specmoe.perf`, and draws with `specmoe.rep
 - `rules` (`rules.toml`): the written rules and their hash; `claims`: the six claims judged by them;
   `sensitivity`: every verdict under the rule's reasonable variants.
 - `batch_claims`, `routing`: MoESD's claims on batch size and sparsity, and the experts a verify woke.
-- `engines`: the claims per engine and weight type; `real`: claims (c) and (d) on real weights.
+- `by_runtime`: the claims per runtime and weight type (`plan.ENGINES`); `real`: claims (c) and (d)
+  on real weights.
 - `predictions`, `model_check`: the performance model's predictions beside measurements, cell by cell.
 - `notes`: what the first measurement pass taught, beside this one.
 - `document` (`template.md`): every value computed from the exports, set into docs/findings.md.

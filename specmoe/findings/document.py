@@ -17,6 +17,7 @@ from pathlib import Path
 
 from specmoe.errors import SpecmoeError
 from specmoe.findings.batch_claims import claim_e, claim_f
+from specmoe.findings.by_runtime import engine_amortisation, engine_regime, engines_values
 from specmoe.findings.cells import Cell, cells
 from specmoe.findings.claims import (
     CLAIM_KEYS,
@@ -31,7 +32,6 @@ from specmoe.findings.claims import (
     pct,
     x,
 )
-from specmoe.findings.engines import engine_amortisation, engine_regime, engines_values
 from specmoe.findings.hybrid import STEP as HYBRID_STEP
 from specmoe.findings.hybrid import hybrid_values
 from specmoe.findings.notes import notes_values
@@ -263,7 +263,7 @@ def _engine_run_values(out: Path) -> dict[str, str]:
     """Runs, audit and thread counts of the llama.cpp study passes."""
     found: dict[str, str] = {}
     for engine in ENGINES:
-        if engine.backend == "hf":
+        if engine.runs_family:  # its runs are the study's own, summed up elsewhere
             continue
         key = engine.name.replace("-", "_")
         _, rows = _step_cells(out, engine.study)

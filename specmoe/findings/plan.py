@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specmoe.backends.registry import HF, LLAMACPP, BackendInfo, backend_info
 from specmoe.errors import SpecmoeError
 from specmoe.suite.overrides import SuiteOverrides
 
@@ -33,23 +34,33 @@ class Engine:
     moesd: str | None = None  # the name of its moesd step, where the plan has one
 
     @property
+    def backend_info(self) -> BackendInfo:
+        return backend_info(self.backend)
+
+    @property
     def runtime(self) -> str:
-        return "transformers" if self.backend == "hf" else self.backend
+        return self.backend_info.runtime
+
+    @property
+    def runs_family(self) -> bool:
+        """Whether the trained family, the moesd sweep and its fits ran through this engine: they are
+        model directories, never exported to one weights file (GGUF)."""
+        return not self.backend_info.reads_file
 
 
 ENGINES = (
-    Engine("transformers-bf16", "transformers bf16", "hf", "bfloat16", "study", "moesd"),
+    Engine("transformers-bf16", "transformers bf16", HF.name, "bfloat16", "study", "moesd"),
     Engine(
-        "llamacpp-q8_0", "llama.cpp Q8_0", "llamacpp", "q8_0", "study-llamacpp-q8_0", "moesd-llamacpp-q8_0"
+        "llamacpp-q8_0", "llama.cpp Q8_0", LLAMACPP.name, "q8_0", "study-llamacpp-q8_0", "moesd-llamacpp-q8_0"
     ),
-    Engine("llamacpp-q4_k_m", "llama.cpp Q4_K_M", "llamacpp", "q4_k_m", "study-llamacpp-q4_k_m"),
+    Engine("llamacpp-q4_k_m", "llama.cpp Q4_K_M", LLAMACPP.name, "q4_k_m", "study-llamacpp-q4_k_m"),
 )
 
 
 # The study's own architecture: the hybrid zoo (docs/zoo.md) through transformers, float32. Not among
 # ENGINES: its family has no dense target and no profiles, so it gets a findings section of its own
 # (`specmoe.findings.hybrid`) rather than a column of the per-engine table.
-HYBRID = Engine("transformers-hybrid", "transformers float32, hybrid zoo", "hf", "float32", "study-hybrid")
+HYBRID = Engine("transformers-hybrid", "transformers float32, hybrid zoo", HF.name, "float32", "study-hybrid")
 
 
 def engine(name: str) -> Engine:
@@ -199,7 +210,7 @@ _MOESD_LLAMACPP = Step(
         settings=(
             *_CPU[0].overrides.settings,
             ("batch.gamma", [4]),
-            ("models.*.backend", "llamacpp"),
+            ("models.*.backend", LLAMACPP.name),
             ("models.*.gguf", "q8_0"),
         )
     ),

@@ -21,6 +21,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from specmoe.backends.registry import BACKENDS, DEFAULT_BACKEND
 from specmoe.backends.router_trace import distinct_experts_per_layer
 from specmoe.bench.batches import prompt_ids
 from specmoe.bench.runner import ModelPool
@@ -48,10 +49,12 @@ def replayable(row: RunRow) -> bool:
     """A greedy SD run of a transformers target with a model or n-gram draft: what a replay
     reproduces and can trace (an oracle draft would need the target's continuation first)."""
     settings = row.settings
+    backend = BACKENDS.get(settings.target_field("backend") or DEFAULT_BACKEND.name)
     return (
         row.arm == "sd"
         and float(settings.temperature or 0.0) == 0.0
-        and (settings.target_field("backend") or "hf") == "hf"
+        and backend is not None
+        and backend.traces_routers
         and not settings.target_field("gguf")
         and (settings.draft is None or settings.draft.dialed_acceptance is None)
     )

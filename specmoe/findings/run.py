@@ -10,7 +10,7 @@ from pathlib import Path
 
 from specmoe.bench.suite_run import run_suite
 from specmoe.bench.suite_zoo import prepare_zoo
-from specmoe.findings.plan import ENGINE_PROFILES, LLAMACPP_THREADS, PROFILES, Profile, Step, plan
+from specmoe.findings.plan import ENGINE_PROFILES, LLAMACPP_THREADS, PROFILES, Profile, Step, engine, plan
 from specmoe.results.store import export
 from specmoe.suite.load import builtin_suite_path, load_suite
 
@@ -132,7 +132,7 @@ def profile_and_fit(spec: Profile, out: Path, zoo: Path, hardware: dict) -> None
 
     profile_path = out / spec.folder / f"{spec.name}.json"
     if not profile_path.is_file():
-        if spec.engine.startswith("llamacpp"):
+        if engine(spec.engine).backend_info.reads_file:
             from specmoe.zoo.gguf import zoo_gguf
 
             model, dtype = zoo_gguf(zoo, spec.model, spec.dtype), None

@@ -7,7 +7,7 @@ Modules, one concept each:
     model           the formula T(B, t) with its constants (roofline G, N(n), expert load)
     fit             least-squares constants from at most 21 timed points
     formats         weight and KV-cache formats: bits per weight with block scales (GGUF, MLX, int4, fp8)
-    engines         engine profiles (engines.toml): what a runtime adds to the roofline, with sources
+    runtimes        engine profiles (runtimes.toml): what a runtime adds to the roofline, with sources
     firstprinciples constants from a hardware file, a config and an engine, without any timing (UNFITTED)
     drafts          what a drafter costs by kind: a model, n-gram, EAGLE/EAGLE-3 and MTP heads, Medusa
     compose         an SD decode's seconds from forward times; chain and tree rounds

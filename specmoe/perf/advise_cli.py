@@ -8,11 +8,11 @@ from specmoe.errors import SpecmoeError
 from specmoe.perf.advise import advise_setup, check_gamma_max, stated_alpha
 from specmoe.perf.breakeven import AcceptanceKind
 from specmoe.perf.drafts import DraftMethod
-from specmoe.perf.engines import engine_profile
 from specmoe.perf.files import MAX_GAMMA, parse_counts
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
 from specmoe.perf.predict import config_name
+from specmoe.perf.runtimes import engine_profile
 from specmoe.perf.setup import configured_setup
 
 DEFAULT_BATCHES = (1, 4, 16, 64)

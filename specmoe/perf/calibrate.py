@@ -30,10 +30,10 @@ from scipy.optimize import least_squares
 from specmoe.errors import SpecmoeError
 from specmoe.perf.breakeven import AcceptanceKind, acceptance, breakeven_alpha
 from specmoe.perf.drafts import DraftMethod
-from specmoe.perf.engines import EngineProfile
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
 from specmoe.perf.priors import Prior, fitted_keys, prior_profile, value_of, with_values
+from specmoe.perf.runtimes import EngineProfile
 from specmoe.perf.setup import SDSetup, configured_setup
 
 

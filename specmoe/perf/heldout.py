@@ -32,8 +32,8 @@ import numpy as np
 
 from specmoe.perf.breakeven import Verdict, verdict
 from specmoe.perf.calibrate import Measurement, Priced, Role, fit_engine, price
-from specmoe.perf.engines import EngineProfile
 from specmoe.perf.priors import Prior, fitted_keys, value_of
+from specmoe.perf.runtimes import EngineProfile
 
 BAND_PERCENTILE = 80
 MIN_BAND_ROWS = 5  # fewer held-out errors than this say too little about a tail

@@ -4,7 +4,7 @@
 figure it names fixes it, "prior" when reasoning alone does) and marks the few constants the
 calibration against published SD measurements refits (`fit`, with bounds). The calibration starts
 every fit from these values, so a prediction held out from a source has seen nothing of it; the
-shipped profiles (engines.toml) hold these values except where a fit replaced them.
+shipped profiles (runtimes.toml) hold these values except where a fit replaced them.
 
 A key names a profile field (`round_s`) or one entry of a per-format table
 (`compute_efficiency.default`, `reread.gguf`).
@@ -19,7 +19,7 @@ from importlib import resources
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specmoe.errors import SpecmoeError
-from specmoe.perf.engines import EngineProfile
+from specmoe.perf.runtimes import EngineProfile
 
 _SHIPPED = "priors.toml"
 TABLES = ("compute_efficiency", "reread")  # per-format fields, keyed "field.format"

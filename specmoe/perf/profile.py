@@ -92,8 +92,9 @@ def profile_model(
         if threads < 1:
             raise SpecmoeError(f"--threads must be >= 1, got {threads}")
         torch.set_num_threads(threads)
-    engine = backend_for(model_dir)
-    if engine == "llamacpp":
+    info = backend_for(model_dir)
+    engine = info.name
+    if info.sized_at_load:
         # llama.cpp allocates its KV cache up front: size it to the profile, not to 4096 positions
         # per sequence, so that batch 64 fits in memory.
         load_options = _llamacpp_options(load_options) | {
@@ -118,7 +119,7 @@ def profile_model(
         "settings": {
             "threads": torch.get_num_threads(),
             "torch": torch.__version__,
-            **_engine_versions(engine),
+            **info.library_versions(),
             "seed": seed,
             "load_average_start": _load_average(),
         },
@@ -159,14 +160,6 @@ def _llamacpp_options(options: dict) -> dict:
     return {k: v for k, v in options.items() if k not in dropped}
 
 
-def _engine_versions(engine: str) -> dict:
-    if engine != "llamacpp":
-        return {}
-    from specmoe.backends.llamacpp import llama_lib
-
-    return {"llama_cpp_python": getattr(llama_lib(), "__version__", "?")}
-
-
 def _load_average() -> float | None:
     """The 1-minute load average: above the thread count, other processes competed for the cores."""
     return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -175,7 +168,7 @@ def _load_average() -> float | None:
 def describe_backend(backend, path: Path, moe_top_k: int | None = None) -> dict:
     """Name, dtype, MoE shape and weight bytes of a loaded model (transformers or a GGUF file)."""
     model = getattr(backend, "model", None)
-    if model is None and backend_for(path) == "llamacpp":
+    if model is None and backend_for(path).reads_file:
         from specmoe.perf.gguf_bytes import describe_gguf
 
         return {"name": backend.name, "path": str(path), "device": str(backend.device)} | describe_gguf(

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from specmoe.errors import SpecmoeError
 from specmoe.perf.compose import CHAIN, RoundShape, expected_speedup
 from specmoe.perf.drafts import DraftMethod, OncePerRound, head_architecture
-from specmoe.perf.engines import EngineProfile
 from specmoe.perf.firstprinciples import first_principles_constants
 from specmoe.perf.hardware import Hardware
 from specmoe.perf.model import MoEShape
 from specmoe.perf.predict import ModelTimes
 from specmoe.perf.rollback import HybridRollback, rollback_s
+from specmoe.perf.runtimes import EngineProfile
 from specmoe.perf.structure import Architecture
 
 

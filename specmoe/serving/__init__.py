@@ -7,7 +7,7 @@ backends, below bench, and knows nothing of suites, runs or the store: a served 
 store row are bench's (`bench.served`, `bench.served_rows`). The modules, one concept each:
 
 - `spec`: where a served model is and how to talk to it (`ServerSpec`).
-- `engines`: which counters and response fields each engine exposes, one table.
+- `servers`: which counters and response fields each serving engine exposes, one table.
 - `prometheus`: reading those counters from a `/metrics` text.
 - `sse`: reading a streamed response (server-sent events, OpenAI chunk objects).
 - `trust`: what a response's token counts must satisfy before a run stores a number made of them.

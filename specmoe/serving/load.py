@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specmoe.serving import client
-from specmoe.serving.engines import EngineMetrics, engine_metrics
 from specmoe.serving.prometheus import UNKNOWN, Snapshot, SpecCounters, counter_delta, snapshot
+from specmoe.serving.servers import EngineMetrics, engine_metrics
 from specmoe.serving.spec import ServerSpec
 from specmoe.serving.sse import dotted
 from specmoe.serving.trust import chunk_count

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specmoe.errors import SpecmoeError
-from specmoe.serving.engines import EngineMetrics
+from specmoe.serving.servers import EngineMetrics
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ class ServerSpec:
 
     url: str  # base URL without /v1, e.g. "http://10.0.0.5:8000"
     model: str  # the served model name requests carry (vLLM's --served-model-name)
-    engine: str = "generic"  # a key of specmoe.serving.engines.ENGINES
+    engine: str = "generic"  # a key of specmoe.serving.servers.ENGINES
     endpoint: str = "completions"  # one of ENDPOINTS
     api_key_env: str | None = None
     # Per request: connect, and the longest wait for data (SSE comments do not count); the whole

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specmoe.backends import available_backends, backend_for
+from specmoe.backends import DEFAULT_BACKEND, available_backends, backend_for, backend_info, file_backends
 from specmoe.errors import SpecmoeError
 from specmoe.serving.spec import DEFAULT_TIMEOUT_S, ServerSpec
 from specmoe.suite.errors import SuiteContext, explain, suggest
@@ -18,7 +18,7 @@ from specmoe.suite.model_paths import spelled_path
 from specmoe.suite.overrides import SuiteOverrides, apply_overrides
 from specmoe.suite.schema import ModelTable, SuiteFile
 from specmoe.suite.shipped import SUITES_DIR, shipped_suites
-from specmoe.suite.types import LLAMACPP_BACKEND, SERVING_BACKEND, ModelSpec, Suite
+from specmoe.suite.types import SERVING_BACKEND, ModelSpec, Suite
 
 
 def builtin_suite_path(name: str) -> Path:
@@ -128,14 +128,14 @@ def _parse_model(
                 f"{where}.zoo",
                 f"preset '{preset}' has no model '{entry.zoo}'{hint}; available: {', '.join(names)}",
             )
-        backend = _backend(ctx, where, entry, "hf")
+        backend = _backend(ctx, where, entry, DEFAULT_BACKEND.name)
         gguf = _gguf_type(ctx, where, entry, backend)
         return ModelSpec(name, entry.zoo, None, backend, preset, seed, gguf=gguf)
     if entry.config is not None:
         return _parse_config_model(ctx, where, name, entry, seed)
     assert entry.path is not None  # the schema's one-of
     resolved, hub_id = spelled_path(entry.path, ctx.path.parent)
-    backend = _backend(ctx, where, entry, backend_for(entry.path))
+    backend = _backend(ctx, where, entry, backend_for(entry.path).name)
     return ModelSpec(name, None, str(resolved), backend, hub_id=hub_id)
 
 
@@ -145,9 +145,10 @@ def _parse_config_model(ctx: SuiteContext, where: str, name: str, entry: ModelTa
     from specmoe.zoo.config_source import read_config_source
 
     assert entry.config is not None
-    backend = _backend(ctx, where, entry, "hf")
-    if backend != "hf":
-        ctx.fail(f"{where}.backend", f'config models run through transformers: backend "hf", not "{backend}"')
+    backend = _backend(ctx, where, entry, DEFAULT_BACKEND.name)
+    if backend != DEFAULT_BACKEND.name:
+        runs = f'{DEFAULT_BACKEND.label}: backend "{DEFAULT_BACKEND.name}"'
+        ctx.fail(f"{where}.backend", f'config models run through {runs}, not "{backend}"')
     path = (ctx.path.parent / Path(entry.config).expanduser()).resolve()
     try:
         source = read_config_source(path, entry.overrides)
@@ -169,9 +170,10 @@ def _gguf_type(ctx: SuiteContext, where: str, entry: ModelTable, backend: str) -
     """The GGUF export a llamacpp zoo model runs (f16 unless gguf = says otherwise); None for others."""
     from specmoe.zoo.gguf import DEFAULT_GGUF_TYPE, GGUF_TYPES
 
-    if backend != LLAMACPP_BACKEND:
+    if not backend_info(backend).reads_file:
         if entry.gguf is not None:
-            ctx.fail(f"{where}.gguf", f'gguf = needs backend = "{LLAMACPP_BACKEND}"; add it or remove gguf')
+            needs = " or ".join(f'backend = "{name}"' for name in file_backends())
+            ctx.fail(f"{where}.gguf", f"gguf = needs {needs}; add it or remove gguf")
         return None
     return ctx.choice(f"{where}.gguf", entry.gguf or DEFAULT_GGUF_TYPE, GGUF_TYPES)
 

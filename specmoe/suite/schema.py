@@ -29,7 +29,7 @@ from pydantic_core import PydanticCustomError
 from specmoe.drafts import NGRAM, DraftSpec, is_reserved_name, parse_draft
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
 from specmoe.errors import SpecmoeError
-from specmoe.serving.engines import ENGINES
+from specmoe.serving.servers import ENGINES
 from specmoe.serving.spec import ENDPOINTS, normalize_url, without_userinfo
 from specmoe.suite.types import SERVING_BACKEND
 

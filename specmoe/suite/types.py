@@ -18,12 +18,12 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from specmoe.backends.registry import BACKENDS, DEFAULT_BACKEND, BackendInfo
 from specmoe.canonical import short_key
 from specmoe.drafts import DraftSpec, draft_spelling
 from specmoe.errors import SpecmoeError
 from specmoe.serving.spec import ServerSpec
 
-LLAMACPP_BACKEND = "llamacpp"
 SERVING_BACKEND = "openai"  # a model behind an OpenAI-compatible server (specmoe.serving)
 CONFIG_WEIGHTS = "bfloat16"  # the dtype a suite's config-built models are stored in (runs cast it)
 # The axes of a group's grid, each a tuple of values on `Group`, in the order `expand` nests them
@@ -53,7 +53,7 @@ class ModelSpec:
     name: str  # the suite-local name groups refer to
     zoo: str | None  # zoo model name, e.g. "moe"
     path: str | None  # absolute path of an HF directory or .gguf file
-    backend: str = "hf"
+    backend: str = DEFAULT_BACKEND.name
     zoo_preset: str | None = None  # set for zoo models only
     zoo_seed: int | None = None
     server: ServerSpec | None = None  # set for served models only
@@ -67,6 +67,11 @@ class ModelSpec:
     config: str | None = None
     config_overrides: tuple[tuple[str, Any], ...] = ()
     config_digest: str | None = None
+
+    @property
+    def backend_info(self) -> BackendInfo | None:
+        """The registered backend that loads the model here; None for a served model."""
+        return BACKENDS.get(self.backend)
 
     @property
     def identity(self) -> dict[str, Any]:
@@ -332,7 +337,6 @@ def zoo_shape(spec: ModelSpec):
 
 __all__ = [
     "CONFIG_WEIGHTS",
-    "LLAMACPP_BACKEND",
     "PLAIN_SETTINGS",
     "SERVING_BACKEND",
     "Group",

@@ -26,7 +26,7 @@ _HUB_ID_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*"
 def looks_like_hub_id(text: str) -> bool:
     """Whether `text` has the shape of a hub repository ID (the caller checks no local path has it)."""
     # A GGUF file is read by llama.cpp from disk; the hub cache holds repositories, never one file.
-    return bool(_HUB_ID_RE.fullmatch(text)) and ".." not in text and backend_for(text) == "hf"
+    return bool(_HUB_ID_RE.fullmatch(text)) and ".." not in text and not backend_for(text).reads_file
 
 
 def hub_cache_dir() -> Path:

@@ -124,7 +124,7 @@ def format_zoo_table(rows: list[dict]) -> str:
 
 def resolve_model_file(spec: str, zoo_dir: Path | None) -> Path:
     """`resolve_model`, or a .gguf file's path as given (its backend checks the file when it loads it)."""
-    if backend_for(spec) == "llamacpp":
+    if backend_for(spec).reads_file:
         return Path(spec).expanduser()
     return resolve_model(spec, zoo_dir)
 

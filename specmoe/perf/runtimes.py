@@ -32,7 +32,7 @@ profile gives each a number with its source:
                           tokens after a verify: "readvance", "per_position", "redecode" or "none"
                           (`specmoe.perf.rollback`, which prices each by the bytes it moves)
 
-`specmoe/perf/engines.toml` ships the profiles; `--engines FILE` adds or replaces profiles with the
+`specmoe/perf/runtimes.toml` ships the profiles; `--engines FILE` adds or replaces profiles with the
 same keys. A user who can profile their own machine replaces all of this with a fit
 (`specmoe profile` + `specmoe model fit`, then `specmoe advise FIT`).
 """
@@ -119,13 +119,13 @@ def _by_format(table: dict[str, float], weights: WeightFormat, default: float) -
     return default
 
 
-_SHIPPED = "engines.toml"
+_SHIPPED = "runtimes.toml"
 
 
 def _parse(raw: dict, where: str) -> dict[str, EngineProfile]:
     engines = raw.get("engines")
     if not isinstance(engines, dict) or not engines:
-        raise SpecmoeError(f"{where}: no [engines.NAME] tables; see specmoe/perf/engines.toml for the keys")
+        raise SpecmoeError(f"{where}: no [engines.NAME] tables; see specmoe/perf/runtimes.toml for the keys")
     profiles = {}
     for name, table in engines.items():
         try:

@@ -122,7 +122,7 @@ def gate_table(
         if not study:
             continue
         regimes = [engine_regime(out, engine, gates) for gates in GATES]
-        series_family = family if engine.backend == "hf" else []
+        series_family = family if engine.runs_family else []
         amortisation = engine_amortisation(out, engine)
         for key, verdicts in (
             (
@@ -162,7 +162,7 @@ def engine_verdicts(
     study, rows = step_cells(out, engine.study)
     regime = engine_regime(out, engine)
     amortisation = engine_amortisation(out, engine)
-    on_hf = engine.backend == "hf"
+    on_hf = engine.runs_family
     found: dict[str, Verdict | None] = {k: None for k in CLAIM_KEYS}
     if study:
         found["a"] = claim_a(study)
