@@ -272,8 +272,7 @@ def report(rows: list[Measurement], by_rule: dict, engines: dict, fitted: dict, 
         *verdict_table(by_rule["in sample"]),
     ]
     lines += ["", "## Bands: the 80th percentile of each engine's own held-out error factors", ""]
-    # "engines.toml", the profiles file's former name: the column keeps the shipped table's header
-    lines += ["| engine | held-out rows | band | basis | in engines.toml |", "|---|---|---|---|---|"]
+    lines += ["| engine | held-out rows | band | basis | in runtimes.toml |", "|---|---|---|---|---|"]
     for name, b in bands(held, engines).items():
         lines.append(
             f"| {name} | {b['held_out_rows']} | {b['band']:.2f} | {b['basis']} | {b['shipped']:.2f} |"
