@@ -74,8 +74,8 @@ def unfitted_table(examples: Path, gamma: int = 4, alphas: tuple[float, ...] = (
 
 # The study's own setup (its target in the published shape, docs/perf-examples/qwen3.5-35b-a3b.json,
 # not the 128-expert top-2 routing the study describes; its drafts shaped to the parameter counts it
-# reports, docs/perf-examples/qwen3.5-*-study.json) and what it reported: per target, plain tok/s; per (target, draft, γ), its acceptance rate
-# and speedup (the study's Tables 4 and 5).
+# reports, docs/perf-examples/qwen3.5-*-study.json) and what it reported: per target, plain tok/s;
+# per (target, draft, γ), its acceptance rate and speedup (the study's Tables 4 and 5).
 STUDY_TARGET = "qwen3.5-35b-a3b.json"
 STUDY_DRAFTS = {"0.8B": "qwen3.5-0.8b-study.json", "2B": "qwen3.5-2b-study.json"}
 STUDY_PLAIN = {"q4_k_m": 55.3, "q8_0": 49.9}  # tok/s
