@@ -37,6 +37,7 @@ from pathlib import Path
 
 from specmoe.bench.served_rows import stored_counts
 from specmoe.bench.suite_run import run_suite
+from specmoe.drafts import stored_gamma
 from specmoe.report.summary_table import build, format_text, to_json
 from specmoe.results.export import export_records, write_records
 from specmoe.results.store import RunRow, Store
@@ -61,7 +62,7 @@ class Launch:
     zoo: str  # "bench", "trained" or "smollm2": which --*-zoo folder
     model: str  # the target's zoo name
     draft: str | None = None  # the draft's zoo name, for an SD server
-    gamma: int = 0
+    gamma: int | None = None  # draft tokens per round, with a draft
 
 
 LAUNCH: dict[str, Launch] = {
@@ -165,7 +166,7 @@ def log_check(suite: Suite, rows: list[RunRow], running: RunningServer, totals: 
         "alias": running.spec.alias,
         "url": running.spec.url,
         "draft": None if running.spec.draft is None else running.spec.draft.name,
-        "gamma": running.spec.gamma,
+        "gamma": stored_gamma(running.spec.gamma),  # 0 without a draft, as the runs are stored
         **check.as_dict(),
         "metrics": totals,
         # /metrics counts every request (warm-ups too), as the log does: the two must agree.

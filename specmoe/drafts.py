@@ -163,6 +163,18 @@ def draft_spelling(draft: DraftSpec | None) -> str | None:
     return None if draft is None else str(draft)
 
 
+def stored_gamma(gamma: int | None) -> int:
+    """A run's gamma as keyed and stored. A run without a draft has none (None); keys and stored
+    configs have always spelled that 0, so it stays 0 there and existing stores keep matching and
+    resuming. The one place None becomes 0; `gamma_of_stored` is the way back."""
+    return 0 if gamma is None else gamma
+
+
+def gamma_of_stored(gamma: int | None) -> int | None:
+    """A stored gamma as a run's: the 0 of a run without a draft (`stored_gamma`) reads as None."""
+    return None if gamma == 0 else gamma
+
+
 def _parse_ngram(text: str) -> NgramDraft:
     if text == NGRAM:
         low, high = NGRAM_DEFAULT

@@ -308,9 +308,10 @@ def invariant_violations(result: DecodeResult) -> list[str]:
     return problems
 
 
-def count_violations(counts: RunCounts, gamma: int) -> list[str]:
+def count_violations(counts: RunCounts, gamma: int | None) -> list[str]:
     """A local run's summed counts against the invariants: emitted + truncated = accepted + rounds,
-    accepted <= drafted, and drafted = γ × rounds (every round drafts γ for every live sequence)."""
+    accepted <= drafted, and drafted = γ × rounds (every round drafts γ for every live sequence);
+    a run without a draft (`gamma` None) drafts nothing."""
     c = counts
     if c.rounds is None or c.drafted is None or c.accepted is None or c.truncated is None:
         raise ValueError(f"count_violations needs a local run's counts, every one known; got {c}")
@@ -320,7 +321,9 @@ def count_violations(counts: RunCounts, gamma: int) -> list[str]:
         problems.append(unbalanced)
     if c.accepted > c.drafted:
         problems.append(_overaccepted(c.accepted, c.drafted))
-    if c.drafted != gamma * c.rounds:
+    if gamma is None and c.drafted:
+        problems.append(f"drafted {c.drafted} without a draft")
+    elif gamma is not None and c.drafted != gamma * c.rounds:
         problems.append(f"drafted {c.drafted} != gamma {gamma} x rounds {c.rounds}")
     return problems
 

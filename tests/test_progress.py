@@ -13,6 +13,7 @@ from specmoe.bench.plan import Block
 from specmoe.bench.progress import SuiteProgress, apportion, block_line, block_results, duration, eta_seconds
 from specmoe.cli import main
 from specmoe.console import configure_logging
+from specmoe.drafts import stored_gamma
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def test_durations_read_as_a_person_says_them():
     assert [duration(s) for s in (None, 4.4, 65, 3725)] == ["?", "4 s", "1 min 05 s", "1 h 02 min"]
 
 
-def spec(arm: str, batch: int, draft: str | None = None, gamma: int = 0):
+def spec(arm: str, batch: int, draft: str | None = None, gamma: int | None = None):
     where = {"group": "g", "concurrency": None, "batch_size": 1, "prompt_length": None, "repeat": 0}
     return SimpleNamespace(
         arm=arm,
@@ -73,7 +74,7 @@ def spec(arm: str, batch: int, draft: str | None = None, gamma: int = 0):
 
 def row(spec, tokens_per_s: float):
     key = spec.baseline_key if spec.arm == "baseline" else f"{spec.baseline_key}-{spec.draft}"
-    config = {"target": spec.target, "draft": spec.draft, "gamma": spec.gamma}
+    config = {"target": spec.target, "draft": spec.draft, "gamma": stored_gamma(spec.gamma)}
     return SimpleNamespace(
         arm=spec.arm,
         config=config,

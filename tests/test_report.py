@@ -101,9 +101,10 @@ def simulate(s: RunSpec, acceptance: float) -> RunRow:
     rng = random.Random(s.run_id)
     step_s = 0.002 * (3 if s.target == "dense-l" else 1) * (1 + 0.1 * s.batch_size) * (1 + 0.01 * s.repeat)
     trace, emitted_by_row, truncated = [], [0] * s.batch_size, 0
+    drafts = 0 if s.draft is None else s.gamma  # tokens drafted per round: none without a draft
     while min(emitted_by_row) < MAX_NEW:
         rows = [i for i in range(s.batch_size) if emitted_by_row[i] < MAX_NEW]
-        accepted = [_leading_successes(rng, acceptance, s.gamma) for _ in rows]
+        accepted = [_leading_successes(rng, acceptance, drafts) for _ in rows]
         emitted = []
         for row, a in zip(rows, accepted, strict=True):
             take = min(a + 1, MAX_NEW - emitted_by_row[row])
@@ -113,11 +114,11 @@ def simulate(s: RunSpec, acceptance: float) -> RunRow:
         trace.append(
             {
                 "rows": rows,
-                "drafted": [s.gamma] * len(rows),
+                "drafted": [drafts] * len(rows),
                 "accepted": accepted,
                 "emitted": emitted,
-                "draft_s": 0.0003 * s.gamma,
-                "verify_s": step_s * (1 + 0.08 * s.gamma * s.batch_size),
+                "draft_s": 0.0003 * drafts,
+                "verify_s": step_s * (1 + 0.08 * drafts * s.batch_size),
                 "overhead_s": 0.0001,
             }
         )

@@ -32,6 +32,12 @@ def test_missing_keys_read_as_a_dict_get_did_and_unknown_keys_stay_in_the_dict()
     assert not isinstance(RunConfig.from_dict({"draft": "draft-xs"}).draft, OracleDraft)
 
 
+def test_a_run_without_a_draft_has_no_gamma_though_stored_as_0():
+    baseline = RunConfig.from_dict({"arm": "baseline", "draft": None, "gamma": 0})
+    assert baseline.draft is None and baseline.gamma is None
+    assert RunConfig.from_dict({"arm": "sd", "draft": "draft-xs", "gamma": 2}).gamma == 2
+
+
 def test_a_stored_draft_that_does_not_parse_is_a_malformed_row(tmp_path):
     path = tmp_path / "r.sqlite"
     with Store(path) as store:

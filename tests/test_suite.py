@@ -155,12 +155,14 @@ def test_config_key_golden_value():
     # Changing how keys are computed orphans every stored run: this must only change on purpose.
     model = ModelSpec("moe", "moe", None, "hf", "tiny", 0)
     spec = RunSpec(
-        suite="s", group="g", arm="baseline", target="moe", draft=None, gamma=0, prompt_set="factual",
+        suite="s", group="g", arm="baseline", target="moe", draft=None, gamma=None, prompt_set="factual",
         prompt_length=None, batch_size=1, temperature=0.0, max_new_tokens=32, moe_top_k=2,
         dtype="float32", device="cpu", repeat=1, warmup=1, target_model=model,
     )  # fmt: skip
     assert spec.config_key == "f7658b2523b80c60"
     assert spec.run_id == "f7658b2523b80c60-1"
+    # A run without a draft has no gamma; its key and stored config spell that 0, as they always did.
+    assert spec.key_fields["gamma"] == 0 and spec.as_dict()["gamma"] == 0
 
 
 # --- keys and deduplication --------------------------------------------------------------------
@@ -199,7 +201,8 @@ def test_baseline_key_matches_the_baseline_arm():
     specs = expand(load_suite(builtin_suite_path("quick")))
     sd = next(s for s in specs if s.arm == "sd" and s.prompt_set == "code")
     baseline = sd.baseline()
-    assert baseline.arm == "baseline" and baseline.draft is None and baseline.gamma == 0
+    assert baseline.arm == "baseline" and baseline.draft is None and baseline.gamma is None
+    assert all(s.gamma is None if s.draft is None else s.gamma >= 1 for s in specs)
     assert sd.baseline_key == baseline.config_key != sd.config_key
     assert baseline.baseline_key == baseline.config_key
     assert (baseline.prompt_set, baseline.batch_size, baseline.moe_top_k) == ("code", 1, 2)

@@ -36,7 +36,7 @@ from rich.text import Text
 
 from specmoe.bench.plan import Block
 from specmoe.console import info_enabled, is_terminal, stderr_console
-from specmoe.drafts import draft_spelling
+from specmoe.drafts import draft_spelling, gamma_of_stored
 from specmoe.prompts import prompt_label
 from specmoe.results.store import RunRow
 from specmoe.suite.types import RunSpec
@@ -44,7 +44,7 @@ from specmoe.suite.types import RunSpec
 log = logging.getLogger(__name__)
 
 
-def arm_of(target: str, draft: str | None, gamma: int) -> str:
+def arm_of(target: str, draft: str | None, gamma: int | None) -> str:
     """The arm a run belongs to for timing: its target, and its draft and γ when it has one."""
     return target if draft is None else f"{target} + {draft} g={gamma}"
 
@@ -54,7 +54,7 @@ def spec_arm(spec: RunSpec) -> str:
 
 
 def row_arm(row: RunRow) -> str:
-    return arm_of(row.config["target"], row.config.get("draft"), row.config.get("gamma", 0))
+    return arm_of(row.config["target"], row.config.get("draft"), gamma_of_stored(row.config.get("gamma")))
 
 
 def eta_seconds(

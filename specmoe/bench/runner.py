@@ -166,10 +166,10 @@ class Runner:
         target, prompts = self._target_and_prompts(spec)
         config = DecodeConfig(
             max_new_tokens=spec.max_new_tokens,
-            gamma=max(spec.gamma, 1),
             sampling=SamplingParams(temperature=spec.temperature),
             seed=spec.repeat,
             ignore_eos=True,
+            **drafting(spec),
         )
         return target, prompts, config, self._drafter_factory(spec, target, prompts, config)
 
@@ -255,9 +255,7 @@ class Runner:
         if key in self._continuations:
             plain = self._continuations[key]
         else:
-            config = DecodeConfig(
-                max_new_tokens=spec.max_new_tokens, gamma=max(spec.gamma, 1), ignore_eos=True
-            )
+            config = DecodeConfig(max_new_tokens=spec.max_new_tokens, ignore_eos=True, **drafting(spec))
             plain = [c[: spec.max_new_tokens] for c in self._continuation(spec, target, prompts, config)]
         found = find_divergences(target, prompts, [o.token_ids for o in result.outputs], plain)
         if not found:
@@ -307,6 +305,12 @@ class Runner:
 
 
 CONTINUATION_PAD = 16  # tokens past max_new_tokens an oracle continuation carries
+
+
+def drafting(spec: RunSpec) -> dict[str, int]:
+    """The `DecodeConfig` settings a run's draft adds: its gamma. A run without a draft has none to
+    give, and `decode` reads none without a drafter."""
+    return {} if spec.draft is None else {"gamma": spec.gamma}
 
 
 def _now_ms() -> str:

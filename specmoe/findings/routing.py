@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 from specmoe.backends.registry import BACKENDS, DEFAULT_BACKEND
 from specmoe.backends.router_trace import distinct_experts_per_layer
 from specmoe.bench.batches import prompt_ids
-from specmoe.bench.runner import ModelPool
+from specmoe.bench.runner import ModelPool, drafting
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.make_drafter import make_drafter
 from specmoe.metrics import totals
@@ -72,7 +72,7 @@ def replay(spec: RunSpec, pool: ModelPool, row: RunRow) -> Routed | None:
         draft_model = pool.model(spec.draft_model.name, spec.dtype, spec.device)
     prompts = prompt_ids(spec, pool.tokenizer(spec.target))
     config = DecodeConfig(
-        max_new_tokens=spec.max_new_tokens, gamma=spec.gamma, seed=spec.repeat, ignore_eos=True
+        max_new_tokens=spec.max_new_tokens, seed=spec.repeat, ignore_eos=True, **drafting(spec)
     )
     trace.clear()
     with trace:

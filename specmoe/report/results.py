@@ -171,7 +171,7 @@ def _sd_result(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> SdRes
     accepted = known_sum(r.counts.accepted for r in sd_rows)
     rounds = known_sum(r.counts.rounds for r in sd_rows)
     config, settings = comparison.config, comparison.settings
-    gamma = int(settings.gamma or 0)
+    gamma = settings.gamma  # None: the row does not say
     return SdResult(
         config=config,
         settings=settings,
@@ -207,9 +207,10 @@ def _config_key(comparison: Comparison, by_key: dict[str, list[RunRow]]) -> str:
     return next(k for k, group in by_key.items() if any(r.config is comparison.config for r in group))
 
 
-def accepted_histogram(rows: list[RunRow], gamma: int) -> tuple[int, ...]:
-    """Sequence-rounds by accepted proposals (index = accepted count), over every round traced."""
-    counts = [0] * (gamma + 1)
+def accepted_histogram(rows: list[RunRow], gamma: int | None) -> tuple[int, ...]:
+    """Sequence-rounds by accepted proposals (index = accepted count), over every round traced;
+    without a known gamma the histogram is as long as the largest count traced."""
+    counts = [0] * (1 if gamma is None else gamma + 1)
     for row in rows:
         for record in row.rounds_trace:
             for accepted in record.get("accepted", ()):
@@ -219,10 +220,10 @@ def accepted_histogram(rows: list[RunRow], gamma: int) -> tuple[int, ...]:
     return tuple(counts) if any(counts) else ()
 
 
-def step_times(base_rows: list[RunRow], sd_rows: list[RunRow], gamma: int) -> StepTimes | None:
+def step_times(base_rows: list[RunRow], sd_rows: list[RunRow], gamma: int | None) -> StepTimes | None:
     base_forwards = known_sum(r.counts.target_forwards for r in base_rows)
     sd_forwards = known_sum(r.counts.target_forwards for r in sd_rows)
-    if not base_forwards or not sd_forwards or gamma < 1:  # unknown (None) for server runs
+    if not base_forwards or not sd_forwards or gamma is None:  # forwards unknown (None) for server runs
         return None
     target_step = sum(r.times.decode_s for r in base_rows) / base_forwards
     verify = sum(r.times.verify_s for r in sd_rows) / sd_forwards
@@ -253,8 +254,7 @@ def position_counts(rows: list[RunRow]) -> tuple[list[int], int]:
     if rows and all(r.prompts for r in rows):
         records = [p for r in rows for p in r.prompts]
         return _summed([p["accepted_by_position"] for p in records]), sum(p["rounds"] for p in records)
-    gamma = int(rows[0].settings.gamma or 0) if rows else 0
-    histogram = accepted_histogram(rows, gamma)
+    histogram = accepted_histogram(rows, rows[0].settings.gamma if rows else None)
     if histogram:
         tail = [sum(histogram[j:]) for j in range(1, len(histogram))]
         return tail, sum(histogram)

@@ -253,7 +253,10 @@ def impossible_units(pairs: list[tuple[RunRow, RunRow]]) -> str:
         rate = sd.tokens_per_s / base.tokens_per_s if base.tokens_per_s else math.inf
         gamma = sd.settings.gamma
         why = impossible_speedup(
-            rate, gamma if isinstance(gamma, int) else None, sd.counts.accepted, sd.counts.drafted
+            rate,
+            gamma if isinstance(gamma, int) and gamma >= 1 else None,
+            sd.counts.accepted,
+            sd.counts.drafted,
         )
         if why:
             return f"{why} (run {sd.run_id[:12]})"

@@ -31,14 +31,15 @@ class RunAudit:
 
 
 def audit_run(
-    counts: RunCounts, times: RunTimes, gamma: int, tokens_per_s: float, baseline: RunRow | None
+    counts: RunCounts, times: RunTimes, gamma: int | None, tokens_per_s: float, baseline: RunRow | None
 ) -> RunAudit:
-    """Audit one local arm. `baseline` (the row of its baseline arm) is given for SD arms."""
+    """Audit one local arm: `gamma` is None for a baseline arm; `baseline` (the row of its baseline
+    arm) is given for SD arms."""
     problems = count_violations(counts, gamma)
     unusable = _unusable_inputs(counts, times, gamma, tokens_per_s, baseline)
     if unusable:
         return RunAudit("fail", "; ".join(problems + unusable))
-    if gamma and baseline is not None:
+    if gamma is not None and baseline is not None:
         speedup = tokens_per_s / baseline.tokens_per_s
         alpha = acceptance_rate(counts.accepted, counts.drafted)
         bound = float(speedup_bound_no_timing(alpha, gamma))
@@ -58,7 +59,8 @@ def audit_run(
             problems.append(f"speedup {speedup:.3f} exceeds the bound from its own timings {timed:.3f}")
     if problems:
         return RunAudit("fail", "; ".join(problems))
-    return RunAudit("pass", "counts consistent" + (", speedup within bounds" if gamma and baseline else ""))
+    bounded = gamma is not None and baseline is not None
+    return RunAudit("pass", "counts consistent" + (", speedup within bounds" if bounded else ""))
 
 
 def impossible_speedup(
@@ -74,9 +76,9 @@ def impossible_speedup(
     if not (isinstance(speedup, int | float) and math.isfinite(speedup) and speedup > 0):
         return f"speedup {speedup} is not a finite number > 0"
     alpha = acceptance_rate(accepted, drafted)
-    if gamma and alpha is not None and 0 <= alpha <= 1:
+    if gamma is not None and alpha is not None and 0 <= alpha <= 1:
         bound, what = float(speedup_bound_no_timing(alpha, gamma)), "1 + alpha*gamma"
-    elif gamma and gamma > 0:
+    elif gamma is not None:
         bound, what = 1.0 + gamma, "1 + gamma"
     else:
         bound, what = SPEEDUP_CEILING, "the sanity ceiling"
@@ -86,13 +88,13 @@ def impossible_speedup(
 
 
 def _unusable_inputs(
-    counts: RunCounts, times: RunTimes, gamma: int, tokens_per_s: float, baseline: RunRow | None
+    counts: RunCounts, times: RunTimes, gamma: int | None, tokens_per_s: float, baseline: RunRow | None
 ) -> list[str]:
     """Values no measurement produces, which would make the speedup checks divide by zero or judge
     nonsense: a rate that is not finite and > 0, or an SD arm that drafted or forwarded nothing."""
     problems = []
     rates = {"tokens/s": tokens_per_s}
-    if gamma and baseline is not None:
+    if gamma is not None and baseline is not None:
         rates["baseline tokens/s"] = baseline.tokens_per_s
         if not counts.drafted or not counts.target_forwards or not baseline.counts.target_forwards:
             problems.append("invalid input: an SD arm or its baseline with no drafts or no target forwards")
@@ -104,14 +106,15 @@ def _unusable_inputs(
 
 def audit_served_run(
     counts: RunCounts,
-    gamma: int,
+    gamma: int | None,
     tokens_per_s: float,
     baseline_tokens_per_s: float | None,
     cut_off: int = 0,
     aborted: int = 0,
     stopped_early: int = 0,
 ) -> RunAudit:
-    """Audit a run measured against a server, as far as the server's counters allow.
+    """Audit a run measured against a server (`gamma` None: a baseline arm), as far as the server's
+    counters allow.
 
     Server counters leave out each request's first token (made by its prefill) and decode steps that
     drafted nothing, and they count every request the server handled, so emitted = accepted +
@@ -144,7 +147,7 @@ def audit_served_run(
         )
     checked: list[str] = []
     unverifiable = ["emitted = accepted + rounds (server counters)"]
-    if not gamma:
+    if gamma is None:
         if drafted:
             problems.append(
                 f"the baseline server drafted {drafted} tokens, so it runs speculative decoding; "
@@ -175,7 +178,7 @@ def audit_served_run(
             unverifiable.append("acceptance (the server drafted nothing: is speculative decoding on?)")
     # Whatever the server reports, the speedup stays within 1 + αγ (or 1 + γ without draft counts):
     # a server that over-counts its tokens is caught here even when its counters are missing.
-    if gamma and baseline_tokens_per_s:
+    if gamma is not None and baseline_tokens_per_s:
         beyond = impossible_speedup(tokens_per_s / baseline_tokens_per_s, gamma, accepted, drafted)
         if beyond:
             problems.append(beyond)

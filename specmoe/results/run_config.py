@@ -6,7 +6,9 @@ it here instead (`row.settings.gamma`), so a key's spelling, its default when a 
 parsing of the draft's canonical string are written once rather than at every `config.get(...)`.
 
 Values are taken as the row holds them, never coerced: a table that prints `str(gamma)` must print
-what it printed from the dict. A key a row lacks (rows stored by older versions, rows made in tests)
+what it printed from the dict. The one exception is the gamma of a run without a draft, stored as 0
+(`specmoe.drafts.stored_gamma`), which reads as None: wherever a run has a gamma it is >= 1. A key a
+row lacks (rows stored by older versions, rows made in tests)
 reads as None, as `config.get(key)` did; `compile`, `chat` and `prompt_batch` read as the values a
 spec leaves out of its key (False, False, 0). Keys this view does not know stay in the dict.
 """
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from specmoe.drafts import DraftSpec, draft_of
+from specmoe.drafts import DraftSpec, draft_of, gamma_of_stored
 from specmoe.errors import SpecmoeError
 
 
@@ -34,7 +36,7 @@ class RunConfig:
     arm: str | None = None
     target: str | None = None
     draft: DraftSpec | None = None
-    gamma: int | None = None
+    gamma: int | None = None  # >= 1; None without a draft (stored as 0) or when the row lacks it
     prompt_set: str | None = None
     prompt_length: int | None = None
     batch_size: int | None = None
@@ -74,6 +76,7 @@ class RunConfig:
                 values["draft"] = draft_of(str(values["draft"]))
             except SpecmoeError as err:
                 raise ValueError(str(err)) from None
+        values["gamma"] = gamma_of_stored(values.get("gamma"))
         for flag in ("compile", "chat"):
             values[flag] = bool(values.get(flag))
         values["prompt_batch"] = values.get("prompt_batch") or 0

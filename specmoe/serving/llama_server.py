@@ -47,14 +47,14 @@ class LlamaServerSpec:
     port: int
     model: Path  # target GGUF
     draft: Path | None = None  # draft GGUF: speculative decoding with a draft model
-    gamma: int = 0  # draft tokens per round (--spec-draft-n-max); 0 without a draft
+    gamma: int | None = None  # draft tokens per round (--spec-draft-n-max), >= 1; None without a draft
     parallel: int = 4  # slots (-np): requests decoded together
     ctx: int = 4096  # KV cells over all slots (-c); each slot gets ctx / parallel positions
     threads: int = 1
     cpus: str | None = None  # a taskset CPU list ("0", "2-3") for the server, or None
 
     def __post_init__(self) -> None:
-        if (self.draft is None) != (self.gamma == 0):
+        if (self.draft is None) != (self.gamma is None) or (self.gamma is not None and self.gamma < 1):
             raise ValueError(f"{self.alias}: a draft needs gamma >= 1 and gamma needs a draft")
 
     @property

@@ -50,7 +50,6 @@ def _grid(suite: Suite, group: Group):
         target_model = suite.model(point["target"])
         cost_model = None if draft is None else draft.cost_model(group.oracle_cost)
         draft_model = None if cost_model is None else suite.model(cost_model)
-        point["gamma"] = point["gamma"] if draft is not None else 0
         point["moe_top_k"] = _effective_top_k(target_model, point["moe_top_k"])
         yield RunSpec(
             **point,

@@ -54,7 +54,7 @@ def parse_group(
     for spec in draft:
         if spec.model_name is not None:
             _model_ref(ctx, key("draft"), spec.model_name, models)
-    gamma: tuple[int, ...] = (0,)
+    gamma: tuple[int | None, ...] = (None,)  # no draft, no gamma
     if draft:
         if merged["gamma"] is None:
             ctx.fail(f"{where}.gamma", "a group with drafts needs gamma = [<draft length>, ...]")

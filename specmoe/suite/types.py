@@ -20,7 +20,7 @@ from typing import Any
 
 from specmoe.backends.registry import BACKENDS, DEFAULT_BACKEND, BackendInfo
 from specmoe.canonical import short_key
-from specmoe.drafts import DraftSpec, draft_spelling
+from specmoe.drafts import DraftSpec, draft_spelling, stored_gamma
 from specmoe.errors import SpecmoeError
 from specmoe.serving.spec import ServerSpec
 
@@ -186,7 +186,7 @@ class RunSpec:
     arm: str  # "baseline" | "sd"
     target: str
     draft: DraftSpec | None  # stored as its canonical spelling; None for the baseline arm
-    gamma: int  # 0 for the baseline arm
+    gamma: int | None  # tokens drafted per round, >= 1; None for the baseline arm (stored as 0)
     prompt_set: str | None  # built-in name or absolute .jsonl path; None with prompt_length
     prompt_length: int | None  # synthetic prompt of exactly this many tokens
     batch_size: int
@@ -237,7 +237,7 @@ class RunSpec:
             "arm": self.arm,
             "target": self.target_model.identity,
             "draft": draft,
-            "gamma": self.gamma,
+            "gamma": stored_gamma(self.gamma),
             "prompt_set": self.prompt_set,
             "prompt_length": self.prompt_length,
             "batch_size": self.batch_size,
@@ -298,7 +298,7 @@ class RunSpec:
 
     def baseline(self) -> RunSpec:
         """The baseline arm this arm is compared against (itself for a baseline arm)."""
-        return replace(self, arm="baseline", draft=None, gamma=0, oracle_cost=None, draft_model=None)
+        return replace(self, arm="baseline", draft=None, gamma=None, oracle_cost=None, draft_model=None)
 
     @property
     def baseline_key(self) -> str:
@@ -312,6 +312,7 @@ class RunSpec:
         return {
             **fields,
             "draft": draft_spelling(self.draft),  # asdict would spell a typed draft as its fields
+            "gamma": stored_gamma(self.gamma),
             **dict(self.plain),
             # JSON has no infinity: an all-at-once rate is stored as "inf", as the suite spells it.
             "request_rate": None if self.request_rate is None else rate_text(self.request_rate),
