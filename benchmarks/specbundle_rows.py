@@ -44,6 +44,7 @@ HARDWARE = {1: "h200-sxm", 2: "2x-h200", 4: "4x-h200", 8: "8x-h200"}
 class Target:
     config: str  # stem in docs/perf-examples
     draft: str  # the SpecBundle head's name in the data
+    dtype: str = ""  # a format the checkpoint's name states over its config's ("" = the config's)
 
 
 TARGETS = {
@@ -52,7 +53,7 @@ TARGETS = {
         "qwen3-235b-a22b", "lmsys/SGLang-EAGLE3-Qwen3-235B-A22B-Instruct-2507-SpecForge"
     ),
     "Qwen3-Next-80B-A3B-Instruct-FP8": Target(
-        "qwen3-next-80b-a3b-fp8", "lmsys/SGLang-EAGLE3-Qwen3-Next-80B-A3B-Instruct-FP8-SpecForge"
+        "qwen3-next-80b-a3b", "lmsys/SGLang-EAGLE3-Qwen3-Next-80B-A3B-Instruct-FP8-SpecForge", "fp8"
     ),
     "Qwen3-Coder-30B-A3B-Instruct": Target(
         "qwen3-coder-30b-a3b", "lmsys/SGLang-EAGLE3-Qwen3-Coder-30B-A3B-Instruct-SpecForge"
@@ -72,8 +73,8 @@ COLUMNS = (
 ).split(",")
 
 
-def weight_bytes(stem: str) -> float:
-    arch = load_config(EXAMPLES / f"{stem}.json")
+def weight_bytes(target: Target) -> float:
+    arch = load_config(EXAMPLES / f"{target.config}.json", target.dtype or None)
     return (arch.params_dense + arch.num_experts * arch.params_per_expert) * arch.bytes_per_param
 
 
@@ -91,7 +92,7 @@ def rows(data: dict, rule: str) -> list[dict]:
     out = []
     for name, target in TARGETS.items():
         stem = target.config
-        weights = weight_bytes(stem)
+        weights = weight_bytes(target)
         count = devices(weights, rule)
         for dataset, block in data[name].items():
             (result,) = [
@@ -111,7 +112,7 @@ def rows(data: dict, rule: str) -> list[dict]:
                     "devices": count,
                     "engine": "sglang",
                     "target": stem,
-                    "target_dtype": "",
+                    "target_dtype": target.dtype,
                     "method": "eagle3",
                     "draft": "",
                     "draft_dtype": "",
