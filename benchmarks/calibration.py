@@ -71,6 +71,13 @@ def _row_sets(rows: list[Measurement]) -> list[tuple[str, set[str]]]:
         sets.append((f"  {role} acceptance", {r.id for r in scored if r.role == role}))
     for engine in sorted({r.engine for r in scored}):
         sets.append((f"  {engine}", {r.id for r in scored if r.engine == engine}))
+    # one source with many rows must not hide how the others fare: each source on its own, and all
+    # rows but the largest source's
+    counts = Counter(r.source for r in scored)
+    largest = max(counts, key=lambda source: (counts[source], source))
+    sets.append((f"  all but {largest}", {r.id for r in scored if r.source != largest}))
+    for source in sorted(counts):
+        sets.append((f"  source: {source}", {r.id for r in scored if r.source == source}))
     return sets
 
 
