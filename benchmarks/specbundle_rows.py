@@ -36,7 +36,7 @@ from specmoe.perf.breakeven import AcceptanceKind, acceptance  # noqa: E402
 from specmoe.perf.calibrate import Measurement, Role, fit_engine, load_measurements, price  # noqa: E402
 from specmoe.perf.firstprinciples import load_config  # noqa: E402
 from specmoe.perf.priors import load_priors  # noqa: E402
-from specmoe.perf.runtimes import load_engines  # noqa: E402
+from specmoe.perf.runtimes import EngineProfile, load_engines  # noqa: E402
 
 EXAMPLES = ROOT / "docs" / "perf-examples"
 H200_BYTES = 141e9  # HBM3e per H200 (datasheet)
@@ -234,6 +234,53 @@ def gamma_check(data: dict, published: Path) -> list[str]:
     return lines
 
 
+TREES = ((8, 5, 3, 6), (8, 7, 4, 8))  # batch, steps, top-k, draft tokens
+
+
+def _error(predicted: float, measured: float) -> float:
+    return max(predicted / measured, measured / predicted)
+
+
+def tree_check(data: dict, published: Path) -> list[str]:
+    """The tree configurations priced at their own τ (specbundle-rules.md, "A third check")."""
+    rows = load_measurements(published)
+    by_id = {r.id: r for r in rows}
+    engines, priors = load_engines(), load_priors()
+    train = [r for r in rows if r.scored and r.engine == "sglang" and r.source != SOURCE]
+    profiles = {
+        "model, held out": fit_engine(engines["sglang"], priors["sglang"], train, by_id, EXAMPLES),
+        "model, shipped": engines["sglang"],
+        "roofline": EngineProfile(name="sglang", description="roofline", device=engines["sglang"].device),
+    }
+    errors: dict[tuple[str, str], list[float]] = {}
+    for name, target in TARGETS.items():
+        for dataset, block in data[name].items():
+            chain = by_id.get(f"{PREFIX}{_slug(name)}-{dataset}-b8")
+            if chain is None or chain.role is not Role.REPORTED:
+                continue
+            cases = [("3/1/4 chain (scored rows)", chain)]
+            for config in TREES:
+                speedup, tau = _measured(block, target.draft, config)
+                _, steps, topk, tokens = config
+                fields = {"gamma": steps, "verify_tokens": tokens, "tree_width": topk}
+                fields |= {
+                    "acceptance": tau,
+                    "speedup": speedup,
+                    "id": f"{chain.id}-tree{steps}{topk}{tokens}",
+                }
+                cases.append((f"{steps}/{topk}/{tokens} tree", Measurement(**{**chain.__dict__, **fields})))
+            for label, row in cases:
+                for rule, profile in profiles.items():
+                    predicted = price(row, profile, None, EXAMPLES).predicted
+                    errors.setdefault((label, rule), []).append(_error(predicted, row.speedup))
+    lines = ["| configuration | rule | rows | median error | worst error |", "|---|---|---|---|---|"]
+    for (label, rule), values in errors.items():
+        lines.append(
+            f"| {label} | {rule} | {len(values)} | {statistics.median(values):.2f} | {max(values):.2f} |"
+        )
+    return lines
+
+
 def merge(path: Path, new: list[dict]) -> None:
     with open(path, newline="", encoding="utf-8") as f:
         old = [r for r in csv.DictReader(f) if not r["id"].startswith(PREFIX)]
@@ -255,7 +302,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gamma-check", type=Path, default=None, metavar="PUBLISHED_CSV", help="print the γ-choice check"
     )
+    parser.add_argument(
+        "--tree-check", type=Path, default=None, metavar="PUBLISHED_CSV", help="print the tree check"
+    )
     args = parser.parse_args(argv)
+    if args.tree_check:
+        data = json.loads(args.data.read_text(encoding="utf-8"))
+        print("\n".join(tree_check(data, args.tree_check)))
+        return 0
     if args.gamma_check:
         data = json.loads(args.data.read_text(encoding="utf-8"))
         print("\n".join(gamma_check(data, args.gamma_check)))
