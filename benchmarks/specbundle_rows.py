@@ -26,7 +26,7 @@ import io
 import json
 import statistics
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,20 +99,34 @@ def _slug(name: str) -> str:
     return name.lower().replace("-instruct", "").replace("-2507", "")
 
 
+def _metrics(block: dict, config: tuple) -> dict[str, dict]:
+    """{draft name: its metrics} of one dataset's run at `config` (batch, steps, top-k, draft tokens)."""
+    (result,) = [
+        r
+        for r in block["results"]
+        if (r["batch_size"], r["steps"], r["topk"], r["num_draft_tokens"]) == config
+    ]
+    return {m["Name"]: m for m in result["metrics"]}
+
+
+BASELINE = "Wihtout EAGLE3"  # the file's spelling
+
+
+def _measured(block: dict, draft: str, config: tuple) -> tuple[float, float]:
+    """(speedup, τ) of `draft` at `config`."""
+    metrics = _metrics(block, config)
+    sd = metrics[draft]
+    return sd["output_throughput"] / metrics[BASELINE]["output_throughput"], sd["accept_length"]
+
+
 def rows(data: dict, rule: str, standing: bool = True) -> list[dict]:
     out = []
     for name, target in TARGETS.items():
-        stem = target.config
         weights = weight_bytes(target)
         count = devices(weights, rule)
         for dataset, block in data[name].items():
-            (result,) = [
-                r
-                for r in block["results"]
-                if (r["batch_size"], r["steps"], r["topk"], r["num_draft_tokens"]) == CONFIG
-            ]
-            metrics = {m["Name"]: m for m in result["metrics"]}
-            base = metrics["Wihtout EAGLE3"]["output_throughput"]  # the file's spelling
+            metrics = _metrics(block, CONFIG)
+            base = metrics[BASELINE]["output_throughput"]
             sd = metrics[target.draft]
             speedup = sd["output_throughput"] / base
             # the table's standing rule: a lossless SD round costs at least one step, so a speedup
@@ -126,7 +140,7 @@ def rows(data: dict, rule: str, standing: bool = True) -> list[dict]:
                     "hardware": HARDWARE[count],
                     "devices": count,
                     "engine": "sglang",
-                    "target": stem,
+                    "target": target.config,
                     "target_dtype": target.dtype,
                     "method": "eagle3",
                     "draft": "",
@@ -157,25 +171,18 @@ def rows(data: dict, rule: str, standing: bool = True) -> list[dict]:
 CHAINS = {3: (8, 3, 1, 4), 5: (8, 5, 1, 6), 7: (8, 7, 1, 8)}  # γ -> the chain configuration
 
 
-def _measured(block: dict, draft: str, config: tuple) -> tuple[float, float]:
-    (result,) = [
-        r
-        for r in block["results"]
-        if (r["batch_size"], r["steps"], r["topk"], r["num_draft_tokens"]) == config
-    ]
-    metrics = {m["Name"]: m for m in result["metrics"]}
-    sd = metrics[draft]
-    return sd["output_throughput"] / metrics["Wihtout EAGLE3"]["output_throughput"], sd["accept_length"]
+def _held_out(published: Path) -> tuple[dict[str, Measurement], EngineProfile]:
+    """The published rows by id, and SGLang's constants fitted from the priors without this source."""
+    rows = load_measurements(published)
+    by_id = {r.id: r for r in rows}
+    train = [r for r in rows if r.scored and r.engine == "sglang" and r.source != SOURCE]
+    return by_id, fit_engine(load_engines()["sglang"], load_priors()["sglang"], train, by_id, EXAMPLES)
 
 
 def gamma_check(data: dict, published: Path) -> list[str]:
     """The γ among 3, 5, 7 the held-out model picks at the 3-step row's α, beside the measured best
     (specbundle-rules.md, "A second check"); cells where any chain claims more than its τ are skipped."""
-    rows = load_measurements(published)
-    by_id = {r.id: r for r in rows}
-    engines, priors = load_engines(), load_priors()
-    train = [r for r in rows if r.scored and r.engine == "sglang" and r.source != SOURCE]
-    profile = fit_engine(engines["sglang"], priors["sglang"], train, by_id, EXAMPLES)
+    by_id, profile = _held_out(published)
     lines = [
         "| target / dataset | α (τ at γ = 3) | measured 3 / 5 / 7 | predicted 3 / 5 / 7 | picks | best |",
         "|---|---|---|---|---|---|",
@@ -193,21 +200,9 @@ def gamma_check(data: dict, published: Path) -> list[str]:
                 skipped += 1
                 continue
             alpha = acceptance(measured[3][1], AcceptanceKind.TAU, 3, row.id).alpha
+            at_alpha = replace(row, acceptance_kind=AcceptanceKind.ALPHA, acceptance=alpha)
             predicted = {
-                g: price(
-                    Measurement(
-                        **{
-                            **row.__dict__,
-                            "gamma": g,
-                            "acceptance_kind": AcceptanceKind.ALPHA,
-                            "acceptance": alpha,
-                        }
-                    ),
-                    profile,
-                    None,
-                    EXAMPLES,
-                ).predicted
-                for g in CHAINS
+                g: price(replace(at_alpha, gamma=g), profile, None, EXAMPLES).predicted for g in CHAINS
             }
             best = max(CHAINS, key=lambda g: measured[g][0])
             pick = max(CHAINS, key=lambda g: predicted[g])
@@ -237,20 +232,14 @@ def gamma_check(data: dict, published: Path) -> list[str]:
 TREES = ((8, 5, 3, 6), (8, 7, 4, 8))  # batch, steps, top-k, draft tokens
 
 
-def _error(predicted: float, measured: float) -> float:
-    return max(predicted / measured, measured / predicted)
-
-
 def tree_check(data: dict, published: Path) -> list[str]:
     """The tree configurations priced at their own τ (specbundle-rules.md, "A third check")."""
-    rows = load_measurements(published)
-    by_id = {r.id: r for r in rows}
-    engines, priors = load_engines(), load_priors()
-    train = [r for r in rows if r.scored and r.engine == "sglang" and r.source != SOURCE]
+    by_id, held_out = _held_out(published)
+    shipped = load_engines()["sglang"]
     profiles = {
-        "model, held out": fit_engine(engines["sglang"], priors["sglang"], train, by_id, EXAMPLES),
-        "model, shipped": engines["sglang"],
-        "roofline": EngineProfile(name="sglang", description="roofline", device=engines["sglang"].device),
+        "model, held out": held_out,
+        "model, shipped": shipped,
+        "roofline": EngineProfile(name="sglang", description="roofline", device=shipped.device),
     }
     errors: dict[tuple[str, str], list[float]] = {}
     for name, target in TARGETS.items():
@@ -262,17 +251,20 @@ def tree_check(data: dict, published: Path) -> list[str]:
             for config in TREES:
                 speedup, tau = _measured(block, target.draft, config)
                 _, steps, topk, tokens = config
-                fields = {"gamma": steps, "verify_tokens": tokens, "tree_width": topk}
-                fields |= {
-                    "acceptance": tau,
-                    "speedup": speedup,
-                    "id": f"{chain.id}-tree{steps}{topk}{tokens}",
-                }
-                cases.append((f"{steps}/{topk}/{tokens} tree", Measurement(**{**chain.__dict__, **fields})))
+                tree = replace(
+                    chain,
+                    id=f"{chain.id}-tree{steps}{topk}{tokens}",
+                    gamma=steps,
+                    verify_tokens=tokens,
+                    tree_width=topk,
+                    acceptance=tau,
+                    speedup=speedup,
+                )
+                cases.append((f"{steps}/{topk}/{tokens} tree", tree))
             for label, row in cases:
                 for rule, profile in profiles.items():
-                    predicted = price(row, profile, None, EXAMPLES).predicted
-                    errors.setdefault((label, rule), []).append(_error(predicted, row.speedup))
+                    priced = price(row, profile, None, EXAMPLES)
+                    errors.setdefault((label, rule), []).append(priced.error_factor(row.speedup))
     lines = ["| configuration | rule | rows | median error | worst error |", "|---|---|---|---|---|"]
     for (label, rule), values in errors.items():
         lines.append(
@@ -306,15 +298,14 @@ def main(argv: list[str] | None = None) -> int:
         "--tree-check", type=Path, default=None, metavar="PUBLISHED_CSV", help="print the tree check"
     )
     args = parser.parse_args(argv)
+    data = json.loads(args.data.read_text(encoding="utf-8"))
     if args.tree_check:
-        data = json.loads(args.data.read_text(encoding="utf-8"))
         print("\n".join(tree_check(data, args.tree_check)))
         return 0
     if args.gamma_check:
-        data = json.loads(args.data.read_text(encoding="utf-8"))
         print("\n".join(gamma_check(data, args.gamma_check)))
         return 0
-    new = rows(json.loads(args.data.read_text(encoding="utf-8")), args.rule, not args.score_above_tau)
+    new = rows(data, args.rule, not args.score_above_tau)
     if args.merge:
         merge(args.merge, new)
     else:
