@@ -178,23 +178,26 @@ def bands(held: list[Scored], engines: dict) -> dict[str, dict]:
 
 
 def constants_table(held: list[Scored], fitted: dict, priors: dict) -> list[str]:
-    lines = [
-        "| engine | fitted on | " + " | ".join(("round_s", "round_seq_s", "compute")) + " |",
-        "|---|---|---|---|---|",
-    ]
+    """One table per engine, a column per constant its priors mark for refitting."""
+    lines: list[str] = []
     for name in sorted({s.row.engine for s in held}):
         keys = fitted_keys(priors[name])
+        lines += [
+            f"| {name}: fitted on | " + " | ".join(keys) + " |",
+            "|---|" + "---|" * len(keys),
+        ]
         start = " | ".join(f"{priors[name][k].value:.3g}" for k in keys)
-        lines.append(f"| {name} | (the priors: the start of every fit) | {start} |")
+        lines.append(f"| (the priors: the start of every fit) | {start} |")
         shipped = " | ".join(f"{value_of(fitted[name], k):.3g}" for k in keys)
-        lines.append(f"| {name} | every source (shipped) | {shipped} |")
+        lines.append(f"| every source (shipped) | {shipped} |")
         for source in sorted({s.row.source for s in held if s.row.engine == name}):
             fold = next(s for s in held if s.row.engine == name and s.row.source == source)
             values = (
                 " | ".join(f"{fold.constants[k]:.3g}" for k in keys) if fold.constants else "no other source"
             )
-            lines.append(f"| {name} | all but {source} | {values} |")
-    return lines
+            lines.append(f"| all but {source} | {values} |")
+        lines.append("")
+    return lines[:-1]
 
 
 def rows_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) -> list[str]:
