@@ -83,7 +83,11 @@ def _check_attention(config: dict, fail) -> None:
             "(grouped-query attention shares each key/value head among whole groups of query heads)"
         )
     hidden = config.get("hidden_size")
-    if config.get("head_dim") is None and hidden is not None and heads is not None and hidden % heads:
+    # Multi-head latent attention (kv_lora_rank) states its per-head widths (qk_nope_head_dim,
+    # qk_rope_head_dim, v_head_dim), so hidden_size need not split into the heads: GLM-4.7-Flash
+    # has 20 heads over 2048.
+    split = config.get("head_dim") is None and config.get("kv_lora_rank") is None
+    if split and hidden is not None and heads is not None and hidden % heads:
         fail(
             f"hidden_size {hidden} is not a multiple of num_attention_heads {heads} and no head_dim is given"
         )

@@ -6,7 +6,8 @@ blog, a model card or an engine's documentation, with the setup it was measured 
     reported   the source reports the acceptance (τ, rate or α): the prediction uses it
     anchor     the smallest batch of a sweep that reports no acceptance: not scored; the acceptance
                at which the model reproduces it is used for the sweep's other rows
-    anchored   another batch size of such a sweep, predicted at its anchor's acceptance
+    anchored   another batch size of such a sweep, predicted at its anchor's acceptance; a reported
+               row can anchor the rows of its sweep that report none (it is scored all the same)
     excluded   left out, with the reason in its note
 
 A row is priced the way `advise --config` prices a user's question (`specmoe.perf.setup`): target
