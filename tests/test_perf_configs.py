@@ -433,3 +433,13 @@ def test_advise_prices_a_short_decode_at_the_batch_size_it_shrinks_from(capsys):
     assert short["rows"][0]["best"]["speedup"] < steady["rows"][0]["best"]["speedup"]
     code, _, err = _advise(capsys, *common, "--output-tokens", "0")
     assert code != 0 and "--output-tokens must be at least 1" in err
+
+
+def test_a_latent_attention_config_need_not_split_its_hidden_size_into_heads():
+    # GLM-4.7-Flash: MLA with 20 heads over 2048; its per-head widths are stated, no head_dim.
+    config = json.loads((EXAMPLES / "glm-4.7-flash.json").read_text())
+    arch = parse_architecture(config, "glm-4.7-flash.json")
+    assert arch.num_experts == 64 and arch.top_k == 4 and arch.layers == 47
+    grouped = {k: v for k, v in config.items() if k not in ("kv_lora_rank", "q_lora_rank")}
+    with pytest.raises(SpecmoeError, match="not a multiple of num_attention_heads"):
+        parse_architecture(grouped, "gqa.json")
