@@ -20,7 +20,9 @@ both are on the same side of 1× (rows measured within 0.95–1.05 are listed bu
     python benchmarks/calibration.py --fit                          # refit on every row, print TOML
 
 Each engine's band (`uncertainty` in runtimes.toml) is the 80th percentile of its held-out error
-factors where it has at least five, else the priors' 1.5; `--fit` prints both.
+factors where it has at least five, else the priors' 1.5; its `max_shortfall`, the largest measured
+÷ predicted among them, is what a NO-GO must survive (docs/results/calibration/nogo-rules.md).
+`--fit` prints both.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ from specmoe.perf.heldout import (  # noqa: E402
     band_of,
     c_tau,
     fit_all,
+    held_out_verdicts,
     in_sample,
     leave_one_source_out,
     roofline,
+    shortfall_of,
     summary,
     trivial,
 )
@@ -163,16 +167,20 @@ def verdict_table(results: list[Scored]) -> list[str]:
 
 
 def bands(held: list[Scored], engines: dict) -> dict[str, dict]:
-    """Each engine's band from its own held-out error factors, or the prior."""
+    """Each engine's band from its own held-out error factors, or the prior, and the largest
+    shortfall a NO-GO must survive (`max_shortfall`; none without enough held-out rows)."""
     out = {}
     for name in sorted({s.row.engine for s in held}):
-        errors = [s.error_factor for s in held if s.row.engine == name and s.predicted is not None]
-        band = band_of(errors)
+        mine = [s for s in held if s.row.engine == name and s.predicted is not None]
+        band = band_of([s.error_factor for s in mine])
+        shortfall = shortfall_of(mine)
         out[name] = {
-            "held_out_rows": len(errors),
+            "held_out_rows": len(mine),
             "band": PRIOR_BAND if band is None else round(band, 2),
             "basis": "prior" if band is None else "held-out",
             "shipped": engines[name].uncertainty,
+            "max_shortfall": None if shortfall is None else round(shortfall, 2),
+            "shipped_max_shortfall": engines[name].max_shortfall,
         }
     return out
 
@@ -233,14 +241,66 @@ def evaluate(rows: list[Measurement], engines: dict, priors: dict) -> dict[str, 
     by_rule = {
         "held out": leave_one_source_out(rows, engines, priors, EXAMPLES),
         "in sample": in_sample(rows, engines, EXAMPLES),
+        "in sample, first rule": in_sample(rows, engines, EXAMPLES, worst_case=False),
         "roofline": roofline(rows, engines, EXAMPLES),
         "c·τ": c_tau(rows),
         "anchor": anchor_constant(rows),
         "trivial": trivial(rows),
         "always GO": always_go(rows),
     }
+    by_rule["held out, first rule"] = held_out_verdicts(by_rule["held out"], worst_case=False)
     order = {r.id: i for i, r in enumerate(rows)}
     return {rule: sorted(results, key=lambda s: order[s.row.id]) for rule, results in by_rule.items()}
+
+
+def _contradictions(results: list[Scored]) -> list[Scored]:
+    return [
+        s
+        for s in results
+        if (s.verdict is Verdict.NO_GO and s.row.speedup >= 1.10)
+        or (s.verdict is Verdict.GO and s.row.speedup < 0.95)
+    ]
+
+
+def _value(v: Verdict | None) -> str | None:
+    return v.value if v else None
+
+
+def verdict_sections(by_rule: dict) -> list[str]:
+    """Verdicts held out and in sample under the NO-GO rule shipped (docs/results/calibration/
+    nogo-rules.md) and under the rule as first fixed, and the rows on which the two differ."""
+    lines: list[str] = []
+    held, first = by_rule["held out"], by_rule["held out, first rule"]
+    for title, results in (
+        ("NO-GO must survive the other sources' largest shortfall (shipped; nogo-rules.md)", held),
+        ("NO-GO at the band's optimistic end (the rule as first fixed)", first),
+    ):
+        lines += [
+            "",
+            f"## Verdicts held out, {title}",
+            "",
+            "Each source's band (and, under the shipped rule, its shortfall) comes from the other sources' "
+            "held-out rows.",
+            "",
+            *verdict_table(results),
+        ]
+        misses = _contradictions(results)
+        lines += ["", f"Held-out verdicts that contradict the measurement: {len(misses)}"]
+        lines += [
+            f"- {s.row.id}: {s.verdict.value}, predicted {s.predicted:.2f}×, measured {s.row.speedup:.2f}×"
+            for s in misses
+        ]
+    moved = [(a, b) for a, b in zip(held, first, strict=True) if a.verdict is not b.verdict]
+    lines += ["", f"Held-out verdicts the two rules disagree on: {len(moved)}"]
+    lines += [
+        f"- {a.row.id}: {b.verdict.value} → {a.verdict.value}, predicted {a.predicted:.2f}×, "
+        f"measured {a.row.speedup:.2f}×"
+        for a, b in moved
+    ]
+    for title, rule in (("shipped rule", "in sample"), ("rule as first fixed", "in sample, first rule")):
+        lines += ["", f"## Verdicts in sample (the shipped profiles and bands), {title}", ""]
+        lines += verdict_table(by_rule[rule])
+    return lines
 
 
 def report(rows: list[Measurement], by_rule: dict, engines: dict, fitted: dict, priors: dict) -> str:
@@ -262,30 +322,16 @@ def report(rows: list[Measurement], by_rule: dict, engines: dict, fitted: dict, 
     lines += in_sample_table(rows, by_rule["in sample"])
     lines += ["", "## Go/no-go: the point estimate on the measured side of 1× (rows outside 0.95–1.05×)", ""]
     lines += go_table(rows, by_rule)
-    lines += ["", "## Verdicts held out (each source's band from the other sources' held-out errors)", ""]
-    lines += verdict_table(held)
-    misses = [
-        s
-        for s in held
-        if (s.verdict is Verdict.NO_GO and s.row.speedup >= 1.10)
-        or (s.verdict is Verdict.GO and s.row.speedup < 0.95)
-    ]
-    lines += ["", f"Held-out verdicts that contradict the measurement: {len(misses)}"]
-    lines += [
-        f"- {s.row.id}: {s.verdict.value}, predicted {s.predicted:.2f}×, measured {s.row.speedup:.2f}×"
-        for s in misses
-    ]
-    lines += [
-        "",
-        "## Verdicts in sample (the shipped profiles and bands)",
-        "",
-        *verdict_table(by_rule["in sample"]),
-    ]
+    lines += verdict_sections(by_rule)
     lines += ["", "## Bands: the 80th percentile of each engine's own held-out error factors", ""]
-    lines += ["| engine | held-out rows | band | basis | in runtimes.toml |", "|---|---|---|---|---|"]
+    lines += [
+        "| engine | held-out rows | band | basis | in runtimes.toml | largest shortfall | in runtimes.toml |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, b in bands(held, engines).items():
         lines.append(
-            f"| {name} | {b['held_out_rows']} | {b['band']:.2f} | {b['basis']} | {b['shipped']:.2f} |"
+            f"| {name} | {b['held_out_rows']} | {b['band']:.2f} | {b['basis']} | {b['shipped']:.2f} | "
+            f"{_fmt(b['max_shortfall'])} | {_fmt(b['shipped_max_shortfall'])} |"
         )
     lines += ["", "## Refitted constants, per fold", "", *constants_table(held, fitted, priors)]
     lines += ["", "## Every scored row", "", *rows_table(rows, by_rule)]
@@ -313,6 +359,7 @@ def _payload(rows: list[Measurement], by_rule: dict, engines: dict) -> dict:
                 "measured": s.row.speedup,
                 **{rule: by_rule[rule][i].predicted for rule in RULES},
                 "verdict_held_out": s.verdict.value if s.verdict else None,
+                "verdict_held_out_first_rule": _value(by_rule["held out, first rule"][i].verdict),
                 "verdict_in_sample": by_rule["in sample"][i].verdict.value,
                 "at_ceiling": s.at_ceiling,
             }

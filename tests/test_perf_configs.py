@@ -259,11 +259,23 @@ def test_breakeven_solves_the_golden_ratio():
 
 
 def test_verdict_rule():
-    assert verdict(0.9, None) is Verdict.NO_GO
-    assert verdict(1.5, None) is Verdict.DEPENDS
-    assert verdict(1.5, (1.1, 1.6)) is Verdict.GO
-    assert verdict(1.5, (0.6, 0.9)) is Verdict.NO_GO
-    assert verdict(1.5, (0.9, 1.2)) is Verdict.DEPENDS
+    # band ×/÷ 1.5, shortfall 1.5: the rule as first fixed
+    assert verdict(0.6, None, 1.5, 1.5) is Verdict.NO_GO
+    assert verdict(1.0, None, 1.5, 1.5) is Verdict.DEPENDS
+    assert verdict(2.0, 1.65, 1.5, 1.5) is Verdict.GO
+    assert verdict(2.0, 0.6, 1.5, 1.5) is Verdict.NO_GO
+    assert verdict(2.0, 0.8, 1.5, 1.5) is Verdict.DEPENDS
+
+
+def test_a_no_go_survives_the_largest_shortfall_seen():
+    # predicted 0.6×: below 1× at the band's optimistic end (0.9×), but a held-out row once
+    # measured 2.2× its prediction, so 1.32× cannot be ruled out
+    assert verdict(2.0, 0.6, 1.5, 2.2) is Verdict.DEPENDS
+    assert verdict(0.6, None, 1.5, 2.2) is Verdict.DEPENDS
+    assert verdict(2.0, 0.4, 1.5, 2.2) is Verdict.NO_GO
+    # GO keeps the band; a shortfall below the band never makes NO-GO easier to say
+    assert verdict(2.0, 1.65, 1.5, 2.2) is Verdict.GO
+    assert verdict(2.0, 0.8, 1.5, 1.1) is Verdict.DEPENDS
 
 
 class _Flat:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specmoe.perf.calibrate import Role, load_measurements
-from specmoe.perf.heldout import band_of, c_tau, leave_one_source_out, trivial
+from specmoe.perf.heldout import Scored, band_of, c_tau, leave_one_source_out, shortfall_of, trivial
 from specmoe.perf.priors import load_priors
 from specmoe.perf.runtimes import load_engines
 
@@ -74,3 +74,26 @@ def test_trivial_takes_the_anchor_where_no_acceptance_is_reported():
 def test_bands_need_five_errors_and_cover_eighty_percent():
     assert band_of([1.1, 1.2, 1.3, 1.4]) is None
     assert band_of([1.0, 1.1, 1.2, 1.3, 1.4, 1.5]) == pytest.approx(1.4)
+
+
+def test_the_shortfall_counts_only_predictions_below_the_measurement(rows):
+    row = rows[0]
+
+    def scored(measured: float, predicted: float) -> Scored:
+        return Scored(replace(row, speedup=measured), "held out", predicted)
+
+    short = [scored(1.5, 1.0), scored(1.0, 2.5), scored(2.0, 1.6), scored(1.2, 1.2)]
+    assert shortfall_of(short) is None  # too few to say
+    # 2.5× over-predicted does not count: an over-prediction cannot hide a speedup
+    assert shortfall_of([*short, scored(1.1, 1.0)]) == pytest.approx(1.5)
+    assert shortfall_of([scored(1.0, 2.0)] * 5) == 1.0
+
+
+def test_shipped_profiles_carry_the_calibrations_bands_and_shortfalls():
+    import json
+
+    bands = json.loads((DATA.parent / "calibration.json").read_text(encoding="utf-8"))["bands"]
+    engines = load_engines()
+    for name, band in bands.items():
+        assert engines[name].uncertainty == band["band"], name
+        assert engines[name].max_shortfall == band["max_shortfall"], name

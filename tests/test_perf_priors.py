@@ -18,8 +18,18 @@ from specmoe.perf.priors import (
 from specmoe.perf.runtimes import load_engines
 
 # what a profile holds that is not a number to source: its identity and its own annotations
-_NOT_VALUES = {"name", "description", "device", "sources", "band_basis", "band_rows", "hybrid_rollback"}
-# hybrid_rollback is a method, not a number: each profile names its source in `sources`
+_NOT_VALUES = {
+    "name",
+    "description",
+    "device",
+    "sources",
+    "band_basis",
+    "band_rows",
+    "max_shortfall",
+    "hybrid_rollback",
+}
+# hybrid_rollback is a method, not a number: each profile names its source in `sources`;
+# max_shortfall, like band_rows, is a statistic of the held-out errors, not a hand-set value
 
 
 def _set_keys(profile) -> set[str]:

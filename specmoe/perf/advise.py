@@ -168,8 +168,9 @@ def advise_setup(setup: SDSetup, batches: list[int], gammas: list[int], alpha: f
             best = max(candidates, key=lambda c: (c["speedup"], -c["gamma"]))
         else:
             best = min(candidates, key=lambda c: (_breakeven_alpha(c), c["gamma"]))
-        at_full = max(c["speedup_at_full_acceptance"] for c in candidates) * setup.engine.uncertainty
-        call = verdict(at_full, tuple(best["band"]) if alpha is not None else None)
+        at_full = max(c["speedup_at_full_acceptance"] for c in candidates)
+        engine = setup.engine
+        call = verdict(at_full, best.get("speedup"), engine.uncertainty, engine.shortfall)
         rows.append(
             {
                 "batch": batch,

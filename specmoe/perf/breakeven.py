@@ -104,18 +104,21 @@ class Verdict(StrEnum):
     DEPENDS = "DEPENDS ON ACCEPTANCE"
 
 
-def verdict(best_at_full: float, band: tuple[float, float] | None) -> Verdict:
-    """The rule, fixed before any data: NO-GO when even full acceptance stays below 1× at the
-    band's optimistic end (`best_at_full` is already that end); with a stated acceptance, GO when
-    the band's pessimistic end reaches 1×, NO-GO when its optimistic end stays below, otherwise
-    (and without a stated acceptance) DEPENDS ON ACCEPTANCE."""
-    if best_at_full < 1.0:
+def verdict(at_full: float, predicted: float | None, band: float, shortfall: float) -> Verdict:
+    """advise's call from a predicted speedup (None: no acceptance stated) and the best one at
+    full acceptance. GO when the band's pessimistic end, predicted ÷ band, reaches 1×. NO-GO only
+    when the prediction (or, failing that, the one at full acceptance) stays below 1× even
+    multiplied by `shortfall`, the most the profile has fallen short of a held-out measurement
+    (never below the band): a NO-GO tells a user not to try, so it must survive the worst miss
+    seen, not a percentile (docs/results/calibration/nogo-rules.md). Otherwise DEPENDS ON
+    ACCEPTANCE."""
+    reach = max(band, shortfall)
+    if at_full * reach < 1.0:
         return Verdict.NO_GO
-    if band is None:
+    if predicted is None:
         return Verdict.DEPENDS
-    low, high = band
-    if low >= 1.0:
+    if predicted / band >= 1.0:
         return Verdict.GO
-    if high < 1.0:
+    if predicted * reach < 1.0:
         return Verdict.NO_GO
     return Verdict.DEPENDS

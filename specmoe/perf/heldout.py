@@ -70,22 +70,38 @@ def band_of(errors: list[float]) -> float | None:
     return float(np.percentile(errors, BAND_PERCENTILE))
 
 
-def call(priced: Priced, band: float) -> Verdict:
-    """advise's verdict for a priced row at its acceptance with ×/÷ `band` (`breakeven.verdict`)."""
-    return verdict(priced.at_full * band, (priced.predicted / band, priced.predicted * band))
+def shortfall_of(held: list[Scored]) -> float | None:
+    """The largest factor by which these estimates fell short of the measurement (measured ÷
+    predicted); None when too few to say (the band stands in)."""
+    have = [s for s in held if s.predicted is not None]
+    if len(have) < MIN_BAND_ROWS:
+        return None
+    return max(1.0, max(s.row.speedup / s.predicted for s in have))
+
+
+def call(priced: Priced, band: float, shortfall: float | None = None) -> Verdict:
+    """advise's verdict for a priced row at its acceptance with ×/÷ `band` and the shortfall a
+    NO-GO must survive (`breakeven.verdict`; None: the band, the rule as first fixed)."""
+    return verdict(priced.at_full, priced.predicted, band, shortfall or band)
 
 
 def in_sample(
-    rows: list[Measurement], engines: dict[str, EngineProfile], examples: Path, rule: str = "in sample"
+    rows: list[Measurement],
+    engines: dict[str, EngineProfile],
+    examples: Path,
+    rule: str = "in sample",
+    worst_case: bool = True,
 ) -> list[Scored]:
-    """Every scored row priced under `engines` as given (the shipped, fitted profiles)."""
+    """Every scored row priced under `engines` as given (the shipped, fitted profiles); without
+    `worst_case`, verdicts by the rule as first fixed (NO-GO at the band's optimistic end)."""
     by_id = {r.id: r for r in rows}
     out = []
     for row in rows:
         if row.scored:
             engine = engines[row.engine]
             priced = price(row, engine, by_id.get(row.anchor or ""), examples)
-            out.append(Scored(row, rule, priced.predicted, call(priced, engine.uncertainty), priced))
+            verdict_ = call(priced, engine.uncertainty, engine.shortfall if worst_case else None)
+            out.append(Scored(row, rule, priced.predicted, verdict_, priced))
     return out
 
 
@@ -128,22 +144,26 @@ def leave_one_source_out(
             for row in held:
                 priced = price(row, profile, by_id.get(row.anchor or ""), examples)
                 out.append(Scored(row, "held out", priced.predicted, priced=priced, constants=constants))
-    return _with_held_out_verdicts(out)
+    return held_out_verdicts(out)
 
 
-def _with_held_out_verdicts(held: list[Scored]) -> list[Scored]:
-    """Each estimate's verdict with the band of its engine's *other* sources' held-out errors."""
+def held_out_verdicts(held: list[Scored], worst_case: bool = True) -> list[Scored]:
+    """Each estimate's verdict with the band (and, `worst_case`, the shortfall) of its engine's
+    *other* sources' held-out rows; without `worst_case`, the rule as first fixed (NO-GO at the
+    band's optimistic end)."""
     out = []
     for s in held:
         if s.predicted is None:
             out.append(s)
             continue
         others = [
-            o.error_factor
+            o
             for o in held
             if o.predicted is not None and o.row.engine == s.row.engine and o.row.source != s.row.source
         ]
-        out.append(replace(s, verdict=call(s.priced, band_of(others) or PRIOR_BAND)))
+        band = band_of([o.error_factor for o in others]) or PRIOR_BAND
+        shortfall = shortfall_of(others) if worst_case else None
+        out.append(replace(s, verdict=call(s.priced, band, shortfall)))
     return out
 
 

@@ -28,6 +28,9 @@ profile gives each a number with its source:
                           engine's leave-one-source-out error factors over `band_rows` published
                           rows, benchmarks/calibration.py), "this CPU" (the spread of the check on
                           this machine) or "prior" (no held-out estimate: the priors' 1.5)
+    max_shortfall         the largest factor by which a held-out prediction fell short of the
+                          measured speedup (measured ÷ predicted); a NO-GO must survive it. Absent
+                          (no held-out misses to go by): the band
     hybrid_rollback       how a hybrid model's linear-attention state goes back to the committed
                           tokens after a verify: "readvance", "per_position", "redecode" or "none"
                           (`specmoe.perf.rollback`, which prices each by the bytes it moves)
@@ -82,6 +85,7 @@ class EngineProfile(BaseModel):
     uncertainty: float = Field(1.5, ge=1)
     band_basis: BandBasis = BandBasis.PRIOR
     band_rows: int = Field(0, ge=0)  # held-out rows behind a "held-out" band
+    max_shortfall: float | None = Field(None, ge=1)
     # how the engine rolls a hybrid model's linear-attention state back (`specmoe.perf.rollback`)
     hybrid_rollback: HybridRollback = HybridRollback.READVANCE
     sources: dict[str, str] = Field(default_factory=dict)
@@ -101,10 +105,18 @@ class EngineProfile(BaseModel):
         """The band and where it comes from, for a reader."""
         if self.band_basis is BandBasis.HELD_OUT:
             rows = self.band_rows
-            return f"×/÷ {self.uncertainty:g}, the 80th percentile of {rows} held-out published rows"
+            text = f"×/÷ {self.uncertainty:g}, the 80th percentile of {rows} held-out published rows"
+            if self.shortfall > self.uncertainty:
+                text += f"; NO-GO only below 1× even ×{self.shortfall:g}, the largest held-out shortfall"
+            return text
         if self.band_basis is BandBasis.THIS_CPU:
             return f"×/÷ {self.uncertainty:g}, the spread of the check on this CPU"
         return f"×/÷ {self.uncertainty:g}, a prior: no held-out estimate for this engine"
+
+    @property
+    def shortfall(self) -> float:
+        """The factor a NO-GO must survive (`breakeven.verdict`): never below the band."""
+        return max(self.uncertainty, self.max_shortfall or self.uncertainty)
 
     @property
     def roofline_sharpness(self) -> float:

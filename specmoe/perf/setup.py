@@ -170,6 +170,7 @@ def describe(setup: SDSetup) -> dict:
         "host_step_s": setup.plain_host_s,
         "uncertainty": setup.engine.uncertainty,
         "band_basis": setup.engine.band_basis.value,
+        "shortfall": setup.engine.shortfall,
         "band": setup.engine.band_text,
         "hybrid_rollback": setup.engine.hybrid_rollback.value if setup.is_hybrid else None,
     }

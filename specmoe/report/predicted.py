@@ -8,7 +8,8 @@ the speedup from the expected round (`perf.compose.expected_speedup`, the compos
 prints), with the profile's ×/÷ band and `perf.breakeven.verdict`'s rule:
 
     GO       an oracle's dialed acceptance pays even at the band's pessimistic end
-    NO-GO    even full acceptance stays below 1× at the band's optimistic end, or the dialed one does
+    NO-GO    even full acceptance stays below 1× multiplied by the profile's largest shortfall (the
+             band where it has none: this machine's profiles), or the dialed one does
     DEPENDS  the band holds 1×, or a model draft whose acceptance nothing knows before it runs
 
 A model draft's acceptance is unknown until it runs, so its prediction is the acceptance at which
@@ -133,9 +134,10 @@ def predict(spec: RunSpec, hardware: Hardware) -> Prediction:
     if alpha is not None:
         value = speedup(alpha)
         band = (value / factor, value * factor)
-        call = verdict(at_full * factor, band)
+        call = verdict(at_full, value, factor, engine.shortfall)
         return Prediction(spec, name, alpha, value, band, at_full, breakeven, call)
-    return Prediction(spec, name, None, None, None, at_full, breakeven, verdict(at_full * factor, None))
+    call = verdict(at_full, None, factor, engine.shortfall)
+    return Prediction(spec, name, None, None, None, at_full, breakeven, call)
 
 
 def predict_suite(specs: Iterable[RunSpec], hardware: Hardware) -> dict[str, Prediction]:
