@@ -1,0 +1,134 @@
+"""The shipped profiles on sources they never saw (docs/results/calibration/frozen-test-rules.md).
+
+Prices the scored rows of the named sources in published.csv with the engine profiles as shipped
+(runtimes.toml, fitted on every *other* row), beside the bare roofline, c·τ with c fitted on the
+other sources' reported rows, the sweep's anchor held constant, and "always GO"; verdicts under the
+shipped NO-GO rule and under the rule as first fixed. Run it at the commit whose profiles were
+frozen before the sources were read: once the profiles are refitted on the new rows, the numbers
+are no longer a prediction.
+
+    python benchmarks/frozen_test.py --source "NAME" [--source "NAME" ...]   # markdown to stdout
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from specmoe.perf.breakeven import Verdict  # noqa: E402
+from specmoe.perf.calibrate import Measurement, Role, is_moe, load_measurements  # noqa: E402
+from specmoe.perf.heldout import Scored, in_sample, roofline  # noqa: E402
+from specmoe.perf.runtimes import load_engines  # noqa: E402
+
+DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
+EXAMPLES = ROOT / "docs" / "perf-examples"
+
+
+def _trivial(new: list[Measurement], old: list[Measurement]) -> dict[str, float]:
+    """c·τ (c from the old sources' reported rows) where τ is reported, else the anchor's speedup."""
+    reported = [r for r in old if r.role is Role.REPORTED]
+    c = math.exp(statistics.fmean(math.log(r.speedup / r.tau) for r in reported))
+    by_id = {r.id: r for r in new}
+    return {r.id: c * r.tau if r.role is Role.REPORTED else by_id[r.anchor].speedup for r in new if r.scored}
+
+
+def _errors(pairs: list[tuple[float, float]]) -> list[float]:
+    return [max(p / m, m / p) for p, m in pairs]
+
+
+def _stats(errors: list[float]) -> str:
+    if not errors:
+        return "–"
+    p80 = float(np.percentile(errors, 80))
+    return f"{statistics.median(errors):.2f} / {p80:.2f} / {max(errors):.2f}"
+
+
+def _outcome(measured: float) -> str:
+    return "paid" if measured >= 1.10 else "did not" if measured < 0.95 else "even"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--source", action="append", required=True, help="a new source, as in the CSV")
+    args = parser.parse_args(argv)
+    rows = load_measurements(args.data)
+    unknown = set(args.source) - {r.source for r in rows}
+    if unknown:
+        print(f"no rows from {sorted(unknown)} in {args.data}", file=sys.stderr)
+        return 2
+    new = [r for r in rows if r.source in args.source]
+    old = [r for r in rows if r.source not in args.source]
+    engines = load_engines()
+    model = {s.row.id: s for s in in_sample(new, engines, EXAMPLES, rule="frozen")}
+    first = {s.row.id: s for s in in_sample(new, engines, EXAMPLES, rule="frozen", worst_case=False)}
+    bare = {s.row.id: s for s in roofline(new, engines, EXAMPLES)}
+    trivial = _trivial(new, old)
+    scored = [r for r in new if r.scored]
+
+    lines = [
+        "| row | source | engine | MoE | role | B | measured | frozen model | error | band holds it "
+        "| verdict (shipped) | verdict (as first fixed) | roofline | trivial |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in scored:
+        s: Scored = model[r.id]
+        band = engines[r.engine].uncertainty
+        inside = s.predicted / band <= r.speedup <= s.predicted * band
+        ceiling = " (ceiling)" if s.at_ceiling else ""
+        lines.append(
+            f"| {r.id} | {r.source} | {r.engine} | {'yes' if is_moe(r, EXAMPLES) else ''} | {r.role.value} "
+            f"| {r.batch} | {r.speedup:.2f} | {s.predicted:.2f}{ceiling} | {s.error_factor:.2f} "
+            f"| {'yes' if inside else 'no'} | {s.verdict.value} | {first[r.id].verdict.value} "
+            f"| {bare[r.id].predicted:.2f} | {trivial[r.id]:.2f} |"
+        )
+    lines += ["", "| rows | n | frozen model (median / p80 / worst) | roofline | trivial | within 1.25× |"]
+    lines.append("|---|---|---|---|---|---|")
+    groups = [("all new scored rows", scored)] + [
+        (f"source: {name}", [r for r in scored if r.source == name]) for name in args.source
+    ]
+    for label, group in groups:
+        m = _errors([(model[r.id].predicted, r.speedup) for r in group])
+        lines.append(
+            f"| {label} | {len(group)} | {_stats(m)} "
+            f"| {_stats(_errors([(bare[r.id].predicted, r.speedup) for r in group]))} "
+            f"| {_stats(_errors([(trivial[r.id], r.speedup) for r in group]))} "
+            f"| {sum(e <= 1.25 for e in m)} |"
+        )
+    decided = [r for r in scored if not 0.95 <= r.speedup <= 1.05]
+    right = sum((model[r.id].predicted >= 1) == (r.speedup >= 1) for r in decided)
+    lines += ["", f"Go/no-go from the point estimate: {right} of {len(decided)} (always GO: "]
+    lines[-1] += f"{sum(r.speedup > 1.05 for r in decided)} of {len(decided)})."
+    inside = sum(
+        model[r.id].predicted / engines[r.engine].uncertainty
+        <= r.speedup
+        <= model[r.id].predicted * engines[r.engine].uncertainty
+        for r in scored
+    )
+    lines.append(f"Inside the engine's band (which claims 80%): {inside} of {len(scored)}.")
+    for title, calls in (("shipped rule", model), ("rule as first fixed", first)):
+        lines += [
+            "",
+            f"| verdict, {title} | paid (≥ 1.10×) | about even | did not (< 0.95×) |",
+            "|---|---|---|---|",
+        ]
+        for v in Verdict:
+            counts = [
+                sum(calls[r.id].verdict is v and _outcome(r.speedup) == o for r in scored)
+                for o in ("paid", "even", "did not")
+            ]
+            lines.append(f"| {v.value} | " + " | ".join(map(str, counts)) + " |")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
