@@ -11,7 +11,6 @@ this audit checks the absolute time the same constants imply.
 
 from __future__ import annotations
 
-import re
 import statistics
 import sys
 from pathlib import Path
@@ -24,7 +23,6 @@ from specmoe.perf.runtimes import load_engines  # noqa: E402
 
 DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
 EXAMPLES = ROOT / "docs" / "perf-examples"
-_BASELINE = re.compile(r"[\d.]+ (?:vs|against) ([\d.]+) tok/s")  # with SD, then without
 
 
 def main() -> None:
@@ -35,10 +33,9 @@ def main() -> None:
     ]
     ratios: dict[str, list[float]] = {}
     for row in load_measurements(DATA):
-        match = _BASELINE.search(row.note)
-        if not row.scored or match is None or "per GPU" in row.note:
+        measured = row.plain_step_s
+        if not row.scored or measured is None:
             continue
-        measured = row.batch / float(match.group(1))
         setup = setup_for(row, engines[row.engine], EXAMPLES)
         modelled = float(setup.target.time(row.batch, 1)) + setup.plain_host_s
         ratio = modelled / measured

@@ -56,6 +56,13 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
         "last round and the batch shrinking as rows finish; default: a long decode's steady state",
     )
     configs.add_argument(
+        "--plain-step-ms",
+        type=float,
+        default=None,
+        help="your measured plain decode step at the one --batch given (batch ÷ output tokens/s "
+        "without SD, in ms): time the model does not explain is charged to every target pass",
+    )
+    configs.add_argument(
         "--acceptance", type=float, default=None, help="your measured or expected acceptance"
     )
     configs.add_argument(
@@ -104,10 +111,11 @@ def run_advise(args) -> int:
             return 0
         print(json.dumps(advice, indent=1) if args.json else format_setup_advice(advice))
         return 0
-    if args.emit is not None:
-        from specmoe.errors import SpecmoeError
+    for flag, value in (("--emit", args.emit), ("--plain-step-ms", args.plain_step_ms)):
+        if value is not None:
+            from specmoe.errors import SpecmoeError
 
-        raise SpecmoeError("--emit prices from configs: add --config, --hardware and --engine")
+            raise SpecmoeError(f"{flag} prices from configs: add --config, --hardware and --engine")
     from specmoe.perf.advise import advise_from_args
 
     advice = advise_from_args(args)

@@ -8,12 +8,12 @@ from specmoe.errors import SpecmoeError
 from specmoe.perf.advise import advise_setup, check_gamma_max, stated_alpha
 from specmoe.perf.breakeven import AcceptanceKind
 from specmoe.perf.drafts import DraftMethod
-from specmoe.perf.files import MAX_GAMMA, parse_counts
+from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, parse_counts
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
 from specmoe.perf.predict import config_name
 from specmoe.perf.runtimes import engine_profile
-from specmoe.perf.setup import configured_setup
+from specmoe.perf.setup import configured_setup, with_measured_step
 
 DEFAULT_BATCHES = (1, 4, 16, 64)
 
@@ -69,5 +69,14 @@ def advise_from_configs(args) -> dict:
         draft_vocab=args.draft_vocab,
         new_tokens=args.output_tokens,
     )
+    batches = parse_counts(args.batch or list(DEFAULT_BATCHES), "--batch", maximum=MAX_BATCH)
+    if args.plain_step_ms is not None:
+        if not args.plain_step_ms > 0:
+            raise SpecmoeError(f"--plain-step-ms must be a positive number of ms, got {args.plain_step_ms}")
+        if len(batches) != 1:
+            raise SpecmoeError(
+                "--plain-step-ms is the step measured at one batch size: pass exactly one --batch"
+            )
+        setup = with_measured_step(setup, batches[0], args.plain_step_ms / 1e3)
     alpha = stated_alpha(args.acceptance, AcceptanceKind(args.acceptance_kind), args.acceptance_gamma, gammas)
-    return advise_setup(setup, args.batch or list(DEFAULT_BATCHES), gammas, alpha)
+    return advise_setup(setup, batches, gammas, alpha)

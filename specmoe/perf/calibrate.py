@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from functools import cache
@@ -36,6 +37,8 @@ from specmoe.perf.hardware import load_hardware
 from specmoe.perf.priors import Prior, fitted_keys, prior_profile, value_of, with_values
 from specmoe.perf.runtimes import EngineProfile
 from specmoe.perf.setup import SDSetup, configured_setup
+
+_THROUGHPUTS = re.compile(r"[\d.]+ (?:vs|against) ([\d.]+) tok/s")  # with SD, then without
 
 
 class Role(StrEnum):
@@ -74,6 +77,16 @@ class Measurement:
     @property
     def scored(self) -> bool:
         return self.role in (Role.REPORTED, Role.ANCHORED)
+
+    @property
+    def plain_step_s(self) -> float | None:
+        """The plain step the row measured, batch ÷ the output throughput without SD, where its note
+        gives both throughputs as totals over the batch ("X vs Y tok/s" or "X against Y tok/s", with
+        SD first); None otherwise. It includes prefill and idle time: an upper bound on the step."""
+        match = _THROUGHPUTS.search(self.note)
+        if match is None or "per GPU" in self.note:
+            return None
+        return self.batch / float(match.group(1))
 
     @property
     def tau(self) -> float | None:

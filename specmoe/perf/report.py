@@ -116,6 +116,19 @@ def format_setup_advice(advice: dict) -> str:
         "break-even: the acceptance at which SD matches plain decoding (α per position; "
         "rate = accepted/drafted; τ = mean accepted length incl. the bonus token)",
     ]
+    if advice.get("measured_step"):
+        step = advice["measured_step"]
+        charged = (
+            f"the {step['added_per_pass_s'] * 1e3:.2f} ms the model does not explain is charged to every "
+            "target pass"
+            if step["added_per_pass_s"] > 0
+            else "no longer than the model's own step, which is kept"
+        )
+        lines.insert(
+            3,
+            f"measured: a plain step of {step['seconds'] * 1e3:.2f} ms at B={step['batch']}; {charged} "
+            "(docs/results/calibration/measured-step-check.md)",
+        )
     if advice.get("hybrid_rollback"):
         lines.insert(
             3,

@@ -14,7 +14,7 @@ measurements score.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.compose import CHAIN, RoundShape, expected_speedup
@@ -43,6 +43,9 @@ class SDSetup:
     shape: RoundShape = CHAIN
     new_tokens: int | None = None  # tokens each sequence decodes; None: a long decode's steady state
     target_arch: Architecture | None = None  # for a hybrid's state rollback; None: not priced
+    # (batch, seconds measured, seconds added to each target pass) of a plain step the user
+    # measured (`with_measured_step`); None: none given
+    measured_step: tuple[int, float, float] | None = None
 
     def draft(self, gamma: int):
         """The drafter's forward times for rounds of γ proposals (a Medusa round runs its heads once)."""
@@ -147,6 +150,21 @@ def configured_setup(
     )
 
 
+def with_measured_step(setup: SDSetup, batch: int, step_s: float) -> SDSetup:
+    """The setup with a measured plain decode step at `batch` (seconds): where it is longer than the
+    model's plain step (forward and host step), the difference becomes a fixed cost of every target
+    pass, so verification pays it too; where it is shorter, the setup is unchanged, a published step
+    being only an upper bound (docs/results/calibration/measured-step-rules.md)."""
+    if not step_s > 0:
+        raise SpecmoeError(f"a measured plain step must be positive seconds, got {step_s}")
+    gap = step_s - (setup.target.time(batch, 1) + setup.plain_host_s)
+    setup = replace(setup, measured_step=(batch, step_s, max(gap, 0.0)))
+    if gap <= 0:
+        return setup
+    constants = replace(setup.target.constants, overhead_s=setup.target.constants.overhead_s + gap)
+    return replace(setup, target=replace(setup.target, constants=constants))
+
+
 def describe(setup: SDSetup) -> dict:
     """What the setup priced, for the output's header and --json."""
     drafter = setup.method.value
@@ -173,4 +191,7 @@ def describe(setup: SDSetup) -> dict:
         "shortfall": setup.engine.shortfall,
         "band": setup.engine.band_text,
         "hybrid_rollback": setup.engine.hybrid_rollback.value if setup.is_hybrid else None,
+        "measured_step": None
+        if setup.measured_step is None
+        else dict(zip(("batch", "seconds", "added_per_pass_s"), setup.measured_step, strict=True)),
     }
