@@ -93,3 +93,8 @@ def test_a_measured_step_needs_one_batch_and_a_positive_time(capsys, extra, mess
     assert main(_args(*extra)) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_a_measured_step_needs_configs_not_a_fit(capsys, tmp_path):
+    assert main(["advise", str(tmp_path / "some.fit.json"), "--plain-step-ms", "5"]) == 2
+    assert "--plain-step-ms prices from configs" in capsys.readouterr().err
