@@ -358,7 +358,7 @@ def _payload(rows: list[Measurement], by_rule: dict, engines: dict) -> dict:
                 "role": s.row.role.value,
                 "measured": s.row.speedup,
                 **{rule: by_rule[rule][i].predicted for rule in RULES},
-                "verdict_held_out": s.verdict.value if s.verdict else None,
+                "verdict_held_out": _value(s.verdict),
                 "verdict_held_out_first_rule": _value(by_rule["held out, first rule"][i].verdict),
                 "verdict_in_sample": by_rule["in sample"][i].verdict.value,
                 "at_ceiling": s.at_ceiling,

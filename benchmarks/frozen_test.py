@@ -13,46 +13,42 @@ are no longer a prediction.
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
 import sys
 from pathlib import Path
-
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from specmoe.perf.breakeven import Verdict  # noqa: E402
 from specmoe.perf.calibrate import Measurement, Role, is_moe, load_measurements  # noqa: E402
-from specmoe.perf.heldout import Scored, in_sample, roofline  # noqa: E402
+from specmoe.perf.heldout import Scored, in_sample, roofline, summary, tau_factor  # noqa: E402
 from specmoe.perf.runtimes import load_engines  # noqa: E402
 
 DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
 EXAMPLES = ROOT / "docs" / "perf-examples"
+OUTCOMES = (("paid (≥ 1.10×)", 1.10, None), ("about even", 0.95, 1.10), ("did not (< 0.95×)", None, 0.95))
 
 
-def _trivial(new: list[Measurement], old: list[Measurement]) -> dict[str, float]:
+def _trivial(new: list[Measurement], old: list[Measurement]) -> dict[str, Scored]:
     """c·τ (c from the old sources' reported rows) where τ is reported, else the anchor's speedup."""
-    reported = [r for r in old if r.role is Role.REPORTED]
-    c = math.exp(statistics.fmean(math.log(r.speedup / r.tau) for r in reported))
+    c = tau_factor([r for r in old if r.role is Role.REPORTED])
     by_id = {r.id: r for r in new}
-    return {r.id: c * r.tau if r.role is Role.REPORTED else by_id[r.anchor].speedup for r in new if r.scored}
+    return {
+        r.id: Scored(r, "trivial", c * r.tau if r.role is Role.REPORTED else by_id[r.anchor].speedup)
+        for r in new
+        if r.scored
+    }
 
 
-def _errors(pairs: list[tuple[float, float]]) -> list[float]:
-    return [max(p / m, m / p) for p, m in pairs]
-
-
-def _stats(errors: list[float]) -> str:
-    if not errors:
+def _stats(results: list[Scored]) -> str:
+    s = summary(results)
+    if not s["rows"]:
         return "–"
-    p80 = float(np.percentile(errors, 80))
-    return f"{statistics.median(errors):.2f} / {p80:.2f} / {max(errors):.2f}"
+    return f"{s['median_error_factor']:.2f} / {s['p80_error_factor']:.2f} / {s['worst_error_factor']:.2f}"
 
 
-def _outcome(measured: float) -> str:
-    return "paid" if measured >= 1.10 else "did not" if measured < 0.95 else "even"
+def _within(low: float | None, high: float | None, value: float) -> bool:
+    return (low is None or value >= low) and (high is None or value < high)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     bare = {s.row.id: s for s in roofline(new, engines, EXAMPLES)}
     trivial = _trivial(new, old)
     scored = [r for r in new if r.scored]
+    inside = {
+        r.id: model[r.id].error_factor <= engines[r.engine].uncertainty for r in scored
+    }  # the band ×/÷ holds the measurement
 
     lines = [
         "| row | source | engine | MoE | role | B | measured | frozen model | error | band holds it "
@@ -80,15 +79,13 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in scored:
-        s: Scored = model[r.id]
-        band = engines[r.engine].uncertainty
-        inside = s.predicted / band <= r.speedup <= s.predicted * band
+        s = model[r.id]
         ceiling = " (ceiling)" if s.at_ceiling else ""
         lines.append(
             f"| {r.id} | {r.source} | {r.engine} | {'yes' if is_moe(r, EXAMPLES) else ''} | {r.role.value} "
             f"| {r.batch} | {r.speedup:.2f} | {s.predicted:.2f}{ceiling} | {s.error_factor:.2f} "
-            f"| {'yes' if inside else 'no'} | {s.verdict.value} | {first[r.id].verdict.value} "
-            f"| {bare[r.id].predicted:.2f} | {trivial[r.id]:.2f} |"
+            f"| {'yes' if inside[r.id] else 'no'} | {s.verdict.value} | {first[r.id].verdict.value} "
+            f"| {bare[r.id].predicted:.2f} | {trivial[r.id].predicted:.2f} |"
         )
     lines += ["", "| rows | n | frozen model (median / p80 / worst) | roofline | trivial | within 1.25× |"]
     lines.append("|---|---|---|---|---|---|")
@@ -96,34 +93,27 @@ def main(argv: list[str] | None = None) -> int:
         (f"source: {name}", [r for r in scored if r.source == name]) for name in args.source
     ]
     for label, group in groups:
-        m = _errors([(model[r.id].predicted, r.speedup) for r in group])
+        mine = [model[r.id] for r in group]
         lines.append(
-            f"| {label} | {len(group)} | {_stats(m)} "
-            f"| {_stats(_errors([(bare[r.id].predicted, r.speedup) for r in group]))} "
-            f"| {_stats(_errors([(trivial[r.id], r.speedup) for r in group]))} "
-            f"| {sum(e <= 1.25 for e in m)} |"
+            f"| {label} | {len(group)} | {_stats(mine)} | {_stats([bare[r.id] for r in group])} "
+            f"| {_stats([trivial[r.id] for r in group])} | {summary(mine)['within_1.25']} |"
         )
-    decided = [r for r in scored if not 0.95 <= r.speedup <= 1.05]
-    right = sum((model[r.id].predicted >= 1) == (r.speedup >= 1) for r in decided)
-    lines += ["", f"Go/no-go from the point estimate: {right} of {len(decided)} (always GO: "]
-    lines[-1] += f"{sum(r.speedup > 1.05 for r in decided)} of {len(decided)})."
-    inside = sum(
-        model[r.id].predicted / engines[r.engine].uncertainty
-        <= r.speedup
-        <= model[r.id].predicted * engines[r.engine].uncertainty
-        for r in scored
-    )
-    lines.append(f"Inside the engine's band (which claims 80%): {inside} of {len(scored)}.")
+    s = summary(list(model.values()))
+    decided = s["go_no_go_decided"]
+    always = sum(r.speedup > 1.05 for r in scored if not 0.95 <= r.speedup <= 1.05)
+    lines += ["", f"Go/no-go from the point estimate: {s['go_no_go_agree']} of {decided} (always GO: "]
+    lines[-1] += f"{always} of {decided})."
+    lines.append(f"Inside the engine's band (which claims 80%): {sum(inside.values())} of {len(scored)}.")
     for title, calls in (("shipped rule", model), ("rule as first fixed", first)):
         lines += [
             "",
-            f"| verdict, {title} | paid (≥ 1.10×) | about even | did not (< 0.95×) |",
+            f"| verdict, {title} | " + " | ".join(o[0] for o in OUTCOMES) + " |",
             "|---|---|---|---|",
         ]
         for v in Verdict:
             counts = [
-                sum(calls[r.id].verdict is v and _outcome(r.speedup) == o for r in scored)
-                for o in ("paid", "even", "did not")
+                sum(calls[r.id].verdict is v and _within(low, high, r.speedup) for r in scored)
+                for _, low, high in OUTCOMES
             ]
             lines.append(f"| {v.value} | " + " | ".join(map(str, counts)) + " |")
     print("\n".join(lines))

@@ -37,7 +37,7 @@ def main() -> None:
         if not row.scored or measured is None:
             continue
         setup = setup_for(row, engines[row.engine], EXAMPLES)
-        modelled = float(setup.target.time(row.batch, 1)) + setup.plain_host_s
+        modelled = float(setup.plain_step_s(row.batch))
         ratio = modelled / measured
         ratios.setdefault(row.engine, []).append(ratio)
         times = f"{measured * 1e3:.2f} | {modelled * 1e3:.2f}"

@@ -36,7 +36,7 @@ from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
 from specmoe.perf.priors import Prior, fitted_keys, prior_profile, value_of, with_values
 from specmoe.perf.runtimes import EngineProfile
-from specmoe.perf.setup import SDSetup, configured_setup
+from specmoe.perf.setup import SDSetup, configured_setup, with_measured_step
 
 _THROUGHPUTS = re.compile(r"[\d.]+ (?:vs|against) ([\d.]+) tok/s")  # with SD, then without
 
@@ -148,13 +148,16 @@ def is_moe(row: Measurement, examples: Path) -> bool:
     return _config(examples / f"{row.target}.json", row.target_dtype).is_moe
 
 
-def setup_for(row: Measurement, engine: EngineProfile, examples: Path) -> SDSetup:
-    """The row's setup priced under `engine` (configs and hardware from `examples`)."""
+def setup_for(
+    row: Measurement, engine: EngineProfile, examples: Path, measured_step: bool = False
+) -> SDSetup:
+    """The row's setup priced under `engine` (configs and hardware from `examples`); with
+    `measured_step`, given the plain step the row measured, where it has one (`with_measured_step`)."""
     method = DraftMethod.parse(row.method, row.id)
     draft = None
     if method is DraftMethod.MODEL:
         draft = _config(examples / f"{row.draft}.json", row.draft_dtype)
-    return configured_setup(
+    setup = configured_setup(
         _config(examples / f"{row.target}.json", row.target_dtype),
         _hardware(examples / f"{row.hardware}.json"),
         engine,
@@ -165,6 +168,9 @@ def setup_for(row: Measurement, engine: EngineProfile, examples: Path) -> SDSetu
         tree_tokens=row.verify_tokens,
         tree_width=row.tree_width,
     )
+    if measured_step and row.plain_step_s is not None:
+        setup = with_measured_step(setup, row.batch, row.plain_step_s)
+    return setup
 
 
 @dataclass(frozen=True)
@@ -180,14 +186,21 @@ class Priced:
         return max(self.predicted / measured, measured / self.predicted)
 
 
-def price(row: Measurement, engine: EngineProfile, anchor: Measurement | None, examples: Path) -> Priced:
-    """The row's predicted speedup: at its reported acceptance, or at its anchor's."""
-    setup = setup_for(row, engine, examples)
+def price(
+    row: Measurement,
+    engine: EngineProfile,
+    anchor: Measurement | None,
+    examples: Path,
+    measured_step: bool = False,
+) -> Priced:
+    """The row's predicted speedup: at its reported acceptance, or at its anchor's (`setup_for`'s
+    `measured_step` for both)."""
+    setup = setup_for(row, engine, examples, measured_step)
     ceiling = False
     if row.role is Role.ANCHORED:
         if anchor is None:
             raise SpecmoeError(f"{row.id}: anchored to '{row.anchor}', which is not a row")
-        alpha = anchor_alpha(anchor, engine, examples)
+        alpha = anchor_alpha(anchor, engine, examples, measured_step)
         ceiling = alpha is None
         alpha = 1.0 if alpha is None else alpha
     else:
@@ -196,10 +209,12 @@ def price(row: Measurement, engine: EngineProfile, anchor: Measurement | None, e
     return Priced(alpha, speedup, setup.speedup(1.0, row.gamma, row.batch), ceiling)
 
 
-def anchor_alpha(anchor: Measurement, engine: EngineProfile, examples: Path) -> float | None:
+def anchor_alpha(
+    anchor: Measurement, engine: EngineProfile, examples: Path, measured_step: bool = False
+) -> float | None:
     """The α at which the model reproduces the anchor's measured speedup; None when even α = 1
     stays below it (the sweep's rows are then priced at α = 1, the model's ceiling)."""
-    setup = setup_for(anchor, engine, examples)
+    setup = setup_for(anchor, engine, examples, measured_step)
     return breakeven_alpha(lambda a: setup.speedup(a, anchor.gamma, anchor.batch) / anchor.speedup)
 
 

@@ -172,6 +172,11 @@ def roofline(rows: list[Measurement], engines: dict[str, EngineProfile], example
     return in_sample(rows, bare, examples, rule="roofline")
 
 
+def tau_factor(reported: list[Measurement]) -> float:
+    """c of the trivial rule speedup = c·τ: the geometric mean of measured ÷ τ over these rows."""
+    return math.exp(statistics.fmean(math.log(r.speedup / r.tau) for r in reported))
+
+
 def c_tau(rows: list[Measurement]) -> list[Scored]:
     """speedup = c·τ on rows that report τ, c fitted on the other sources' such rows."""
     reported = [r for r in rows if r.role is Role.REPORTED]
@@ -181,8 +186,7 @@ def c_tau(rows: list[Measurement]) -> list[Scored]:
         if row.role is not Role.REPORTED or not train:
             out.append(Scored(row, "c·τ", None))
             continue
-        c = math.exp(statistics.fmean(math.log(r.speedup / r.tau) for r in train))
-        out.append(Scored(row, "c·τ", c * row.tau))
+        out.append(Scored(row, "c·τ", tau_factor(train) * row.tau))
     return out
 
 

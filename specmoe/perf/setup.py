@@ -96,6 +96,10 @@ class SDSetup:
     def plain_host_s(self) -> float:
         return self.engine.step_s
 
+    def plain_step_s(self, batch: int) -> float:
+        """Seconds of one plain decode step at `batch`: the target's forward and the host step."""
+        return self.target.time(batch, 1) + self.plain_host_s
+
     @property
     def draft_host_s(self) -> float:
         return self.engine.ngram_s if self.method is DraftMethod.NGRAM else 0.0
@@ -157,7 +161,7 @@ def with_measured_step(setup: SDSetup, batch: int, step_s: float) -> SDSetup:
     being only an upper bound (docs/results/calibration/measured-step-rules.md)."""
     if not step_s > 0:
         raise SpecmoeError(f"a measured plain step must be positive seconds, got {step_s}")
-    gap = step_s - (setup.target.time(batch, 1) + setup.plain_host_s)
+    gap = step_s - setup.plain_step_s(batch)
     setup = replace(setup, measured_step=(batch, step_s, max(gap, 0.0)))
     if gap <= 0:
         return setup
