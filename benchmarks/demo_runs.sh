@@ -6,6 +6,7 @@
 #
 #   bash benchmarks/demo_runs.sh            # 5 runs, about 30 minutes on 2 cores
 #   RUNS=1 OUT=/tmp/demo bash benchmarks/demo_runs.sh
+#   KEEP_WORK=1 bash benchmarks/demo_runs.sh   # keep the clones and caches (about 2.4 GiB a run)
 #
 # Each run: `git clone` of this checkout's HEAD into a new folder, a new virtual environment, the
 # README's `pip install -c constraints.txt -e .` (the installer's own download cache kept, as a user
@@ -21,6 +22,11 @@ OUT=${OUT:-$REPO/docs/results/cpu/demo}
 EXTRA_PIP_ARGS=${EXTRA_PIP_ARGS:-}
 PYTHON=${PYTHON:-python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/specmoe-demo-runs.XXXXXX")
+# Each run leaves a clone, a virtual environment and two caches: gigabytes that fill a disk in a
+# few invocations. They go on exit, even a failed one, unless asked to stay.
+if [ "${KEEP_WORK:-0}" != 1 ]; then
+    trap 'rm -rf "$WORK"' EXIT
+fi
 # Relocating XDG_CACHE_HOME (for an empty specmoe cache) would relocate pip's cache too: keep pip's.
 PIP_CACHE_DIR=${PIP_CACHE_DIR:-$("$PYTHON" -m pip cache dir 2>/dev/null || echo "$HOME/.cache/pip")}
 export PIP_CACHE_DIR
@@ -141,4 +147,6 @@ lines += ["", "Consoles: run-N.txt (stdout) and run-N.log (progress), run-N-quic
 open(sys.argv[2], "w", encoding="utf-8").write("\n".join(lines))
 print("\n".join(lines))
 EOF
-echo "work folder left for inspection: $WORK (delete it when done)"
+if [ "${KEEP_WORK:-0}" = 1 ]; then
+    echo "work folder kept: $WORK (delete it when done)"
+fi
