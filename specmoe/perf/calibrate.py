@@ -221,25 +221,60 @@ def anchor_alpha(
     return breakeven_alpha(lambda a: setup.speedup(a, anchor.gamma, anchor.batch) / anchor.speedup)
 
 
+@dataclass(frozen=True)
+class FitRule:
+    """How `fit_engine` fits. The defaults are the shipped fit; each option is a change tested
+    under a rule fixed beforehand (docs/results/calibration/*-rules.md)."""
+
+    robust: bool = False  # soft-L1 loss, scale ln 1.25: tried, not shipped (robust-fit-check.md)
+    keep_priors: bool = False  # a constant keeps its prior where the rows do not reject it
+
+
+SHIPPED_FIT = FitRule()
+
+# χ²(1) at 95%: a prior is rejected when holding it raises n·ln(SS) by more than this.
+REJECT_PRIOR = 3.84
+
+
 def fit_engine(
     start: EngineProfile,
     priors: dict[str, Prior],
     rows: list[Measurement],
     by_id: dict[str, Measurement],
     examples: Path,
-    robust: bool = False,
+    rule: FitRule = SHIPPED_FIT,
 ) -> EngineProfile:
     """The constants `priors` marks for fitting, least squares on the log errors of `rows` (all of
     this engine), started from the priors' values whatever `start` holds. No rows: the priors.
-    `robust`: the soft-L1 loss tried and not shipped (robust-fit-check.md); otherwise plain squares."""
+    `rule.keep_priors`: each constant whose prior the rows do not reject (likelihood ratio, held at
+    its prior with the others refitted) keeps it; the rest are refitted once more."""
     base = prior_profile(start, priors)
     keys = fitted_keys(priors)
     if not rows or not keys:
         return base
-    ranges = [priors[k].fit for k in keys]
-    low = np.array([r.low for r in ranges])
-    high = np.array([r.high for r in ranges])
-    x0 = np.array([value_of(base, k) for k in keys])
+    profile, ss_min = _least_squares(base, priors, keys, rows, by_id, examples, rule.robust)
+    if not rule.keep_priors:
+        return profile
+    kept = []
+    for key in keys:
+        others = tuple(k for k in keys if k != key)
+        _, ss = _least_squares(base, priors, others, rows, by_id, examples, rule.robust)
+        if len(rows) * math.log(ss / ss_min) < REJECT_PRIOR:
+            kept.append(key)
+    refit = tuple(k for k in keys if k not in kept)
+    return _least_squares(base, priors, refit, rows, by_id, examples, rule.robust)[0] if kept else profile
+
+
+def _least_squares(
+    base: EngineProfile,
+    priors: dict[str, Prior],
+    keys: tuple[str, ...],
+    rows: list[Measurement],
+    by_id: dict[str, Measurement],
+    examples: Path,
+    robust: bool,
+) -> tuple[EngineProfile, float]:
+    """`base` with `keys` fitted (the others as `base` holds them), and its sum of squared log errors."""
 
     def residuals(theta) -> list[float]:
         trial = with_values(base, dict(zip(keys, theta, strict=True)))
@@ -247,6 +282,13 @@ def fit_engine(
             math.log(price(r, trial, by_id.get(r.anchor or ""), examples).predicted / r.speedup) for r in rows
         ]
 
+    if not keys:
+        return base, float(np.sum(np.square(residuals([]))))
+    ranges = [priors[k].fit for k in keys]
+    low = np.array([r.low for r in ranges])
+    high = np.array([r.high for r in ranges])
+    x0 = np.array([value_of(base, k) for k in keys])
     loss = {"loss": "soft_l1", "f_scale": ROBUST_SCALE} if robust else {}
     result = least_squares(residuals, x0, bounds=(low, high), x_scale=[r.scale for r in ranges], **loss)
-    return with_values(base, dict(zip(keys, result.x, strict=True)))
+    fitted = with_values(base, dict(zip(keys, result.x, strict=True)))
+    return fitted, float(np.sum(np.square(residuals(result.x))))

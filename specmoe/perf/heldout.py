@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from specmoe.perf.breakeven import Verdict, verdict
-from specmoe.perf.calibrate import Measurement, Priced, Role, fit_engine, price
+from specmoe.perf.calibrate import SHIPPED_FIT, FitRule, Measurement, Priced, Role, fit_engine, price
 from specmoe.perf.priors import Prior, fitted_keys, value_of
 from specmoe.perf.runtimes import EngineProfile
 
@@ -110,14 +110,14 @@ def fit_all(
     engines: dict[str, EngineProfile],
     priors: dict[str, dict[str, Prior]],
     examples: Path,
-    robust: bool = False,
+    rule: FitRule = SHIPPED_FIT,
 ) -> dict[str, EngineProfile]:
     """Each engine with scored rows refitted on all of them, from its priors: the shipped values."""
     by_id = {r.id: r for r in rows}
     fitted = dict(engines)
     for name in sorted({r.engine for r in rows if r.scored}):
         mine = [r for r in rows if r.scored and r.engine == name]
-        fitted[name] = fit_engine(engines[name], priors.get(name, {}), mine, by_id, examples, robust)
+        fitted[name] = fit_engine(engines[name], priors.get(name, {}), mine, by_id, examples, rule)
     return fitted
 
 
@@ -126,7 +126,7 @@ def leave_one_source_out(
     engines: dict[str, EngineProfile],
     priors: dict[str, dict[str, Prior]],
     examples: Path,
-    robust: bool = False,
+    rule: FitRule = SHIPPED_FIT,
 ) -> list[Scored]:
     """Every scored row predicted from its engine's constants refitted without its source."""
     by_id = {r.id: r for r in rows}
@@ -141,7 +141,7 @@ def leave_one_source_out(
             if not train:
                 out += [Scored(r, "held out", None) for r in held]
                 continue
-            profile = fit_engine(engines[name], table, train, by_id, examples, robust)
+            profile = fit_engine(engines[name], table, train, by_id, examples, rule)
             constants = {k: value_of(profile, k) for k in fitted_keys(table)}
             for row in held:
                 priced = price(row, profile, by_id.get(row.anchor or ""), examples)

@@ -1,0 +1,123 @@
+"""Does a change to the engine fit help? The tests of docs/results/calibration/*-rules.md.
+
+Every scored row of published.csv is predicted held out by source (`leave_one_source_out`) and in
+sample (`fit_all`) twice: with the shipped fit (plain least squares on log errors) and with the
+variant (`FitRule`). Verdicts held out use the shipped worst-case rule. The trivial rule (c·τ or
+the anchor) is shown beside them.
+
+    python benchmarks/fit_check.py --variant soft-L1      # robust-fit-rules.md (about 10 minutes)
+    python benchmarks/fit_check.py --variant keep-priors  # prior-retention-rules.md (about 30 minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from specmoe.perf.breakeven import Verdict  # noqa: E402
+from specmoe.perf.calibrate import SHIPPED_FIT, FitRule, is_moe, load_measurements  # noqa: E402
+from specmoe.perf.heldout import Scored, fit_all, in_sample, leave_one_source_out, summary, trivial  # noqa: E402
+from specmoe.perf.priors import load_priors  # noqa: E402
+from specmoe.perf.runtimes import load_engines  # noqa: E402
+
+DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
+EXAMPLES = ROOT / "docs" / "perf-examples"
+VARIANTS = {"soft-L1": FitRule(robust=True), "keep-priors": FitRule(keep_priors=True)}
+
+
+def _errors(results: list[Scored]) -> str:
+    s = summary(results)
+    return f"{s['median_error_factor']:.2f} / {s['p80_error_factor']:.2f} / {s['worst_error_factor']:.2f}"
+
+
+def _right(results: list[Scored]) -> str:
+    s = summary(results)
+    return f"{s['go_no_go_agree']} of {s['go_no_go_decided']}"
+
+
+def contradictions(results: list[Scored]) -> list[Scored]:
+    return [
+        s
+        for s in results
+        if (s.verdict is Verdict.NO_GO and s.row.speedup >= 1.10)
+        or (s.verdict is Verdict.GO and s.row.speedup < 0.95)
+    ]
+
+
+def kept_priors(held: dict[str, Scored], priors: dict) -> list[str]:
+    """Per engine and held-out source, the fitted constants that sit exactly at their prior."""
+    lines = ["| engine | source held out | constants at their prior |", "|---|---|---|"]
+    seen = set()
+    for s in held.values():
+        if s.predicted is None or (s.row.engine, s.row.source) in seen:
+            continue
+        seen.add((s.row.engine, s.row.source))
+        at_prior = [k for k, v in s.constants.items() if v == priors[s.row.engine][k].value]
+        lines.append(f"| {s.row.engine} | {s.row.source} | {', '.join(at_prior) or '–'} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variant", choices=sorted(VARIANTS), required=True)
+    variant = parser.parse_args(argv).variant
+    base = "squares" if variant == "soft-L1" else "all fitted"
+    rules = {base: SHIPPED_FIT, variant: VARIANTS[variant]}
+    rows = load_measurements(DATA)
+    engines, priors = load_engines(), load_priors()
+    held, fitted = {}, {}
+    for name, rule in rules.items():
+        held[name] = {s.row.id: s for s in leave_one_source_out(rows, engines, priors, EXAMPLES, rule)}
+        profiles = fit_all(rows, engines, priors, EXAMPLES, rule)
+        fitted[name] = {s.row.id: s for s in in_sample(rows, profiles, EXAMPLES)}
+    easy = {s.row.id: s for s in trivial(rows)}
+    chosen = [r for r in rows if r.scored and held[base][r.id].predicted is not None]
+
+    lines = [
+        f"| rows | n | held out, {base} (median / p80 / worst) | held out, {variant} | trivial "
+        f"| in sample, {base} | in sample, {variant} | go/no-go right held out: {base} | {variant} |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    groups = [
+        ("all scored rows", chosen),
+        ("  MoE targets", [r for r in chosen if is_moe(r, EXAMPLES)]),
+        ("  dense targets", [r for r in chosen if not is_moe(r, EXAMPLES)]),
+    ]
+    groups += [(f"  {e}", [r for r in chosen if r.engine == e]) for e in sorted({r.engine for r in chosen})]
+    groups += [
+        (f"  source: {s}", [r for r in chosen if r.source == s]) for s in sorted({r.source for r in chosen})
+    ]
+    for label, group in groups:
+        cells = [_errors([rule[r.id] for r in group]) for rule in (held[base], held[variant], easy)]
+        cells += [_errors([fitted[n][r.id] for r in group]) for n in rules]
+        cells += [_right([held[n][r.id] for r in group]) for n in rules]
+        lines.append(f"| {label} | {len(group)} | " + " | ".join(cells) + " |")
+    for name in rules:
+        misses = contradictions([held[name][r.id] for r in chosen])
+        lines += ["", f"Held-out verdicts that contradict the measurement, {name}: {len(misses)}"]
+        lines += [
+            f"- {s.row.id}: {s.verdict.value}, predicted {s.predicted:.2f}×, measured {s.row.speedup:.2f}×"
+            for s in misses
+        ]
+    if VARIANTS[variant].keep_priors:
+        lines += ["", f"Constants left at their prior, {variant}, in each fold:", ""]
+        lines += kept_priors(held[variant], priors)
+    lines += ["", f"| row | engine | B | measured | held out, {base} | held out, {variant} | trivial |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for r in chosen:
+        a, b = held[base][r.id].predicted, held[variant][r.id].predicted
+        t = easy[r.id].predicted
+        lines.append(
+            f"| {r.id} | {r.engine} | {r.batch} | {r.speedup:.2f} | {a:.2f} | {b:.2f} "
+            f"| {'–' if t is None else f'{t:.2f}'} |"
+        )
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
