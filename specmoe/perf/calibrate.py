@@ -227,7 +227,7 @@ class FitRule:
     under a rule fixed beforehand (docs/results/calibration/*-rules.md)."""
 
     robust: bool = False  # soft-L1 loss, scale ln 1.25: tried, not shipped (robust-fit-check.md)
-    keep_priors: bool = False  # a constant keeps its prior where the rows do not reject it
+    keep_priors: bool = False  # keep a prior the rows do not reject: not shipped (prior-retention-check.md)
 
 
 SHIPPED_FIT = FitRule()
