@@ -45,6 +45,7 @@ from specmoe.perf.heldout import (  # noqa: E402
     anchor_constant,
     band_of,
     c_tau,
+    contradictions,
     fit_all,
     held_out_verdicts,
     in_sample,
@@ -253,15 +254,6 @@ def evaluate(rows: list[Measurement], engines: dict, priors: dict) -> dict[str, 
     return {rule: sorted(results, key=lambda s: order[s.row.id]) for rule, results in by_rule.items()}
 
 
-def _contradictions(results: list[Scored]) -> list[Scored]:
-    return [
-        s
-        for s in results
-        if (s.verdict is Verdict.NO_GO and s.row.speedup >= 1.10)
-        or (s.verdict is Verdict.GO and s.row.speedup < 0.95)
-    ]
-
-
 def _value(v: Verdict | None) -> str | None:
     return v.value if v else None
 
@@ -284,7 +276,7 @@ def verdict_sections(by_rule: dict) -> list[str]:
             "",
             *verdict_table(results),
         ]
-        misses = _contradictions(results)
+        misses = contradictions(results)
         lines += ["", f"Held-out verdicts that contradict the measurement: {len(misses)}"]
         lines += [
             f"- {s.row.id}: {s.verdict.value}, predicted {s.predicted:.2f}×, measured {s.row.speedup:.2f}×"

@@ -24,7 +24,7 @@ from scipy.stats import chi2
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specmoe.perf.calibrate import Measurement, fit_engine, load_measurements, price  # noqa: E402
+from specmoe.perf.calibrate import Measurement, fit_engine, load_measurements, log_errors  # noqa: E402
 from specmoe.perf.priors import Prior, fitted_keys, load_priors, value_of  # noqa: E402
 from specmoe.perf.runtimes import EngineProfile, load_engines  # noqa: E402
 
@@ -35,8 +35,7 @@ LEVEL = 0.95
 
 
 def sum_of_squares(profile: EngineProfile, rows: list[Measurement], by_id: dict[str, Measurement]) -> float:
-    errors = [price(r, profile, by_id.get(r.anchor or ""), EXAMPLES).predicted / r.speedup for r in rows]
-    return sum(math.log(e) ** 2 for e in errors)
+    return sum(e * e for e in log_errors(profile, rows, by_id, EXAMPLES))
 
 
 def interval(points: list[tuple[float, float]], limit: float) -> tuple[float, float, bool, bool]:

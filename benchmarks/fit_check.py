@@ -18,9 +18,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from specmoe.perf.breakeven import Verdict  # noqa: E402
 from specmoe.perf.calibrate import SHIPPED_FIT, FitRule, is_moe, load_measurements  # noqa: E402
-from specmoe.perf.heldout import Scored, fit_all, in_sample, leave_one_source_out, summary, trivial  # noqa: E402
+from specmoe.perf.heldout import (  # noqa: E402
+    Scored,
+    contradictions,
+    fit_all,
+    in_sample,
+    leave_one_source_out,
+    summary,
+    trivial,
+)
 from specmoe.perf.priors import load_priors  # noqa: E402
 from specmoe.perf.runtimes import load_engines  # noqa: E402
 
@@ -37,15 +44,6 @@ def _errors(results: list[Scored]) -> str:
 def _right(results: list[Scored]) -> str:
     s = summary(results)
     return f"{s['go_no_go_agree']} of {s['go_no_go_decided']}"
-
-
-def contradictions(results: list[Scored]) -> list[Scored]:
-    return [
-        s
-        for s in results
-        if (s.verdict is Verdict.NO_GO and s.row.speedup >= 1.10)
-        or (s.verdict is Verdict.GO and s.row.speedup < 0.95)
-    ]
 
 
 def kept_priors(held: dict[str, Scored], priors: dict) -> list[str]:

@@ -221,6 +221,15 @@ def anchor_alpha(
     return breakeven_alpha(lambda a: setup.speedup(a, anchor.gamma, anchor.batch) / anchor.speedup)
 
 
+def log_errors(
+    engine: EngineProfile, rows: list[Measurement], by_id: dict[str, Measurement], examples: Path
+) -> list[float]:
+    """ln(predicted ÷ measured) of each row under `engine`: what the fit's least squares minimise."""
+    return [
+        math.log(price(r, engine, by_id.get(r.anchor or ""), examples).predicted / r.speedup) for r in rows
+    ]
+
+
 @dataclass(frozen=True)
 class FitRule:
     """How `fit_engine` fits. The defaults are the shipped fit; each option is a change tested
@@ -277,10 +286,7 @@ def _least_squares(
     """`base` with `keys` fitted (the others as `base` holds them), and its sum of squared log errors."""
 
     def residuals(theta) -> list[float]:
-        trial = with_values(base, dict(zip(keys, theta, strict=True)))
-        return [
-            math.log(price(r, trial, by_id.get(r.anchor or ""), examples).predicted / r.speedup) for r in rows
-        ]
+        return log_errors(with_values(base, dict(zip(keys, theta, strict=True))), rows, by_id, examples)
 
     if not keys:
         return base, float(np.sum(np.square(residuals([]))))

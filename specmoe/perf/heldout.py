@@ -169,6 +169,16 @@ def held_out_verdicts(held: list[Scored], worst_case: bool = True) -> list[Score
     return out
 
 
+def contradictions(results: list[Scored]) -> list[Scored]:
+    """Verdicts the measurement contradicts: NO-GO where SD paid ≥ 1.10×, GO where it gave < 0.95×."""
+    return [
+        s
+        for s in results
+        if (s.verdict is Verdict.NO_GO and s.row.speedup >= 1.10)
+        or (s.verdict is Verdict.GO and s.row.speedup < 0.95)
+    ]
+
+
 def roofline(rows: list[Measurement], engines: dict[str, EngineProfile], examples: Path) -> list[Scored]:
     bare = {n: EngineProfile(name=n, description="roofline", device=e.device) for n, e in engines.items()}
     return in_sample(rows, bare, examples, rule="roofline")
