@@ -8,6 +8,8 @@ frozen before the sources were read: once the profiles are refitted on the new r
 are no longer a prediction.
 
     python benchmarks/frozen_test.py --source "NAME" [--source "NAME" ...]   # markdown to stdout
+
+`--extra FILE` adds rows kept outside the table (issue-threads.csv): they are priced, never fitted.
 """
 
 from __future__ import annotations
@@ -54,9 +56,10 @@ def _within(low: float | None, high: float | None, value: float) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=DATA)
+    parser.add_argument("--extra", type=Path, action="append", default=[], help="rows kept outside the table")
     parser.add_argument("--source", action="append", required=True, help="a new source, as in the CSV")
     args = parser.parse_args(argv)
-    rows = load_measurements(args.data)
+    rows = load_measurements(args.data) + [r for path in args.extra for r in load_measurements(path)]
     unknown = set(args.source) - {r.source for r in rows}
     if unknown:
         print(f"no rows from {sorted(unknown)} in {args.data}", file=sys.stderr)
