@@ -21,7 +21,8 @@ values and says so ("range, n=2"), never "95%".
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -112,3 +113,51 @@ def coefficient_of_variation(values: Sequence[float]) -> float:
     if data.size < 2:
         return 0.0
     return float(data.std(ddof=1) / data.mean())
+
+
+def cluster_bootstrap(
+    clusters: Sequence[Sequence[float]],
+    statistic: Callable[[np.ndarray], float],
+    level: float = LEVEL,
+    resamples: int = 9999,
+    seed: int = 0,
+) -> Estimate:
+    """statistic(the pooled values of every cluster) with a BCa bootstrap interval that resamples
+    whole clusters, for values that are not independent within a cluster (the rows of one source).
+
+    `clusters[i]` holds one cluster's rows: [rows] scalars, or [rows, k] numbers that must stay
+    paired (two rules' errors on the same row); `statistic` gets the pooled [rows, k] array (k = 1
+    for scalars). n is the number of clusters; below MIN_UNITS
+    the interval is the range of the statistic over single clusters and carries no level. With few
+    clusters the bootstrap undercovers (the module docstring's simulation), so read the interval
+    as a lower bound on the uncertainty.
+    """
+    groups = [np.atleast_2d(np.asarray(c, dtype=float).T).T for c in clusters]  # each [rows, k]
+    if not groups or any(g.size == 0 for g in groups):
+        raise ValueError("cluster_bootstrap needs at least one cluster, none of them empty")
+    value = float(statistic(np.concatenate(groups)))
+    n = len(groups)
+    if n < MIN_UNITS:
+        singles = [float(statistic(g)) for g in groups]
+        return Estimate(value, min(singles), max(singles), n, None)
+
+    def pooled(index: np.ndarray) -> float:
+        return float(statistic(np.concatenate([groups[int(i)] for i in index])))
+
+    with warnings.catch_warnings():
+        # BCa is undefined where every resample gives the same value; the percentiles say so below
+        warnings.simplefilter("ignore", (stats.DegenerateDataWarning, RuntimeWarning))
+        result = stats.bootstrap(
+            (np.arange(n),),
+            pooled,
+            vectorized=False,
+            confidence_level=level,
+            n_resamples=resamples,
+            method="BCa",
+            rng=np.random.default_rng(seed),
+        )
+    low, high = result.confidence_interval
+    if not (math.isfinite(low) and math.isfinite(high)):
+        tail = (1 - level) / 2
+        low, high = np.quantile(result.bootstrap_distribution, [tail, 1 - tail])
+    return Estimate(value, float(low), float(high), n, level)

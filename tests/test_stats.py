@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from specmoe.metrics import speedup
-from specmoe.stats import MIN_UNITS, Estimate, coefficient_of_variation, mean, ratio_of_means
+from specmoe.stats import (
+    MIN_UNITS,
+    Estimate,
+    cluster_bootstrap,
+    coefficient_of_variation,
+    mean,
+    ratio_of_means,
+)
 
 TRUE_SPEEDUP = 1.3
 
@@ -77,3 +84,31 @@ def test_unpaired_values_are_refused():
 def test_coefficient_of_variation():
     assert coefficient_of_variation([10.0]) == 0.0
     assert coefficient_of_variation([9.0, 10.0, 11.0]) == pytest.approx(0.1)
+
+
+def test_cluster_bootstrap_resamples_whole_clusters():
+    # Twelve clusters, each a constant: the pooled median can only move by swapping whole clusters,
+    # so the interval lies within the clusters' values and the point is the pooled median.
+    clusters = [[1.0 + i / 100] * (i + 1) for i in range(12)]
+    est = cluster_bootstrap(clusters, np.median)
+    pooled = np.median(np.concatenate([np.asarray(c) for c in clusters]))
+    assert est.value == pytest.approx(pooled)
+    assert est.level == 0.95 and est.n == 12
+    assert 1.0 <= est.low <= est.value <= est.high <= 1.11
+
+
+def test_cluster_bootstrap_keeps_paired_columns_together():
+    # The second column is always 1.1 times the first, so their ratio of medians never moves.
+    rng = np.random.default_rng(3)
+    clusters = [np.stack([v, 1.1 * v], axis=1) for v in (rng.lognormal(0, 0.3, 4) for _ in range(8))]
+    est = cluster_bootstrap(clusters, lambda a: np.median(a[:, 1]) / np.median(a[:, 0]))
+    assert est.value == pytest.approx(1.1)
+    assert est.low == pytest.approx(1.1) and est.high == pytest.approx(1.1)
+
+
+def test_cluster_bootstrap_below_five_clusters_is_a_range():
+    est = cluster_bootstrap([[1.0, 2.0], [3.0], [4.0, 5.0]], np.median)
+    assert est.level is None and est.n == 3
+    assert (est.low, est.high) == (1.5, 4.5)
+    with pytest.raises(ValueError):
+        cluster_bootstrap([[1.0], []], np.median)
