@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = load_measurements(args.data) + [r for path in args.extra for r in load_measurements(path)]
     unknown = set(args.source) - {r.source for r in rows}
     if unknown:
-        print(f"no rows from {sorted(unknown)} in {args.data}", file=sys.stderr)
+        print(f"no rows from {sorted(unknown)} in {args.data} or an --extra file", file=sys.stderr)
         return 2
     new = [r for r in rows if r.source in args.source]
     old = [r for r in rows if r.source not in args.source]

@@ -14,6 +14,9 @@ noise), 95% intervals covered the truth in 94.3% of 1,000 trials at n = 10 and 9
 scipy's paired BCa bootstrap covered 90.6% at n = 10 and the percentile bootstrap 90.8%: resampling
 10 values cannot see the tails it has not drawn.
 
+A statistic pooled over clusters of correlated values (the median error over the rows of a few
+sources) has no such textbook interval; `cluster_bootstrap` resamples whole clusters for it.
+
 Below MIN_UNITS units no level is claimed: the estimate shows the observed range of the per-unit
 values and says so ("range, n=2"), never "95%".
 """
@@ -127,10 +130,11 @@ def cluster_bootstrap(
 
     `clusters[i]` holds one cluster's rows: [rows] scalars, or [rows, k] numbers that must stay
     paired (two rules' errors on the same row); `statistic` gets the pooled [rows, k] array (k = 1
-    for scalars). n is the number of clusters; below MIN_UNITS
-    the interval is the range of the statistic over single clusters and carries no level. With few
-    clusters the bootstrap undercovers (the module docstring's simulation), so read the interval
-    as a lower bound on the uncertainty.
+    for scalars). n is the number of clusters; below MIN_UNITS the interval is the range of the
+    statistic over single clusters and carries no level. Where BCa is undefined (every resample
+    gives the same value) the interval is the resamples' percentiles. With few clusters the
+    bootstrap undercovers (the module docstring's simulation): read the interval as a lower bound
+    on the uncertainty.
     """
     groups = [np.atleast_2d(np.asarray(c, dtype=float).T).T for c in clusters]  # each [rows, k]
     if not groups or any(g.size == 0 for g in groups):
@@ -145,7 +149,7 @@ def cluster_bootstrap(
         return float(statistic(np.concatenate([groups[int(i)] for i in index])))
 
     with warnings.catch_warnings():
-        # BCa is undefined where every resample gives the same value; the percentiles say so below
+        # a degenerate resample distribution is expected (a statistic of constant columns)
         warnings.simplefilter("ignore", (stats.DegenerateDataWarning, RuntimeWarning))
         result = stats.bootstrap(
             (np.arange(n),),
