@@ -31,6 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from specmoe.metrics import error_factor  # noqa: E402
 from specmoe.stats import Estimate, cluster_bootstrap  # noqa: E402
 
 DATA = ROOT / "docs" / "results" / "calibration" / "calibration.json"
@@ -41,8 +42,7 @@ RATIO_GOAL = 0.90  # the model at least 10% below the best trivial baseline
 
 def error_factors(row: dict) -> list[float]:
     """[model, roofline, trivial] error factors of one row."""
-    m = row["measured"]
-    return [max(row[k] / m, m / row[k]) for k in RULES]
+    return [error_factor(row[k], row["measured"]) for k in RULES]
 
 
 def by_source(rows: list[dict]) -> list[np.ndarray]:

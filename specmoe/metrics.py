@@ -374,6 +374,11 @@ def speedup(sd_tokens_per_s: Sequence[float], baseline_tokens_per_s: Sequence[fl
     return ratio_of_means(sd_tokens_per_s, baseline_tokens_per_s)
 
 
+def error_factor(predicted: float, measured: float) -> float:
+    """How far a predicted speedup is from the measured one, either way: max(p ÷ m, m ÷ p) ≥ 1."""
+    return max(predicted / measured, measured / predicted)
+
+
 def target_efficiency_measured(
     baseline_verify_s: float, baseline_forwards: int, sd_verify_s: float, sd_forwards: int
 ) -> float:

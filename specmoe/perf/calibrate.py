@@ -30,6 +30,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from specmoe.errors import SpecmoeError
+from specmoe.metrics import error_factor
 from specmoe.perf.breakeven import AcceptanceKind, acceptance, breakeven_alpha
 from specmoe.perf.drafts import DraftMethod
 from specmoe.perf.firstprinciples import load_config
@@ -186,7 +187,7 @@ class Priced:
     at_ceiling: bool  # an anchored sweep the model cannot reach even at α = 1
 
     def error_factor(self, measured: float) -> float:
-        return max(self.predicted / measured, measured / self.predicted)
+        return error_factor(self.predicted, measured)
 
 
 def price(

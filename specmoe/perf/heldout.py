@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from specmoe.metrics import error_factor
 from specmoe.perf.breakeven import Verdict, verdict
 from specmoe.perf.calibrate import SHIPPED_FIT, FitRule, Measurement, Priced, Role, fit_engine, price
 from specmoe.perf.priors import Prior, fitted_keys, value_of
@@ -60,7 +61,7 @@ class Scored:
     def error_factor(self) -> float | None:
         if self.predicted is None:
             return None
-        return max(self.predicted / self.row.speedup, self.row.speedup / self.predicted)
+        return error_factor(self.predicted, self.row.speedup)
 
 
 def band_of(errors: list[float]) -> float | None:
