@@ -125,8 +125,8 @@ class RecomputingDrafter(ModelDrafter):
     """The drafter before this change: from the second round on every row feeds two tokens
     [second-to-last, last], recomputing one cached token after any rejection."""
 
-    def feedback(self, accepted) -> None:
-        self._kept = [n + a - 1 for n, a in zip(self._committed, accepted, strict=True)]
+    def feedback(self, verified) -> None:
+        self._kept = [n + a - 1 for n, a in zip(self._committed, verified.accepted, strict=True)]
 
 
 def hf_assisted(target_model, draft_model, prompt_ids, new_tokens: int, gamma: int):

@@ -16,7 +16,7 @@ import specmoe.engine.decode as decode_module
 from specmoe.bench.suite_run import run_suite
 from specmoe.engine.acceptance import rejection_accept
 from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.drafters import ModelDrafter, Verified
 from specmoe.engine.ngram import NgramDrafter, NgramIndex, copy_from, ngram_proposal
 from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
@@ -86,7 +86,7 @@ def test_drafter_follows_each_row_and_the_rows_that_stay(exact_models):
     proposal = drafter.propose(prompts, 3, greedy, None)
     assert proposal.probs is None and proposal.tokens.dtype == torch.long
     assert proposal.tokens.tolist() == [[3, 1, 2], [9, 9, 9]]
-    drafter.feedback([1, 0])
+    drafter.feedback(Verified((1, 0), (3, 7)))
     grown = [[1, 2, 3, 1, 2, 3, 1], [7, 8, 9, 7]]  # each row grew by its accepted tokens + 1
     assert drafter.propose(grown, 2, greedy, None).tokens.tolist() == [[2, 3], [8, 9]]
     drafter.retain([1])

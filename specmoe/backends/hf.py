@@ -34,8 +34,9 @@ import numpy as np
 import torch
 
 from specmoe.backends import hf_experts
+from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
 from specmoe.backends.hf_mask import DeviceMask
-from specmoe.backends.hf_model import MOE_CONFIG_KEYS, set_model_facts
+from specmoe.backends.hf_model import MOE_CONFIG_KEYS, hidden_request, set_model_facts, stacked_hidden
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
 from specmoe.backends.pickle_weights import from_pickle
 from specmoe.backends.slots import SlotMap, to_device
@@ -270,8 +271,10 @@ def set_moe_top_k(model, top_k: int) -> None:
     model.config.num_experts_per_tok = top_k
 
 
-class HFBackend:
+class HFBackend(BackendBase):
     """A transformers model plus a ragged, maskable KV cache for one batch of sequences."""
+
+    hidden_access = HiddenAccess.ALL
 
     def __init__(self, model, name: str, device: torch.device) -> None:
         from transformers import DynamicCache
@@ -285,6 +288,8 @@ class HFBackend:
         self._slots = SlotMap()  # the layout of live slots, on the host: no step reads the device
         self._masks = DeviceMask(self._slots, model, device)
         self._trace = None
+        self._capture: tuple[int, ...] = ()  # hidden-state layers every forward keeps
+        self._hidden: torch.Tensor | None = None  # [B, t, K, H] of the last prefill or forward
 
     # -- protocol -------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -292,20 +297,23 @@ class HFBackend:
         self._cache = self._new_cache()
         self._slots.reset([len(p) for p in prompts])
         width = self._slots.width
+        self._hidden = self._no_hidden(len(prompts))
         if width:
             ids = np.zeros((len(prompts), width), dtype=np.int64)  # [B, W] left-padded; pads never seen
             for row, prompt in enumerate(prompts):
                 ids[row, width - len(prompt) :] = prompt
             valid = self._slots.valid
             positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0)  # [B, W]
-            self.model(
+            out = self.model(
                 input_ids=to_device(ids, self.device),
                 attention_mask=to_device(valid.copy(), self.device),
                 position_ids=to_device(positions, self.device),
                 past_key_values=self._cache,
                 use_cache=True,
                 logits_to_keep=1,
+                **hidden_request(self._capture),
             )
+            self._hidden = self._right_aligned(stacked_hidden(out, self._capture), valid)
         if self._linear is not None:
             self._linear.begin(self._cache, len(prompts), self.device)
 
@@ -322,10 +330,21 @@ class HFBackend:
             position_ids=positions,
             past_key_values=self._cache,
             use_cache=True,
+            **hidden_request(self._capture),
         )
         if self._linear is not None:
             self._linear.advanced(t)
+        self._hidden = stacked_hidden(out, self._capture)
         return out.logits  # [B, t, V]
+
+    def capture_hidden(self, layers: tuple[int, ...]) -> None:
+        check_hidden_layers(self, layers)
+        self._capture = tuple(layers)
+
+    def hidden(self) -> torch.Tensor:
+        if self._hidden is None:
+            raise RuntimeError(f"'{self.name}' captured no hidden states: capture_hidden was not called")
+        return self._hidden
 
     @property
     def state_s(self) -> float:
@@ -365,6 +384,20 @@ class HFBackend:
 
             self._trace = RouterTrace(self.model)
         return self._trace
+
+    def _no_hidden(self, rows: int) -> torch.Tensor | None:
+        """[B, 0, K, H]: what a prefill that fed no token captured (None when nothing is captured)."""
+        if not self._capture:
+            return None
+        size = int(self.model.config.get_text_config().hidden_size)
+        return torch.zeros(rows, 0, len(self._capture), size, dtype=self.dtype, device=self.device)
+
+    def _right_aligned(self, hidden: torch.Tensor | None, valid: np.ndarray) -> torch.Tensor | None:
+        """Prefill's hidden states [B, W, K, H] with the left padding zeroed, as `Backend.hidden` says."""
+        if hidden is None:
+            return None
+        pad = ~to_device(valid.copy(), self.device)  # [B, W]
+        return hidden.masked_fill(pad[:, :, None, None], 0)
 
     # -- cache housekeeping ---------------------------------------------------------------------
     def _apply(self, fn) -> None:

@@ -19,6 +19,18 @@ def set_model_facts(backend, model, name: str, device: torch.device) -> None:
     backend.max_context = int(getattr(config, "max_position_embeddings", 1 << 30))
     backend.eos_token_ids = eos_ids(model)
     backend.is_moe = any(getattr(config, k, None) for k in MOE_CONFIG_KEYS)
+    backend.num_layers = int(config.get_text_config().num_hidden_layers)
+
+
+def hidden_request(layers: tuple[int, ...]) -> dict:
+    """The keyword that makes a transformers forward collect these hidden states (none: {})."""
+    return {"output_hidden_states": list(layers)} if layers else {}
+
+
+def stacked_hidden(out, layers: tuple[int, ...]) -> torch.Tensor | None:
+    """The hidden states a forward collected at these layers as one tensor [B, t, K, H], or None
+    when none were asked for (transformers returns one entry per layer, None where not selected)."""
+    return torch.stack([out.hidden_states[i] for i in layers], 2) if layers else None
 
 
 def eos_ids(model) -> frozenset[int]:

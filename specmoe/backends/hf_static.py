@@ -44,11 +44,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from specmoe.backends.hf_model import set_model_facts
+from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
+from specmoe.backends.hf_model import hidden_request, set_model_facts, stacked_hidden
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
 from specmoe.backends.slots import SlotMap, to_device
 from specmoe.errors import SpecmoeError
@@ -58,16 +60,28 @@ MAX_SHAPES = 24  # compiled (S, t, L) shapes per backend; a shape past them runs
 # Every backend's `step` shares one code object, whose compiled graphs dynamo counts together.
 _RECOMPILE_LIMIT = 4 * MAX_SHAPES
 
+
+class _Shape(NamedTuple):
+    """What one compiled graph is specialised to."""
+
+    rows: int  # S
+    t: int
+    slots: int  # L
+    layers: tuple[int, ...]  # hidden states it returns
+
+
 log = logging.getLogger(__name__)
 
 
-class StaticHFBackend:
+class StaticHFBackend(BackendBase):
     """A transformers model over a static, maskable KV cache, with compiled fixed-shape forwards.
 
     compile=False runs the same static-cache code eagerly (what the exactness tests exercise fast);
     mode is torch.compile's mode (None: inductor's default; "reduce-overhead" uses CUDA graphs);
     compiler is torch.compile's backend ("eager" captures graphs without generating code: tests).
     """
+
+    hidden_access = HiddenAccess.ALL
 
     def __init__(
         self,
@@ -91,8 +105,10 @@ class StaticHFBackend:
         self._step = (
             self._compile(self._eager_step, mode, compiler, self.is_moe) if compile else self._eager_step
         )
-        self._seen: set[tuple[int, int, int]] = set()  # (S, t, L) shapes already compiled
-        self._eager_shapes: set[tuple[int, int, int]] = set()  # shapes past MAX_SHAPES, run eagerly
+        self._seen: set[_Shape] = set()  # (S, t, L, hidden layers) graphs already compiled
+        self._eager_shapes: set[_Shape] = set()  # graphs past MAX_SHAPES, run eagerly
+        self._capture: tuple[int, ...] = ()  # hidden-state layers every forward keeps
+        self._hidden: torch.Tensor | None = None  # [B, t, K, H] of the last prefill or forward
         self._horizon = 0  # tokens the longest row may reach in this run (`reserve`), 0: unknown
         self._cache = None
         self._rows = 0  # S
@@ -102,15 +118,19 @@ class StaticHFBackend:
         self._valid = torch.zeros(0, 0, dtype=torch.bool, device=device)  # [S, L] its device copy
 
     def _build_step(self):
-        """The forward over a block: [S, t] ids and positions, [S, L] valid -> [S, t, V] logits."""
+        """The forward over a block: [S, t] ids and positions, [S, L] valid -> [S, t, V] logits, and
+        the hidden states at `layers` ([S, t, K, H]; None when none are asked for)."""
         model, fmin = self.model, torch.finfo(self.dtype).min
 
         first_kv = self._kv_layers[0]
 
-        def step(ids: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, cache, padding=None):
+        def step(
+            ids: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, cache, padding=None, layers=()
+        ):
             # ids, positions [S, t]; valid [S, L]. Slot k is visible to query j of row r when it is
             # valid for r and not past the query's own slot (pointer + j). padding [S, t] (prefill of
             # a hybrid model only): which block positions are real tokens, for the linear layers.
+            # layers is a constant of each graph (part of its shape key).
             t, slots = ids.shape[1], valid.shape[1]
             query_slot = cache.layers[first_kv].cumulative_length + torch.arange(t, device=ids.device)  # [t]
             causal = torch.arange(slots, device=ids.device)[None, :] <= query_slot[:, None]  # [t, L]
@@ -125,8 +145,9 @@ class StaticHFBackend:
                 position_ids=positions,
                 past_key_values=cache,
                 use_cache=True,
+                **hidden_request(layers),
             )
-            return out.logits  # [S, t, V]
+            return out.logits, stacked_hidden(out, layers)  # [S, t, V], [S, t, K, H] or None
 
         return step
 
@@ -169,10 +190,14 @@ class StaticHFBackend:
             for index in self._linear.layers:
                 self._cache.layers[index].reset()  # a reused cache still holds the last batch's states
             padding = self._valid[:, :width]
+        self._hidden = self._prefill_hidden(len(prompts), width, None)
         if width:
             positions = np.maximum(np.cumsum(self._layout.valid, axis=1) - 1, 0)  # [S, W]
             step_ids, step_positions = to_device(ids, self.device), to_device(positions, self.device)
-            self._eager_step(step_ids, step_positions, self._valid, self._cache, padding)
+            _, hidden = self._eager_step(
+                step_ids, step_positions, self._valid, self._cache, padding, self._capture
+            )
+            self._hidden = self._prefill_hidden(len(prompts), width, hidden)
         self._set_pointer(width)
         if self._linear is not None:
             self._linear.begin(self._cache, self._rows, self.device, static=True)
@@ -188,16 +213,26 @@ class StaticHFBackend:
             self._linear.reserve(t)
         ids = tokens if live == self._rows else torch.nn.functional.pad(tokens, (0, 0, 0, self._rows - live))
         positions = to_device(self._layout.positions(t), self.device)  # [S, t]
-        key = (self._rows, t, self._slots)
+        key = _Shape(self._rows, t, self._slots, self._capture)
         compiled = self.compiled and self._admit(key)
         if compiled and key not in self._seen:
             self._warm_up(ids, positions, key)
             self._seen.add(key)
-        logits = self._run(ids, positions, compiled=compiled)
+        logits, hidden = self._run(ids, positions, compiled=compiled)
         self._layout.append(t)  # the graph moved every KV layer's write position by t itself
         if self._linear is not None:
             self._linear.advanced(t)
+        self._hidden = None if hidden is None else hidden[:live]
         return logits[:live]  # [B, t, V]
+
+    def capture_hidden(self, layers: tuple[int, ...]) -> None:
+        check_hidden_layers(self, layers)
+        self._capture = tuple(layers)
+
+    def hidden(self) -> torch.Tensor:
+        if self._hidden is None:
+            raise RuntimeError(f"'{self.name}' captured no hidden states: capture_hidden was not called")
+        return self._hidden
 
     @property
     def state_s(self) -> float:
@@ -236,14 +271,28 @@ class StaticHFBackend:
         return None
 
     # -- the static cache -----------------------------------------------------------------------
-    def _run(self, ids: torch.Tensor, positions: torch.Tensor, compiled: bool) -> torch.Tensor:
+    def _run(self, ids: torch.Tensor, positions: torch.Tensor, compiled: bool):
+        """One block through the graph: logits [S, t, V] and hidden states [S, t, K, H] or None."""
         t, pointer = ids.shape[1], self._layout.width
         self._valid[:, pointer : pointer + t] = True  # the block's own slots
         step = self._step if compiled else self._eager_step
-        logits = step(ids, positions, self._valid, self._cache)
-        return logits.clone() if self._clone_logits and compiled else logits
+        logits, hidden = step(ids, positions, self._valid, self._cache, None, self._capture)
+        if self._clone_logits and compiled:  # the next replay overwrites a CUDA graph's outputs
+            logits, hidden = logits.clone(), None if hidden is None else hidden.clone()
+        return logits, hidden
 
-    def _admit(self, key: tuple[int, int, int]) -> bool:
+    def _prefill_hidden(self, rows: int, width: int, hidden: torch.Tensor | None) -> torch.Tensor | None:
+        """Prefill's hidden states for the live rows, [B, W, K, H], left padding zeroed (None when
+        nothing is captured)."""
+        if not self._capture:
+            return None
+        if hidden is None:  # every prompt was one token: prefill fed nothing
+            size = int(self.model.config.get_text_config().hidden_size)
+            return torch.zeros(rows, 0, len(self._capture), size, dtype=self.dtype, device=self.device)
+        pad = ~self._valid[:rows, :width]  # [B, W]
+        return hidden[:rows].masked_fill(pad[:, :, None, None], 0)
+
+    def _admit(self, key: _Shape) -> bool:
         """Whether this shape runs compiled: it already is, or fewer than MAX_SHAPES are. Past the
         limit a shape runs eagerly on the same static cache (same tokens, eager speed), so a
         suite's compile time stays bounded; it is said once per shape."""
@@ -251,7 +300,7 @@ class StaticHFBackend:
             return True
         if key not in self._eager_shapes:
             self._eager_shapes.add(key)
-            rows, t, slots = key
+            rows, t, slots, _ = key
             log.warning(
                 "%s: %d shapes are compiled already (the limit); batch %d, block %d, %d cache slots runs "
                 "eagerly; fewer batch sizes, gammas or prompt lengths per suite keep every shape compiled",
@@ -263,9 +312,9 @@ class StaticHFBackend:
             )
         return False
 
-    def _warm_up(self, ids: torch.Tensor, positions: torch.Tensor, key: tuple[int, int, int]) -> None:
+    def _warm_up(self, ids: torch.Tensor, positions: torch.Tensor, key: _Shape) -> None:
         """Compile this shape on throwaway calls: their writes land past the pointer and are undone."""
-        rows, t, slots = key
+        rows, t, slots, _ = key
         log.info("%s: compiling batch %d, block %d, %d slots (once per shape)", self.name, rows, t, slots)
         self.synchronize()
         start = time.perf_counter()

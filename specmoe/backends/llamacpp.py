@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from specmoe.backends.base import BackendBase
 from specmoe.backends.gguf_layout import check_gguf_layout
 from specmoe.backends.llamacpp_check import check_llamacpp_runs
 from specmoe.backends.llamacpp_state import ROLLBACK_HYBRIDS, RecurrentCheckpoints
@@ -325,7 +326,7 @@ class _ContextSettings:
     flash_attn: bool | None  # None: llama.cpp decides
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(BackendBase):
     """A llama.cpp model and context holding one batch of sequences (see the module docstring)."""
 
     def __init__(self, handles: _Handles, path: Path, settings: _ContextSettings, overrides) -> None:
@@ -343,6 +344,7 @@ class LlamaCppBackend:
         self.is_moe = int(model_metadata(lib, model, f"{arch}.expert_count") or 0) > 0
         vocab = lib.llama_model_get_vocab(model)
         self.vocab_size, self.eos_token_ids, self.vocab_digest = vocabulary(lib, vocab)
+        self.num_layers = int(lib.llama_model_n_layer(model))
         trained = lib.llama_model_n_ctx_train(model)
         self.max_context = int(settings.n_ctx or min(trained, DEFAULT_CONTEXT))
         self._capacity = 0  # sequences the current context holds

@@ -8,7 +8,8 @@ Imports only backends, the typed drafts and the error type; the modules, one con
   builds against a target.
 - `drafters`: the drafters that propose up to γ tokens per sequence; `oracle` and `ngram` hold the
   oracle's dialed acceptance and prompt-lookup drafting.
-- `decode`: the decode loops, speculative and plain, through the same backend calls.
+- `decode`: the decode loops, speculative and plain, through the same backend calls; `clock` splits
+  each round's time into its phases.
 - `records`: what a decode records, raw per round and per sequence; scalars live in `specmoe.metrics`.
 - `divergence`: where two decodes of one prompt part, and how close the target's call was there.
 """

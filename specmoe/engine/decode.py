@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import torch
 
-from specmoe.backends.base import Backend
+from specmoe.backends.base import Backend, check_hidden_layers
 from specmoe.backends.slots import to_device
 from specmoe.backends.tokenizer_digest import tokenizer_mismatch
 from specmoe.engine.acceptance import greedy_accept, rejection_accept
-from specmoe.engine.drafters import Drafter
+from specmoe.engine.clock import RoundClock
+from specmoe.engine.drafters import Drafter, Proposal, Verified
 from specmoe.engine.records import DecodeResult, RoundRecord, SequenceOutput
 from specmoe.engine.sampling import SamplingParams, pick, probabilities
 from specmoe.errors import SpecmoeError
@@ -38,118 +39,89 @@ def decode(
     config: DecodeConfig,
     drafter: Drafter | None = None,
 ) -> DecodeResult:
-    """Decode a batch of prompts (token ids) with the target, speculatively when a drafter is given."""
+    """Decode a batch of prompts (token ids) with the target, speculatively when a drafter is given.
+
+    Each round the drafter proposes γ tokens per live row, the target verifies [last committed token,
+    proposals] in one forward, the acceptance rule keeps a prefix and picks the next token, the batch
+    commits them, and target and drafter roll back to what was committed. Without a drafter a round
+    is one plain step. `RoundClock` splits every round's time into its phases.
+    """
     _validate(target, prompts, config, drafter)
     gamma = config.gamma if drafter is not None else 0
     generator = torch.Generator(device=target.device).manual_seed(config.seed)
-    eos = frozenset() if config.ignore_eos else target.eos_token_ids
-
     horizon = max(len(p) for p in prompts) + config.max_new_tokens + gamma + 1  # tokens a row may reach
     start = time.perf_counter()
-    _reserve(target, horizon)
-    target.prefill([p[:-1] for p in prompts])
-    if drafter is not None:
-        _reserve(drafter, horizon)
-        drafter.begin(prompts)
-        drafter.synchronize()
-    target.synchronize()
+    _begin(target, drafter, prompts, horizon)
     prefill_s = time.perf_counter() - start
 
-    batch = _Batch(prompts, config.max_new_tokens, eos)
+    batch = _Batch(prompts, config.max_new_tokens, frozenset() if config.ignore_eos else target.eos_token_ids)
+    clock = RoundClock(target, drafter)
     rounds: list[RoundRecord] = []
-    compile_total = 0.0
-    decode_start = time.perf_counter()
     while batch.live:
-        round_start = time.perf_counter()
-        draft_state, target_state = _state_s(drafter), _state_s(target)
-        draft_compile = _compile_s(drafter)
+        clock.start()
+        proposal = None
         if drafter is not None:
             proposal = drafter.propose(batch.live_sequences(), gamma, config.sampling, generator)
-            drafter.synchronize()
-        draft_end = time.perf_counter()
-        draft_compile = _compile_s(drafter) - draft_compile
-        draft_state = _state_s(drafter) - draft_state
-        verify_compile = _compile_s(target)
-        verify_state = _state_s(target)
-
-        last = to_device([[s[-1]] for s in batch.live_sequences()], target.device)  # [B, 1]
-        block = last if drafter is None else torch.cat([last, proposal.tokens], 1)  # [B, 1 + G]
-        logits = target.forward(block)  # [B, 1 + G, V]
-        target.synchronize()
-        verify_end = time.perf_counter()
-        verify_compile = _compile_s(target) - verify_compile
-        verify_state = _state_s(target) - verify_state  # a checkpoint made to log a long block
-
-        if drafter is None:
-            next_token = pick(logits[:, 0], config.sampling, generator)[0].tolist()  # [B]
-            accepted = [0] * len(batch.live)
-            proposed: list[list[int]] = [[] for _ in batch.live]
-        else:
-            accepted, next_token, proposed = _verify(proposal, logits, config.sampling, generator)
+        clock.drafted()
+        logits = target.forward(_block(batch, proposal, target.device))  # [B, 1 + G, V]
+        clock.verified()
+        verified, proposed = _accept(proposal, logits, config.sampling, generator)
         rows = tuple(batch.live)
-        emitted = batch.commit(proposed, accepted, next_token)
+        emitted = batch.commit(proposed, verified.accepted, verified.next_token)
         if drafter is not None:
+            verified = _with_hidden(verified, target, drafter)  # before a rollback may decode again
             target.rollback([len(s) - 1 for s in batch.live_sequences()])
-            drafter.feedback(accepted)
+            drafter.feedback(verified)
         keep = batch.drop_finished()
         if keep is not None:
             target.retain(keep)
             if drafter is not None:
                 drafter.retain(keep)
-        round_end = time.perf_counter()
-        target_state = _state_s(target) - target_state
-        # Compiling a new shape is a one-off cost, reported apart and kept out of every decode time.
-        compile_total += draft_compile + verify_compile
-        # The round's seconds are draft_s + verify_s + state_s + overhead_s exactly.
-        round_s = round_end - round_start - draft_compile - verify_compile
-        draft_s = draft_end - round_start - draft_compile - draft_state
-        verify_s = verify_end - draft_end - verify_compile - verify_state
-        state_s = draft_state + target_state
-        rounds.append(
-            RoundRecord(
-                rows=rows,
-                drafted=(gamma,) * len(rows),
-                accepted=tuple(accepted),
-                emitted=tuple(emitted),
-                draft_s=draft_s,
-                verify_s=verify_s,
-                overhead_s=round_s - draft_s - verify_s - state_s,
-                state_s=state_s,
-            )
-        )
-    decode_s = time.perf_counter() - decode_start - compile_total
-    return DecodeResult(batch.outputs(), tuple(rounds), gamma, prefill_s, decode_s, compile_total)
+        times = clock.stop()
+        rounds.append(RoundRecord(rows, (gamma,) * len(rows), verified.accepted, emitted, **asdict(times)))
+    return DecodeResult(batch.outputs(), tuple(rounds), gamma, prefill_s, clock.decode_s, clock.compile_s)
 
 
-def _reserve(part: Backend | Drafter, tokens: int) -> None:
-    """Tell a backend that sizes its cache ahead (the compiled path), or a drafter's, how long a
-    row may get, so it compiles its graphs for one cache size; others have no `reserve`."""
-    reserve = getattr(part, "reserve", None)
-    if reserve is not None:
-        reserve(tokens)
+def _begin(target: Backend, drafter: Drafter | None, prompts: Sequence[Sequence[int]], horizon: int) -> None:
+    """Prefill the target with every prompt but its last token, and start the drafter (its prefill),
+    handing it the target's hidden states over the prompts when it reads them."""
+    target.reserve(horizon)
+    target.capture_hidden(drafter.hidden_layers if drafter is not None else ())
+    target.prefill([p[:-1] for p in prompts])
+    if drafter is not None:
+        drafter.reserve(horizon)
+        drafter.begin(prompts, target.hidden() if drafter.hidden_layers else None)
+        drafter.synchronize()
+    target.synchronize()
 
 
-def _compile_s(part: Backend | Drafter | None) -> float:
-    """Seconds a backend (or a drafter's backend) has spent compiling shapes; 0 for eager ones."""
-    return getattr(part, "compile_s", 0.0) if part is not None else 0.0
+def _block(batch: _Batch, proposal: Proposal | None, device: torch.device) -> torch.Tensor:
+    """The verify block: each live row's last committed token, then its proposals; [B, 1 + G]."""
+    last = to_device([[s[-1]] for s in batch.live_sequences()], device)  # [B, 1]
+    return last if proposal is None else torch.cat([last, proposal.tokens], 1)
 
 
-def _state_s(part: Backend | Drafter | None) -> float:
-    """Seconds a backend (or a drafter's backend) has spent rolling back linear-attention state;
-    0 for models without any."""
-    return getattr(part, "state_s", 0.0) if part is not None else 0.0
-
-
-def _verify(proposal, logits: torch.Tensor, params: SamplingParams, generator):
-    """Apply the acceptance rule to a verified block (logits [B, G + 1, V]) and bring what the host
-    needs back in one read: (accepted [B], next token [B], proposals [B][G]) as lists."""
+def _accept(
+    proposal: Proposal | None, logits: torch.Tensor, params: SamplingParams, generator
+) -> tuple[Verified, list[list[int]]]:
+    """Apply the acceptance rule to a verified block (logits [B, 1 + G, V]) and bring what the host
+    needs back in one read: what was decided, and the proposals [B][G] as lists. Without a proposal
+    it is a plain step: the next token is picked from position 0."""
+    if proposal is None:
+        next_token = pick(logits[:, 0], params, generator)[0].tolist()  # [B]
+        return Verified((0,) * len(next_token), tuple(next_token)), [[] for _ in next_token]
     if params.greedy:
         accepted, next_token = greedy_accept(proposal.tokens, logits.argmax(-1))
     else:
         target_probs = probabilities(logits, params)
         accepted, next_token = rejection_accept(proposal.tokens, proposal.probs, target_probs, generator)
     rows = torch.cat([accepted[:, None], next_token[:, None], proposal.tokens], 1).tolist()  # [B, 2 + G]
-    return [r[0] for r in rows], [r[1] for r in rows], [r[2:] for r in rows]
+    return Verified(tuple(r[0] for r in rows), tuple(r[1] for r in rows)), [r[2:] for r in rows]
+
+
+def _with_hidden(verified: Verified, target: Backend, drafter: Drafter) -> Verified:
+    """The verify pass's hidden states added to what it decided, for a drafter that reads them."""
+    return replace(verified, hidden=target.hidden()) if drafter.hidden_layers else verified
 
 
 class _Batch:
@@ -168,7 +140,9 @@ class _Batch:
     def live_sequences(self) -> list[list[int]]:
         return [self.sequences[i] for i in self.live]
 
-    def commit(self, proposed: list[list[int]], accepted: list[int], next_token: list[int]) -> list[int]:
+    def commit(
+        self, proposed: list[list[int]], accepted: Sequence[int], next_token: Sequence[int]
+    ) -> tuple[int, ...]:
         """Append each row's accepted proposals and next token, stopping at EOS or the token budget."""
         emitted = []
         for row, seq_index in enumerate(self.live):
@@ -187,7 +161,7 @@ class _Batch:
             if self.finish[seq_index]:
                 self.truncated[seq_index] = len(new) - count
             emitted.append(count)
-        return emitted
+        return tuple(emitted)
 
     def drop_finished(self) -> list[int] | None:
         """Remove finished rows; return the live-row positions to keep, or None if all continue."""
@@ -233,18 +207,17 @@ def _validate(target: Backend, prompts, config: DecodeConfig, drafter: Drafter |
             )
         # Same size is not same tokens; backends that can fingerprint their vocabulary (llamacpp: a
         # sha256 of every token's text) are compared too.
-        digests = (getattr(drafter, "vocab_digest", None), getattr(target, "vocab_digest", None))
+        digests = (drafter.vocab_digest, target.vocab_digest)
         if None not in digests and digests[0] != digests[1]:
             raise SpecmoeError(
                 f"draft and target vocabularies differ: both have {target.vocab_size} tokens but not the "
                 "same ones; pick a draft from the target's model family"
             )
         # HF models fingerprint their tokenizer.json's id -> token map the same way on both sides.
-        mismatch = tokenizer_mismatch(
-            getattr(drafter, "tokenizer_digest", None), getattr(target, "tokenizer_digest", None)
-        )
+        mismatch = tokenizer_mismatch(drafter.tokenizer_digest, target.tokenizer_digest)
         if mismatch:
             raise SpecmoeError(mismatch)
+        check_hidden_layers(target, drafter.hidden_layers)
         lookahead = config.gamma
         context = min(context, drafter.max_context)
     longest = max(len(p) for p in prompts)

@@ -1,8 +1,13 @@
 """Drafters propose up to gamma tokens per sequence; the verifier decides what stays.
 
-A drafter is told the committed tokens of every live sequence and, after verification, how many of
-its proposals each sequence kept. Proposals carry the distribution they were sampled from, or None
-when the drafter has none (the verifier then treats each proposal as a point mass).
+A drafter is told the committed tokens of every live sequence and, after verification, what the
+verify pass decided (`Verified`): how many of its proposals each sequence kept, the token the target
+committed after them, and, for a drafter that reads them (an MTP or EAGLE-3 head), the target's
+hidden states over the verified block. Proposals carry the distribution they were sampled from, or
+None when the drafter has none (the verifier then treats each proposal as a point mass).
+
+Shape legend: B live rows, G proposals per row (gamma), V vocabulary, K target hidden-state layers
+the drafter reads, H the target's hidden size.
 """
 
 from __future__ import annotations
@@ -24,12 +29,40 @@ class Proposal:
     probs: torch.Tensor | None  # [B, G, V] distribution each token was drawn from, or None
 
 
+@dataclass(frozen=True)
+class Verified:
+    """What one verify pass decided, handed from the engine to the drafter (the part of vLLM's
+    `SpecDecodeMetadata` a drafter needs).
+
+    The target verified the block [last committed token, proposals...] of every live row. Row b kept
+    its first accepted[b] proposals and then committed next_token[b]: the bonus token when every
+    proposal was accepted, the correction otherwise. Block positions 0..accepted[b] are the kept ones;
+    the target's state at position accepted[b] chose next_token[b].
+    """
+
+    accepted: tuple[int, ...]  # [B] proposals kept per row
+    next_token: tuple[int, ...]  # [B] the token committed after them
+    hidden: torch.Tensor | None = None  # [B, 1 + G, K, H] target hidden states per block position, or
+    # None for a drafter with no `hidden_layers`
+
+
 class Drafter(Protocol):
     vocab_size: int
     max_context: int
+    # Declared abilities and counters (defaults in `DrafterBase`):
+    vocab_digest: str | None  # compared with the target's (`Backend.vocab_digest`)
+    tokenizer_digest: str | None
+    hidden_layers: tuple[int, ...]  # the target hidden states this drafter reads (`HiddenAccess`); ()
+    compile_s: float  # seconds the drafter's backend spent compiling shapes
+    state_s: float  # seconds it spent rolling back recurrent state
 
-    def begin(self, prompts: Sequence[Sequence[int]]) -> None:
-        """A new batch starts with these prompts."""
+    def reserve(self, tokens: int) -> None:
+        """A row of the next batch may reach `tokens` tokens (for a backend that sizes its cache)."""
+
+    def begin(self, prompts: Sequence[Sequence[int]], hidden: torch.Tensor | None) -> None:
+        """A new batch starts with these prompts. hidden: the target's hidden states over its prefill
+        of every prompt but its last token ([B, W, K, H], rows right-aligned, `Backend.hidden`), or
+        None for a drafter with no `hidden_layers`."""
 
     def propose(
         self,
@@ -40,8 +73,8 @@ class Drafter(Protocol):
     ) -> Proposal:
         """Propose gamma tokens to follow each live sequence (prompt + committed tokens)."""
 
-    def feedback(self, accepted: Sequence[int]) -> None:
-        """How many proposals each live row kept in the round just verified."""
+    def feedback(self, verified: Verified) -> None:
+        """What the round just verified decided for each live row."""
 
     def retain(self, rows: Sequence[int]) -> None:
         """Keep only these live rows, in this order."""
@@ -49,7 +82,24 @@ class Drafter(Protocol):
     def synchronize(self) -> None: ...
 
 
-class ModelDrafter:
+class DrafterBase:
+    """The declared abilities' defaults: no digest, no hidden states read, nothing compiled or rolled
+    back, nothing to reserve, nothing queued on a device."""
+
+    vocab_digest: str | None = None
+    tokenizer_digest: str | None = None
+    hidden_layers: tuple[int, ...] = ()
+    compile_s: float = 0.0
+    state_s: float = 0.0
+
+    def reserve(self, tokens: int) -> None:
+        return None
+
+    def synchronize(self) -> None:
+        return None
+
+
+class ModelDrafter(DrafterBase):
     """A smaller language model drafting autoregressively through any backend.
 
     After a round its cache keeps every token it computed that the verifier committed: all of a
@@ -64,32 +114,27 @@ class ModelDrafter:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self.vocab_size = backend.vocab_size
-        self.vocab_digest = getattr(backend, "vocab_digest", None)  # checked against the target's
-        self.tokenizer_digest = getattr(backend, "tokenizer_digest", None)  # likewise (HF models)
+        self.vocab_digest = backend.vocab_digest  # checked against the target's
+        self.tokenizer_digest = backend.tokenizer_digest  # likewise (HF models)
         self.max_context = backend.max_context
         self._committed: list[int] = []  # committed length per live row at the last propose
         self._kept: list[int] = []  # cached tokens per live row that the verifier committed
         self._fed = 0  # proposals fed to the backend in the last round (G - 1)
 
-    def begin(self, prompts: Sequence[Sequence[int]]) -> None:
+    def begin(self, prompts: Sequence[Sequence[int]], hidden: torch.Tensor | None = None) -> None:
         self.backend.prefill([p[:-1] for p in prompts])
         self._kept = self.backend.cached_lengths()
 
     def reserve(self, tokens: int) -> None:
-        """A row of the next batch may reach `tokens` tokens (for a backend that sizes its cache)."""
-        reserve = getattr(self.backend, "reserve", None)
-        if reserve is not None:
-            reserve(tokens)
+        self.backend.reserve(tokens)
 
     @property
     def compile_s(self) -> float:
-        """Seconds the backend spent compiling new shapes (0 for an eager backend)."""
-        return getattr(self.backend, "compile_s", 0.0)
+        return self.backend.compile_s
 
     @property
     def state_s(self) -> float:
-        """Seconds the backend spent rolling back linear-attention state (0 without any)."""
-        return getattr(self.backend, "state_s", 0.0)
+        return self.backend.state_s
 
     def propose(self, sequences, gamma, params, generator) -> Proposal:
         tokens, probs = self.run(sequences, gamma, lambda step, logits: pick(logits, params, generator))
@@ -115,8 +160,9 @@ class ModelDrafter:
         self._fed = gamma - 1
         return torch.stack(tokens, 1), probs
 
-    def feedback(self, accepted: Sequence[int]) -> None:
+    def feedback(self, verified: Verified) -> None:
         # The cache holds the G - 1 proposals fed after the pending tokens; the accepted ones stay.
+        accepted = verified.accepted
         self._kept = [n + min(a, self._fed) for n, a in zip(self._committed, accepted, strict=True)]
 
     def retain(self, rows: Sequence[int]) -> None:

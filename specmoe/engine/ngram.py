@@ -28,7 +28,7 @@ import torch
 from specmoe.backends.base import Backend
 from specmoe.backends.slots import to_device
 from specmoe.drafts import DEFAULT_MAX_N, DEFAULT_MIN_N
-from specmoe.engine.drafters import Proposal
+from specmoe.engine.drafters import DrafterBase, Proposal, Verified
 from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
 
@@ -92,7 +92,7 @@ class NgramIndex:
         return copy_from(tokens, length - 1, gamma)
 
 
-class NgramDrafter:
+class NgramDrafter(DrafterBase):
     """Prompt-lookup drafting (see the module docstring); vocab_size, max_context and device come
     from the target, since the drafter has no model of its own."""
 
@@ -104,7 +104,7 @@ class NgramDrafter:
         self.min_n, self.max_n = min_n, max_n
         self._rows: list[NgramIndex] = []
 
-    def begin(self, prompts: Sequence[Sequence[int]]) -> None:
+    def begin(self, prompts: Sequence[Sequence[int]], hidden: torch.Tensor | None = None) -> None:
         # Indexing the prompts here puts that work in prefill time, as a draft model's prefill is.
         self._rows = [NgramIndex(self.min_n, self.max_n) for _ in prompts]
         for index, prompt in zip(self._rows, prompts, strict=True):
@@ -120,11 +120,8 @@ class NgramDrafter:
         rows = [index.propose(seq, gamma) for index, seq in zip(self._rows, sequences, strict=True)]
         return Proposal(to_device(rows, self.device), None)  # tokens [B, G]
 
-    def feedback(self, accepted: Sequence[int]) -> None:
+    def feedback(self, verified: Verified) -> None:
         """Nothing to undo: only committed tokens were ever indexed."""
 
     def retain(self, rows: Sequence[int]) -> None:
         self._rows = [self._rows[r] for r in rows]
-
-    def synchronize(self) -> None:
-        """Pure Python on the host: nothing queued on a device."""

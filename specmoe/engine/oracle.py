@@ -19,11 +19,11 @@ import torch
 
 from specmoe.backends.base import Backend
 from specmoe.backends.slots import to_device
-from specmoe.engine.drafters import ModelDrafter, Proposal
+from specmoe.engine.drafters import DrafterBase, ModelDrafter, Proposal, Verified
 from specmoe.errors import SpecmoeError
 
 
-class OracleDrafter:
+class OracleDrafter(DrafterBase):
     def __init__(
         self, cost_model: Backend, p: float, continuations: Sequence[Sequence[int]], seed: int = 0
     ) -> None:
@@ -38,7 +38,7 @@ class OracleDrafter:
         self._rows: list[int] = []
         self._prompt_lengths: list[int] = []
 
-    def begin(self, prompts: Sequence[Sequence[int]]) -> None:
+    def begin(self, prompts: Sequence[Sequence[int]], hidden: torch.Tensor | None = None) -> None:
         if len(prompts) != len(self._continuations):
             raise SpecmoeError("the oracle needs one reference continuation per prompt")
         self._rows = list(range(len(prompts)))
@@ -73,11 +73,15 @@ class OracleDrafter:
     def compile_s(self) -> float:
         return self._cost.compile_s
 
+    @property
+    def state_s(self) -> float:
+        return self._cost.state_s
+
     def reserve(self, tokens: int) -> None:
         self._cost.reserve(tokens)
 
-    def feedback(self, accepted: Sequence[int]) -> None:
-        self._cost.feedback(accepted)
+    def feedback(self, verified: Verified) -> None:
+        self._cost.feedback(verified)
 
     def retain(self, rows: Sequence[int]) -> None:
         self._cost.retain(rows)
