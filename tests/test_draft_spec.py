@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from specmoe.backends.base import BackendBase
 from specmoe.drafts import ModelDraft, NgramDraft, OracleDraft, draft_of, is_reserved_name, parse_draft
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.engine.make_drafter import make_drafter
@@ -61,7 +62,7 @@ def test_each_kind_answers_what_callers_ask(draft, answers, key):
     assert draft.key("ID") == key  # a run key's draft part, as stored: never change it
 
 
-class _Model:
+class _Model(BackendBase):
     vocab_size, max_context, device = 8, 64, torch.device("cpu")
 
 
