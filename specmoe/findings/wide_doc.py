@@ -146,29 +146,29 @@ def runs_line(rows: Sequence) -> str:
 
 
 def left_out(noisy: Sequence, arms: Counter) -> str:
-    """ "N flagged noisy and left out (s SD, b baseline; why)" or "none flagged noisy"."""
+    """ "N flagged noisy and left out (s SD, b baseline: why; load)" or "none flagged noisy"."""
     if not noisy:
         return "none flagged noisy"
     reasons = Counter(_reason_kind(r.measure.get("noise") or "") for r in noisy).most_common()
     loads = [float(r.measure["load_avg"]) for r in noisy if r.measure.get("load_avg") is not None]
-    why = "; ".join(f"{n}: {kind}" for kind, n in reasons)
+    why = ", ".join(f"{n} {kind}" for kind, n in reasons)
     if loads:
         why += f"; load average {min(loads):.1f}–{max(loads):.1f} while they ran"
     return (
         f"{len(noisy)} flagged noisy and left out ({arms.get('sd', 0)} SD, {arms.get('baseline', 0)} "
-        f"baseline; {why})"
+        f"baseline: {why})"
     )
 
 
 def _reason_kind(reason: str) -> str:
     """The noise guard's reason without its run's own figure ("other processes used 1.30 cores ...")."""
     if reason.startswith("other processes used"):
-        return "other processes used the measuring core"
-    if "stolen" in reason or "steal" in reason:
-        return "the hypervisor stole CPU time"
-    if "spread" in reason or "verify times" in reason:
-        return "its verify times spread"
-    return reason or "unrecorded"
+        return "while other processes used the measuring core"
+    if "hypervisor" in reason:
+        return "while the hypervisor stole CPU time"
+    if "verify times spread" in reason:
+        return "whose verify times spread"
+    return f"for {reason}" if reason else "for a reason not recorded"
 
 
 def wall_line(out: Path) -> str:
