@@ -179,7 +179,7 @@ def wall_line(out: Path) -> str:
     total = sum(c["total_s"] for c in calls)
     parts = ", ".join(
         f"{name} {sum(c[key] for c in calls) / 60:.1f} min"
-        for name, key in (("zoo", "zoo_s"), ("measuring", "measure_s"), ("report and document", "report_s"))
+        for name, key in (("zoo", "zoo_s"), ("measuring", "measure_s"), ("report", "report_s"))
     )
     return f"{total / 60:.1f} min ({parts}; {len(calls)} call{'s' if len(calls) != 1 else ''})"
 
