@@ -198,7 +198,7 @@ def claim_e_wide(
     verdict = FAILS if FAILS in (shape, gain) else HOLDS if shape == gain == HOLDS else UNSURE
     if not regime.ok:
         verdict = UNSURE
-    cells_in = [c for pair in pairs for c in pair]
+    cells_in = list({id(c): c for pair in pairs for c in pair}.values())  # a dense cell pairs with each MoE
     series = [c for m in MOES for c in sweep(items, m)]
     return Verdict(
         verdict,
