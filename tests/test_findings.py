@@ -245,7 +245,40 @@ def test_the_template_writes_no_measured_number_by_hand():
 
 def test_shipped_document_matches_the_shipped_results():
     assert (SHIPPED / "study.csv").is_file(), "run `specmoe findings` to produce the shipped results"
-    assert DOC.read_text(encoding="utf-8") == render(template(), values(SHIPPED))
+    found = values(SHIPPED)
+    assert DOC.read_text(encoding="utf-8") == render(template(), found)
+    shipped = (SHIPPED / "findings.json").read_text(encoding="utf-8")
+    assert shipped == json.dumps(found, indent=1, ensure_ascii=False) + "\n"
+
+
+def test_render_only_leaves_every_shipped_file_byte_identical(tmp_path):
+    """`specmoe findings --render-only` on a copy of the results: a fixed point of every file it
+    reads or writes (the document, findings.json, and everything else in the folder)."""
+    import shutil
+
+    from specmoe.findings.document import write_document
+
+    for folder in ("findings", "real", "predictions"):
+        shutil.copytree(SHIPPED.parent / folder, tmp_path / folder)
+    out, doc = tmp_path / "findings", tmp_path / "findings.md"
+    write_document(out, doc)
+    assert doc.read_bytes() == DOC.read_bytes()
+    for path in sorted(p for p in SHIPPED.rglob("*") if p.is_file()):
+        assert (out / path.relative_to(SHIPPED)).read_bytes() == path.read_bytes(), path
+    assert {p.relative_to(out) for p in out.rglob("*")} == {
+        p.relative_to(SHIPPED) for p in SHIPPED.rglob("*")
+    }
+
+
+def test_the_document_discloses_every_pass_and_renders_no_missing_value_as_a_sentence():
+    text = DOC.read_text(encoding="utf-8")
+    assert "–." not in text and "– ." not in text
+    assert "its runs predate the rules file" not in text
+    chunks = re.split(r"\n\n|\n- |; Q4_K_M — ", text)  # paragraphs, list items, the two llama.cpp passes
+    passes = [c for c in chunks if re.search(r"\b\d+ runs\b", c) and "audit" in c]
+    assert len(passes) >= 6  # study, moesd, family, the llama.cpp passes, study-hybrid
+    for chunk in passes:  # each says how many runs the noise guard left out
+        assert "flagged noisy" in chunk, chunk
 
 
 def test_duel_needs_half_the_pairs_and_more_wins_than_losses():
@@ -325,17 +358,17 @@ def test_rules_are_data_with_a_hash_and_a_changed_file_is_refused(tmp_path):
     import json as _json
 
     from specmoe.errors import SpecmoeError
-    from specmoe.findings.rules import RECORD, RULES, check_rules, record_rules, rules_hash
+    from specmoe.findings.rules import RULES, check_rules, record_path, record_rules, rules_hash
 
     assert RULES["claims"]["low_acceptance"] == 0.04 and len(rules_hash()) == 12
-    assert "no rules of its own" in check_rules(tmp_path, allow_change=False)
-    record_rules(tmp_path)
-    assert "the rules the runs were measured under" in check_rules(tmp_path, allow_change=False)
-    record = tmp_path / RECORD
-    record.write_text(_json.dumps({"hash": "000000000000", "rules": {}}))
+    assert "study: no record" in check_rules(tmp_path, allow_change=False, steps=("study",))
+    record_rules(tmp_path, "study")
+    assert "these rules (recorded when it was measured)" in check_rules(tmp_path, False, ("study",))
+    record = record_path(tmp_path, "study")
+    record.write_text(_json.dumps({**_json.loads(record.read_text()), "hash": "000000000000"}))
     with pytest.raises(SpecmoeError, match="--rules-changed"):
-        check_rules(tmp_path, allow_change=False)
-    assert "**changed**" in check_rules(tmp_path, allow_change=True)
+        check_rules(tmp_path, allow_change=False, steps=("study",))
+    assert "**Judged under changed rules**" in check_rules(tmp_path, allow_change=True, steps=("study",))
 
 
 def test_a_verdict_lists_the_cells_it_rested_on_and_those_that_decided_nothing():

@@ -32,14 +32,44 @@ def add_findings(commands) -> None:
         help="measure only this engine's steps and profiles: transformers-bf16, llamacpp-q8_0, "
         "llamacpp-q4_k_m, or transformers-hybrid (the hybrid zoo's pass); repeat (default: all)",
     )
+    p.add_argument(
+        "--pass",
+        dest="pass_name",
+        metavar="NAME",
+        help="measure this pass alone (moesd-wide): its zoo, runs, report and the document, printing "
+        "its wall time; it needs its predictions first (--predict)",
+    )
+    p.add_argument(
+        "--predict",
+        action="store_true",
+        help="with --pass: the performance model's prediction of every cell of the pass, before its "
+        "runs, written beside the results (probes this machine unless --hw names a hardware file)",
+    )
+    p.add_argument("--hw", type=Path, help="with --predict: a `specmoe hw` file instead of probing now")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="with --pass: its code path end to end on the smallest sizes, in a couple of minutes "
+        "(into another --out and --doc: never findings)",
+    )
     p.set_defaults(run=run_findings)
 
 
 def run_findings(args) -> int:
+    from specmoe.errors import SpecmoeError
     from specmoe.findings.document import write_document
+    from specmoe.findings.run import predict_pass, run_pass
     from specmoe.findings.run import run_findings as measure_findings
 
+    if (args.predict or args.smoke or args.hw) and not args.pass_name:
+        raise SpecmoeError("--predict, --smoke and --hw go with --pass NAME (e.g. --pass moesd-wide)")
+    if args.hw and not args.predict:
+        raise SpecmoeError("--hw names the hardware file --predict prices from; add --predict")
     if args.render_only:
         print(f"wrote {write_document(args.out, args.doc, rules_changed=args.rules_changed)}")
         return 0
+    if args.pass_name and args.predict:
+        return predict_pass(args.pass_name, args.out, args.hw, smoke=args.smoke)
+    if args.pass_name:
+        return run_pass(args.pass_name, args.out, args.doc, smoke=args.smoke)
     return measure_findings(args.scale, args.out, args.doc, engines=tuple(args.engine))

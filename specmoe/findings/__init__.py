@@ -3,8 +3,9 @@
 The top floor below the command line: it runs shipped suites through `specmoe.bench`, reads their
 exports back, fits and predicts with `specmoe.perf`, and draws with `specmoe.report`. The modules:
 
-- `plan`: which shipped suites `specmoe findings` measures, at which scale; `run` runs them,
-  exports and reports each, and audits the study's own rows.
+- `plan`: which shipped suites `specmoe findings` measures, at which scale, and the passes it
+  measures alone (`--pass`); `run` runs them, exports and reports each, and audits the study's own
+  rows.
 - `results`: exported CSVs read back as stored rows; `cells`: one SD configuration against its
   paired baseline, the shape every claim compares.
 - `regime`: whether this machine can produce the regime a claim is about, checked first.
@@ -13,6 +14,9 @@ exports back, fits and predicts with `specmoe.perf`, and draws with `specmoe.rep
 - `batch_claims`, `routing`: MoESD's claims on batch size and sparsity, and the experts a verify woke.
 - `by_runtime`: the claims per runtime and weight type (`plan.ENGINES`); `real`: claims (c) and (d)
   on real weights.
+- `wide`, `wide_predictions`, `wide_doc` (`moesd_paper.toml`): MoESD's claims (e) and (f) on the
+  moesd-wide pass, where a step is bound by reading weights; the model's prediction of each of its
+  cells made before it runs; MoESD's own figures beside the verdicts.
 - `predictions`, `model_check`: the performance model's predictions beside measurements, cell by cell.
 - `notes`: what the first measurement pass taught, beside this one.
 - `document` (`template.md`): every value computed from the exports, set into docs/findings.md.

@@ -59,11 +59,13 @@ def claim_e(
     moesd: Sequence[Cell],
     predict: Predict,
     medium_of: Callable[[Sequence[int]], Sequence[int]] = MEDIUM[RULES["batch"]["medium"]],
+    shape_of: Callable[[Sequence[Cell]], str] = u_shape,
 ) -> Verdict:
     """Speedup vs batch size is an inverted U, and MoE gains more than dense at medium batch sizes
-    (`medium_of` picks them from the batch sizes both targets measured; the rule: `interior`)."""
+    (`medium_of` picks them from the batch sizes both targets measured; the rule: `interior`;
+    `shape_of` judges one series, the rule: `u_shape`)."""
     gammas = sorted({c.gamma for c in select(moesd, group="batch")})
-    moe_shapes = [u_shape(batch_series(moesd, "moe", g)) for g in gammas]
+    moe_shapes = [shape_of(batch_series(moesd, "moe", g)) for g in gammas]
     moe_u = [g for g, shape in zip(gammas, moe_shapes, strict=True) if shape == HOLDS]
     dense_u = [g for g in gammas if inverted_u(batch_series(moesd, "dense-s", g))]
     medium = moe_wins = dense_wins = 0

@@ -35,11 +35,14 @@ from specmoe.findings.claims import (
 from specmoe.findings.hybrid import STEP as HYBRID_STEP
 from specmoe.findings.hybrid import hybrid_values
 from specmoe.findings.notes import notes_values
-from specmoe.findings.plan import ENGINES
+from specmoe.findings.plan import ENGINES, SCALES
 from specmoe.findings.predictions import fitted_predictor, study_setup_table, unfitted_table
 from specmoe.findings.real import real_values
+from specmoe.findings.regime import floor_hardware
 from specmoe.findings.results import read_export
 from specmoe.findings.rules import check_rules
+from specmoe.findings.wide import STEP as WIDE_STEP
+from specmoe.findings.wide_doc import left_out, runs_line, wide_values
 from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import get_preset
 
@@ -81,10 +84,12 @@ def _run_values(name: str, rows: list) -> dict[str, str]:
     verdicts = Counter(r.audit_verdict for r in rows)
     units = sorted({c.repeats for c in cells(rows)})
     envs = {(r.env.get("cpu"), r.env.get("torch_threads"), r.env.get("torch")) for r in rows}
+    noisy = [r for r in rows if r.noisy]
     return {
         f"{name}.runs": str(len(rows)),
         f"{name}.pass": str(verdicts.get("pass", 0)),
         f"{name}.fail": str(verdicts.get("fail", 0)),
+        f"{name}.left_out": left_out(noisy, Counter(r.arm for r in noisy)),
         f"{name}.envs": "; ".join(
             f"{cpu}, {threads} thread(s), torch {torch}" for cpu, threads, torch in sorted(envs, key=str)
         ),
@@ -182,19 +187,30 @@ def study_gamma_values(study_csv: Path) -> dict[str, str]:
     return found
 
 
-def sensitivity_values(out: Path, study, family, moesd, predict) -> dict[str, str]:
-    """Every verdict under each variant of its rule (`specmoe.findings.sensitivity`)."""
+def sensitivity_values(out: Path, study, family, moesd, predict, wide, wide_rows) -> dict[str, str]:
+    """Every verdict under each variant of its rule (`specmoe.findings.sensitivity`), the
+    moesd-wide pass's beside the others where it has runs."""
     from specmoe.findings.regime import GATES
-    from specmoe.findings.sensitivity import Inputs, sensitivity_table
+    from specmoe.findings.sensitivity import Inputs, WideInputs, sensitivity_table
+    from specmoe.findings.wide import GATES as WIDE_GATES
+    from specmoe.findings.wide import wide_regime
 
     regimes = {gate: engine_regime(out, ENGINES[0], gate) for gate in GATES}
     amortisation = engine_amortisation(out, ENGINES[0])
+    hardware = floor_hardware(out)
+    wide_inputs = (
+        WideInputs(wide, {gate: wide_regime(wide_rows, gate, hardware) for gate in WIDE_GATES})
+        if wide_rows
+        else None
+    )
     table, moved = sensitivity_table(
-        Inputs(study, family, moesd, _sizes("bench"), regimes, amortisation, predict)
+        Inputs(study, family, moesd, _sizes("bench"), regimes, amortisation, predict), wide_inputs
     )
     found = {"sensitivity.table": table}
     for key, names in moved.items():
         found[f"{key}.depends"] = "depends on: " + ", ".join(names) if names else "stable"
+    for key in ("wide_e", "wide_f"):
+        found.setdefault(f"{key}.depends", "not measured")
     return found
 
 
@@ -236,6 +252,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
         found.update({f"{key}.{name}": value for name, value in verdict.values.items()})
     for name, rows in (("study", study_rows), ("moesd", moesd_rows), ("family", family_rows)):
         found.update(_run_values(name, rows))
+    wide, wide_rows = _step_cells(out, WIDE_STEP)
     every = [*study_rows, *moesd_rows, *family_rows]
     found["noise.runs"] = str(len(every))
     found["noise.noisy"] = str(sum(r.noisy for r in every))
@@ -243,13 +260,14 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found.update(study_audit_values(study_csv))
     found.update(study_gamma_values(study_csv))
     found.update(rule_values())
-    found.update(sensitivity_values(out, study, family, moesd, predict))
-    found["rules.line"] = check_rules(out, allow_change=True)
+    found.update(sensitivity_values(out, study, family, moesd, predict, wide, wide_rows))
+    found["rules.line"] = check_rules(out, allow_change=True, steps=measured_steps(out))
     found.update(notes_values(out, study_rows, moesd_rows, moesd, predict))
     found.update(engines_values(out, _step_cells, _sizes("bench"), family, moesd, predict))
     found.update(_engine_run_values(out))
     found.update(real_values(out.parent / "real"))
     found.update(hybrid_values(*_step_cells(out, HYBRID_STEP)))
+    found.update(wide_values(out, wide, wide_rows, floor_hardware(out)))
     found["elsewhere.table"] = unfitted_table(examples)
     found["elsewhere.study"] = study_setup_table(examples)
     wall = json.loads((out / "wall_time.json").read_text()) if (out / "wall_time.json").is_file() else {}
@@ -267,33 +285,20 @@ def _engine_run_values(out: Path) -> dict[str, str]:
             continue
         key = engine.name.replace("-", "_")
         _, rows = _step_cells(out, engine.study)
-        found[f"{key}.summary"] = _pass_summary(key, rows) if rows else "not measured"
+        found[f"{key}.summary"] = runs_line(rows) if rows else "not measured"
         _, sweep = _step_cells(out, engine.moesd) if engine.moesd else ([], [])
-        found[f"{key}.moesd_summary"] = _pass_summary(key, sweep) if sweep else "not measured"
+        found[f"{key}.moesd_summary"] = runs_line(sweep) if sweep else "not measured"
     return found
 
 
-def _pass_summary(key: str, rows: list) -> str:
-    v = _run_values(key, rows)
-    audit = f"audit {v[f'{key}.pass']} pass / {v[f'{key}.fail']} fail"
-    noisy = f"{sum(r.noisy for r in rows)} flagged noisy"
-    units = f"paired units per cell {v[f'{key}.units']}"
-    return f"{v[f'{key}.runs']} runs, {audit}, {noisy}, {units}, {_threads(rows)}{_load(rows)}"
-
-
-def _load(rows: list) -> str:
-    """The machine's 1-minute load average over the pass's runs, as each run recorded it."""
-    loads = [float(r.measure["load_avg"]) for r in rows if r.measure.get("load_avg") is not None]
-    return f", load average median {statistics.median(loads):.1f} (max {max(loads):.1f})" if loads else ""
-
-
-def _threads(rows: list) -> str:
-    threads = sorted({str(r.env.get("torch_threads")) for r in rows})
-    return f"{'/'.join(threads)} thread(s)"
+def measured_steps(out: Path) -> tuple[str, ...]:
+    """The plan's steps whose exports are in `out`, in the order the plan measures them."""
+    names = dict.fromkeys(step.name for scale in SCALES.values() for step in scale)
+    return tuple(name for name in names if (Path(out) / f"{name}.csv").is_file())
 
 
 def write_document(out: Path, doc: Path, study_csv: Path = STUDY_CSV, rules_changed: bool = False) -> Path:
-    check_rules(out, rules_changed)  # refuses other rules before anything is written
+    check_rules(out, rules_changed, measured_steps(out))  # refuses other rules before anything is written
     found = values(out, study_csv)
     (out / "findings.json").write_text(
         json.dumps(found, indent=1, ensure_ascii=False) + "\n", encoding="utf-8"

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from specmoe.findings.cells import Cell, select
 from specmoe.findings.claims import claim_a, claim_c, claim_d, pct
 from specmoe.findings.regime import Regime
+from specmoe.findings.wide_doc import runs_line
 
 STEP = "study-hybrid"
 NOT_MEASURED = "not measured"
@@ -28,17 +29,19 @@ UNPROFILED = Regime(False, "the hybrid target was not profiled, so its bandwidth
 
 def hybrid_values(study: Sequence[Cell], rows: Sequence, regime: Regime = UNPROFILED) -> dict[str, str]:
     """hybrid.* values for the findings template; "not measured" throughout without a pass."""
-    keys = ("a", "c", "d", "oracle", "state", "runs", "accept")
+    keys = ("a", "c", "d", "d_decided_by", "oracle", "state", "runs", "accept")
     if not rows:
         return {f"hybrid.{key}": NOT_MEASURED for key in keys}
     drafted = select(study, group="B", target="moe")
+    d = claim_d(study, [], regime)
     found = {
         "hybrid.a": claim_a(study).values["verdict"],
         "hybrid.c": claim_c(study, drafted).values["verdict"],
-        "hybrid.d": claim_d(study, [], regime).values["verdict"],
+        "hybrid.d": d.values["verdict"],
+        "hybrid.d_decided_by": d.values["decided_by"],
         "hybrid.oracle": _oracle_line(study),
         "hybrid.state": _state_line(rows),
-        "hybrid.runs": f"{len(rows)} runs, {sum(r.audit_verdict == 'pass' for r in rows)} pass the audit",
+        "hybrid.runs": runs_line(rows),
         "hybrid.accept": _acceptance_line(drafted),
     }
     return found

@@ -9,7 +9,7 @@ changes is stored in each run's config, so the exported rows say what was measur
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specmoe.backends.registry import HF, LLAMACPP, BackendInfo, backend_info
 from specmoe.errors import SpecmoeError
@@ -61,10 +61,15 @@ ENGINES = (
 # ENGINES: its family has no dense target and no profiles, so it gets a findings section of its own
 # (`specmoe.findings.hybrid`) rather than a column of the per-engine table.
 HYBRID = Engine("transformers-hybrid", "transformers float32, hybrid zoo", HF.name, "float32", "study-hybrid")
+# MoESD's claims (e) and (f) where a step is bound by reading weights: the wide-sparsity zoo through
+# transformers, float32 (`specmoe.findings.wide`); a findings section of its own, like the hybrid zoo's.
+WIDE = Engine(
+    "transformers-wide", "transformers float32, wide-sparsity zoo", HF.name, "float32", "moesd-wide"
+)
 
 
 def engine(name: str) -> Engine:
-    found = {e.name: e for e in (*ENGINES, HYBRID)}
+    found = {e.name: e for e in (*ENGINES, HYBRID, WIDE)}
     if name not in found:
         raise SpecmoeError(f"unknown findings engine '{name}'; available: {', '.join(found)}")
     return found[name]
@@ -228,17 +233,40 @@ _STUDY_HYBRID = Step(
     ),
     engine=HYBRID.name,
 )
+# The moesd-wide pass as its suite is written (`suites/moesd-wide.toml` says what it cuts to fit 30
+# minutes on two cores, build included), at one thread: the noise guard would choose two on an idle
+# two-core machine, and the regime the claims are about moves with the threads.
+MOESD_WIDE = Step("moesd-wide", "moesd-wide", engine=WIDE.name, threads=1)
+# Its code path end to end in a couple of minutes, never shipped: B 1-4 at 8 new tokens, every unit kept.
+MOESD_WIDE_SMOKE = replace(
+    MOESD_WIDE,
+    overrides=SuiteOverrides(
+        settings=(("max_new_tokens", 8),),
+        groups=("sweep-B1", "sweep-B2", "sweep-B4", "acceptance-B1"),
+    ),
+)
 _CPU = (
     *_CPU,
     *(study_on_llamacpp(_CPU[1], quant) for quant in ("q8_0", "q4_k_m")),
     _MOESD_LLAMACPP,
     _STUDY_HYBRID,
+    MOESD_WIDE,
 )
 
 _FULL = (Step("moesd", "moesd"), Step("study", "study"), Step("family", "family"))
 _FULL = (*_FULL, *(study_on_llamacpp(_FULL[1], quant) for quant in ("q8_0", "q4_k_m")))
 
 SCALES: dict[str, tuple[Step, ...]] = {"cpu": _CPU, "full": _FULL}
+
+
+# Passes `specmoe findings --pass NAME` measures alone: (the step, its smoke version).
+PASSES: dict[str, tuple[Step, Step]] = {MOESD_WIDE.name: (MOESD_WIDE, MOESD_WIDE_SMOKE)}
+
+
+def pass_step(name: str, smoke: bool = False) -> Step:
+    if name not in PASSES:
+        raise SpecmoeError(f"unknown findings pass '{name}'; available: {', '.join(PASSES)}")
+    return PASSES[name][1 if smoke else 0]
 
 
 def plan(scale: str, engines: tuple[str, ...] = ()) -> tuple[Step, ...]:

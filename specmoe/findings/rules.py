@@ -2,9 +2,11 @@
 were judged under the same rules.
 
 The constants the claims use (`claims.LOW_ACCEPTANCE`, `regime.BANDWIDTH_BOUND`, ...) are read from
-the file here, so a rule changes in one reviewable place, and its hash changes with it. The results
-folder's `rules.json` records the hash the runs were measured under; rendering under another hash
-is refused unless asked for, and the document then prints both.
+the file here, so a rule changes in one reviewable place, and its hash changes with it. Each pass
+records beside its results the rules it is measured under (`rules/<step>.json`, written before its
+first run); a pass measured before records existed has one reconstructed from the commit its runs
+record (`env.git_sha`), or none where that commit had no rules file, and says which. Rendering a pass
+recorded under other rules than the file's is refused unless asked for; the document then says so.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from pathlib import Path
 from specmoe.errors import SpecmoeError
 
 RULES_FILE = "rules.toml"
-RECORD = "rules.json"
 
 
 def rules_text() -> str:
@@ -49,35 +50,71 @@ def _agrees_with_the_code() -> None:
 _agrees_with_the_code()
 
 
-def record_rules(out: Path) -> None:
-    """Write the rules the runs in `out` are measured under (once: the first measurement's)."""
-    path = Path(out) / RECORD
-    if not path.is_file():
-        path.write_text(json.dumps({"hash": rules_hash(), "rules": RULES}, indent=1) + "\n", encoding="utf-8")
+RECORDS = "rules"  # out/rules/<step>.json: the rules each pass was measured under
+MEASURED, RECONSTRUCTED = "recorded when it was measured", "reconstructed"
 
 
-def measured_under(out: Path) -> str | None:
-    path = Path(out) / RECORD
-    return json.loads(path.read_text(encoding="utf-8"))["hash"] if path.is_file() else None
+def record_path(out: Path, step: str) -> Path:
+    return Path(out) / RECORDS / f"{step}.json"
 
 
-def check_rules(out: Path, allow_change: bool) -> str:
-    """The line the document prints about its rules; refuses a mismatch unless `allow_change`."""
-    now, then = rules_hash(), measured_under(out)
-    if then is None:
-        return (
-            f"rules `{now}` (specmoe/findings/rules.toml); the results folder records no rules of its "
-            "own: its runs predate the rules file, and the rule history below says what changed after them"
-        )
-    if then == now:
-        return f"rules `{now}` (specmoe/findings/rules.toml), the rules the runs were measured under"
-    if not allow_change:
+def read_record(out: Path, step: str) -> dict | None:
+    path = record_path(out, step)
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+
+
+def record_rules(out: Path, step: str) -> None:
+    """Write the rules a pass is measured under, beside its results, before its first run; refuse a
+    pass already recorded under other rules (measuring more of it would mix them)."""
+    found, now = read_record(out, step), rules_hash()
+    if found is not None and found["hash"] != now:
         raise SpecmoeError(
-            f"{out / RECORD}: the runs were measured under rules {then}, the rules file is now {now}; "
-            "render with --rules-changed to judge them under the new rules (the document says so), "
-            "or restore the rules"
+            f"{record_path(out, step)}: the {step} pass was measured under rules {found['hash']}, the rules "
+            f"file is now {now}; delete its store, export and record to measure it anew, or restore the rules"
         )
-    return (
-        f"rules `{now}` (specmoe/findings/rules.toml), **changed** since the runs were measured under "
-        f"`{then}` ({RECORD} holds those)"
-    )
+    if found is None:
+        path = record_path(out, step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        record = {"step": step, "hash": now, "how": MEASURED, "rules": RULES}
+        path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+
+
+def _changed_sections(rules: dict | None) -> list[str]:
+    if rules is None:
+        return []
+    return sorted(k for k in set(rules) | set(RULES) if rules.get(k) != RULES.get(k))
+
+
+def _pass_rules(step: str, record: dict | None, now: str) -> str:
+    """What one pass was measured under, as the document says it."""
+    if record is None:
+        return f"{step}: no record"
+    if record["hash"] is None:
+        return f"{step}: no rules file ({record['basis']})"
+    how = record["how"] if record["how"] == MEASURED else record["basis"]
+    if record["hash"] == now:
+        return f"{step}: `{now}`, these rules ({how})"
+    changed = ", ".join(f"[{name}]" for name in _changed_sections(record.get("rules")))
+    return f"{step}: `{record['hash']}` ({how}; the file has changed since in {changed or 'its comments'})"
+
+
+def check_rules(out: Path, allow_change: bool, steps: tuple[str, ...] = ()) -> str:
+    """The document's line on the rules each pass in `steps` was measured under; refuses a pass
+    recorded when it was measured under other rules than the file's unless `allow_change`."""
+    now = rules_hash()
+    records = {step: read_record(out, step) for step in steps}
+    changed = [
+        step for step, r in records.items() if r is not None and r["how"] == MEASURED and r["hash"] != now
+    ]
+    if changed and not allow_change:
+        step = changed[0]
+        raise SpecmoeError(
+            f"{record_path(out, step)}: the {step} pass was measured under rules "
+            f"{records[step]['hash']}, the rules file is now {now}; render with --rules-changed to judge "
+            "it under the new rules (the document says so), or restore the rules"
+        )
+    passes = "; ".join(_pass_rules(step, r, now) for step, r in records.items())
+    line = f"rules `{now}` (specmoe/findings/rules.toml) now; the passes were measured under: {passes}"
+    if changed:
+        line += f". **Judged under changed rules**: {', '.join(changed)} (--rules-changed)"
+    return line

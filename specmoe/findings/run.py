@@ -10,7 +10,18 @@ from pathlib import Path
 
 from specmoe.bench.suite_run import run_suite
 from specmoe.bench.suite_zoo import prepare_zoo
-from specmoe.findings.plan import ENGINE_PROFILES, LLAMACPP_THREADS, PROFILES, Profile, Step, engine, plan
+from specmoe.errors import SpecmoeError
+from specmoe.findings.plan import (
+    ENGINE_PROFILES,
+    LLAMACPP_THREADS,
+    PASSES,
+    PROFILES,
+    Profile,
+    Step,
+    engine,
+    pass_step,
+    plan,
+)
 from specmoe.results.store import export
 from specmoe.suite.load import builtin_suite_path, load_suite
 
@@ -53,14 +64,17 @@ def run_findings(
 ) -> int:
     """Measure the plan's steps (only those of `engines` when named), profile, report, write `doc`."""
     from specmoe.findings.document import write_document
-    from specmoe.findings.rules import check_rules, record_rules
+    from specmoe.findings.rules import record_rules
 
     steps = plan(scale, engines)  # an unknown scale or engine fails before anything runs
-    check_rules(out, allow_change=False)  # measuring more under other rules would mix them
-    record_rules(out)
+    for step in steps:
+        if step.name in PASSES:
+            _check_predicted(out, step.name)
     started = time.perf_counter()
     for step in steps:
         log.info("== %s: suite %s", step.name, step.suite)
+        if not _kept(step, out):
+            record_rules(out, step.name)  # refuses a pass measured under other rules
         run_step(step, out, progress)
     fits = run_profiles(out, engines)
     for step in steps:
@@ -78,6 +92,102 @@ def run_findings(
     write_document(out, doc)
     print(f"\nfindings: {doc} from {out} ({(time.perf_counter() - started) / 60:.1f} min this call)")
     return 0
+
+
+def _kept(step: Step, out: Path) -> bool:
+    """A step whose export ships without its store: `run_step` keeps it and measures nothing."""
+    return (out / f"{step.name}.csv").is_file() and not (out / f"{step.name}.db").is_file()
+
+
+def _check_predicted(out: Path, name: str) -> None:
+    from specmoe.findings.wide_predictions import predictions_path
+
+    if not predictions_path(out, name).is_file() and not (out / f"{name}.csv").is_file():
+        raise SpecmoeError(
+            f"{predictions_path(out, name)} is missing: the {name} pass is measured only after the "
+            f"performance model has predicted it; run `specmoe findings --pass {name} --predict` first "
+            "(and commit the file before measuring)"
+        )
+
+
+SHIPPED = Path(__file__).resolve().parents[2] / "docs" / "results" / "cpu" / "findings"
+
+
+def _smoke_apart(out: Path, smoke: bool) -> None:
+    if smoke and Path(out).resolve() == SHIPPED:
+        raise SpecmoeError(f"{out} holds the shipped findings; a smoke run goes to another --out (and --doc)")
+
+
+def run_pass(name: str, out: Path, doc: Path, smoke: bool = False, progress: bool = True) -> int:
+    """Measure one pass alone (`plan.PASSES`): its zoo, its runs, its report and the findings
+    document, after its predictions and with its rules recorded first; prints the wall time."""
+    from specmoe.bench.suite_zoo import prepare_zoo as build
+    from specmoe.findings.document import write_document
+    from specmoe.findings.rules import record_rules
+
+    step = pass_step(name, smoke)
+    _smoke_apart(out, smoke)
+    started = time.perf_counter()
+    _check_predicted(out, step.name)
+    if not _kept(step, out):
+        record_rules(out, step.name)
+    build(load_suite(builtin_suite_path(step.suite), step.overrides), None, log.info)
+    built = time.perf_counter()
+    run_step(step, out, progress)
+    measured = time.perf_counter()
+    report_step(step, out)
+    reported = time.perf_counter()
+    # Recorded before the document is written, so the document (and a later --render-only) shows it.
+    wall = {"zoo_s": built - started, "measure_s": measured - built, "report_s": reported - measured}
+    add_pass_wall(out, step.name, {**wall, "total_s": reported - started})
+    write_document(out, doc)
+    done = time.perf_counter()
+    print(
+        f"\n{step.name}: {(done - started) / 60:.1f} min wall this call (zoo {wall['zoo_s']:.0f} s, "
+        f"measuring {wall['measure_s'] / 60:.1f} min, report {wall['report_s']:.0f} s, document "
+        f"{done - reported:.0f} s); findings: {doc}"
+    )
+    return 0
+
+
+def predict_pass(name: str, out: Path, hardware_file: Path | None = None, smoke: bool = False) -> int:
+    """The performance model's prediction of every cell of a pass, before it runs: from `hardware_file`
+    or a probe of this machine now (written beside the results), into `<step>-predictions.json`."""
+    from specmoe.findings.wide_doc import predicted_verdicts
+    from specmoe.findings.wide_predictions import (
+        hardware_path,
+        predict_step,
+        predicted,
+        probe_hardware,
+        refuse_after_runs,
+        write_predictions,
+    )
+
+    step = pass_step(name, smoke)
+    _smoke_apart(out, smoke)
+    suite = load_suite(builtin_suite_path(step.suite), step.overrides)
+    out.mkdir(parents=True, exist_ok=True)
+    refuse_after_runs(out, step.name)  # before the probe
+    if hardware_file is None:
+        log.info("probing this machine's read bandwidth and matmul rate (two threads, as `specmoe demo`)")
+        hardware = probe_hardware()
+        hardware_file = hardware_path(out, step.name)
+        hardware_file.write_text(json.dumps(hardware, indent=1) + "\n", encoding="utf-8")
+    else:
+        hardware = json.loads(Path(hardware_file).read_text(encoding="utf-8"))
+    cells = predict_step(suite, hardware, str(hardware_file))
+    verdicts = predicted_verdicts(predicted({"cells": cells}))
+    path = write_predictions(out, step.name, cells, hardware, Path(hardware_file).name, verdicts)
+    print(f"wrote {path} ({len(cells)} SD configurations priced from {Path(hardware_file).name}): {verdicts}")
+    return 0
+
+
+def add_pass_wall(out: Path, name: str, wall: dict[str, float]) -> None:
+    """A pass's wall time per call of `run_pass` (zoo, measuring, report, and their total)."""
+    path = out / f"{name}-wall.json"
+    calls = json.loads(path.read_text(encoding="utf-8"))["calls"] if path.is_file() else []
+    calls.append({k: round(v, 1) for k, v in wall.items()})
+    path.write_text(json.dumps({"calls": calls}, indent=1) + "\n", encoding="utf-8")
 
 
 def _stored(db: Path) -> int:

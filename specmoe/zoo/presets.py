@@ -272,8 +272,33 @@ TRAINED_DEMO = ZooPreset(
     training=TrainingPlan(steps=150, drafts=("draft-xs",)),
 )
 
+
+def _wide_sparsity() -> ZooPreset:
+    """MoESD's sparsity question at one active size (`suites/moesd-wide.toml`): wide's MoE (top-4 of
+    64 experts, K/E = 1/16) beside the same experts, top-4 of 16 (K/E = 1/4), so the active
+    parameters are equal and sparsity moves only the total (about 60 M against 210 M parameters);
+    beside them the dense models of their active size (MLP width K x I) and of the 64-expert MoE's
+    total size (E x I), and wide's one-layer draft."""
+    wide = WIDE.model(MOE)
+    dense = replace(WIDE.model("dense"), intermediate_size=wide.top_k * wide.moe_intermediate_size)
+    total = wide.num_experts * wide.moe_intermediate_size
+    return ZooPreset(
+        name="wide-sparsity",
+        models=(
+            replace(wide, name="moe-e16", num_experts=16),
+            wide,
+            dense,
+            replace(dense, name="dense-total", intermediate_size=total),
+            WIDE.model("draft"),
+        ),
+    )
+
+
+WIDE_SPARSITY = _wide_sparsity()
+
 PRESETS: dict[str, ZooPreset] = {
-    preset.name: preset for preset in (TINY, BENCH, TRAINED, HYBRID, HYBRID_TRAINED, WIDE, TRAINED_DEMO)
+    preset.name: preset
+    for preset in (TINY, BENCH, TRAINED, HYBRID, HYBRID_TRAINED, WIDE, TRAINED_DEMO, WIDE_SPARSITY)
 }
 
 
