@@ -264,7 +264,7 @@ def test_recurrent_models_and_unchecked_hybrids_are_refused_in_one_line(hybrid_z
         SpecmoeError, match=r"is a recurrent model \(architecture 'mamba'\): its state cannot drop"
     ):
         load_model(mamba_gguf(tmp_path / "mamba.gguf"))
-    monkeypatch.setattr("specmoe.backends.llamacpp.ROLLBACK_HYBRIDS", frozenset({"qwen3next"}))
+    monkeypatch.setattr("specmoe.backends.llamacpp_load.ROLLBACK_HYBRIDS", frozenset({"qwen3next"}))
     with pytest.raises(
         SpecmoeError, match=r"hybrid recurrent model \(architecture 'qwen35'\): its rollback .* untested"
     ):
