@@ -15,12 +15,13 @@ Logits are copied out of llama.cpp's output buffer into a float32 torch tensor o
 buffer is overwritten by the next decode), so the engine's acceptance code runs unchanged. With
 GPU offload the weights and KV cache live on the GPU; the logits still arrive on the host.
 
-Decoder-only transformers are accepted, and the hybrids whose recurrent state is rolled back
-through per-sequence checkpoints (`llamacpp_state`: Qwen3.5, Qwen3.5-MoE, Qwen3-Next); then
-`rollback` restores a rejecting row's checkpoint and decodes its kept tokens again, and the time
-it takes is `state_s`. Other hybrids, pure recurrent models (their state cannot drop a suffix),
-encoder-decoder and diffusion models are refused when they load. Router tracing is unsupported
-(`router_trace()` returns None): llama.cpp exposes no hook on its expert selection.
+Decoder-only transformers are accepted, and the hybrids whose recurrent state the backend can roll
+back (`llamacpp_state`: Qwen3.5, Qwen3.5-MoE, Qwen3-Next): through llama.cpp's per-position
+snapshots where it keeps them (`n_rs_seq`: qwen35, qwen35moe) and per-sequence checkpoints and a
+re-decode of the kept tokens where it does not, as `recurrent_rollback` says; the time it takes is
+`state_s`. Other hybrids, pure recurrent models (their state cannot drop a suffix), encoder-decoder
+and diffusion models are refused when they load. Router tracing is unsupported (`router_trace()`
+returns None): llama.cpp exposes no hook on its expert selection.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from specmoe.backends.llamacpp_load import (
     top_k_override,
     vocabulary,
 )
-from specmoe.backends.llamacpp_state import RecurrentCheckpoints
+from specmoe.backends.llamacpp_state import ROLLBACK_METHODS, RecurrentCheckpoints, Snapshots
 from specmoe.errors import SpecmoeError
 
 # Positions per sequence when the model allows more; the KV cache is allocated up front.
@@ -57,6 +58,9 @@ _OUTPUTS_PER_SEQ = 32  # logit rows per sequence and call: covers a verify block
 # accepted round.
 _STEPWISE_WIDTH = 2
 CACHE_TYPES = {"f16": 1, "f32": 0}  # KV cache element type -> ggml_type; f16 is llama.cpp's default
+# Recurrent-state snapshots per row (n_rs_seq): rollbacks of up to this many tokens skip the
+# re-decode. Each costs one more copy of a row's recurrent state (on Qwen3.5-35B-A3B about 60 MiB).
+DEFAULT_SNAPSHOTS = 8
 
 
 def load_llamacpp(
@@ -70,6 +74,8 @@ def load_llamacpp(
     cache_type: str = "f16",
     flash_attn: bool | None = None,
     experts_implementation: str | None = None,
+    recurrent_rollback: str = "auto",
+    recurrent_snapshots: int = DEFAULT_SNAPSHOTS,
     allow_pickle: bool = False,
     trust_remote_code: bool = False,
 ) -> LlamaCppBackend:
@@ -85,6 +91,12 @@ def load_llamacpp(
         automatic choice). llama.cpp's defaults (f16 cache, flash attention on CPU) round keys and
         values to f16; cache_type="f32", flash_attn=False with an f32 GGUF reproduces the hf
         backend's float32 logits to about 1e-6 (docs/llamacpp.md).
+    recurrent_rollback, recurrent_snapshots: how a hybrid's recurrent state is rolled back.
+        "snapshots": llama.cpp keeps the states of each row's last `recurrent_snapshots` positions
+        (`n_rs_seq`) and steps back to one, with checkpoints for the rollbacks they cannot serve;
+        refused where this llama.cpp keeps none for the architecture. "checkpoints": a checkpoint
+        and a re-decode of the kept tokens only. "auto": snapshots where llama.cpp keeps them,
+        checkpoints elsewhere. The backend's `recurrent_rollback` says which runs.
     allow_pickle, trust_remote_code: accepted for the common command line; GGUF has neither.
     """
     path = Path(path).expanduser()
@@ -104,7 +116,16 @@ def load_llamacpp(
         raise SpecmoeError(f"n_threads must be >= 1, got {threads}")
     if cache_type not in CACHE_TYPES:
         raise SpecmoeError(f"unknown cache_type '{cache_type}'; use one of {', '.join(CACHE_TYPES)}")
-    settings = _ContextSettings(threads, n_ctx, CACHE_TYPES[cache_type], flash_attn)
+    if recurrent_rollback not in ROLLBACK_METHODS:
+        raise SpecmoeError(
+            f"unknown recurrent_rollback '{recurrent_rollback}'; use one of {', '.join(ROLLBACK_METHODS)}"
+        )
+    if recurrent_snapshots < 1:
+        raise SpecmoeError(f"recurrent_snapshots must be >= 1, got {recurrent_snapshots}")
+    snapshots = 0 if recurrent_rollback == "checkpoints" else recurrent_snapshots
+    settings = _ContextSettings(
+        threads, n_ctx, CACHE_TYPES[cache_type], flash_attn, recurrent_rollback, snapshots
+    )
     handles = Handles(lib, model)
     try:
         return LlamaCppBackend(handles, path, settings, overrides)
@@ -119,6 +140,8 @@ class _ContextSettings:
     n_ctx: int | None  # positions per sequence; None: min(training context, DEFAULT_CONTEXT)
     cache_type: int  # ggml_type of keys and values
     flash_attn: bool | None  # None: llama.cpp decides
+    rollback: str = "checkpoints"  # the recurrent_rollback option
+    snapshots: int = 0  # recurrent-state snapshots asked for (n_rs_seq; 0: checkpoints only)
 
 
 class LlamaCppBackend(BackendBase):
@@ -145,9 +168,20 @@ class LlamaCppBackend(BackendBase):
         self._capacity = 0  # sequences the current context holds
         self._seq: list[int] = []  # llama.cpp sequence id of each live row
         self._lengths: list[int] = []  # cached tokens of each live row
-        # a hybrid's recurrent state cannot drop a suffix: it is checkpointed instead
-        self._states = RecurrentCheckpoints(lib) if lib.llama_model_is_hybrid(model) else None
         self._new_context(1)
+        # a hybrid's recurrent state cannot drop a suffix: snapshots where llama.cpp keeps them
+        # (it keeps none for some architectures: n_rs_seq reads 0 back), checkpoints besides
+        self._states = None
+        self.recurrent_rollback: str | None = None  # "snapshots" | "checkpoints" | None (no state)
+        if lib.llama_model_is_hybrid(model):
+            kept = int(lib.llama_n_rs_seq(self._handles.ctx))
+            if settings.rollback == "snapshots" and not kept:
+                raise SpecmoeError(
+                    f"this llama.cpp keeps no recurrent-state snapshots (n_rs_seq) for '{arch}' models; "
+                    "load with recurrent_rollback='checkpoints' or 'auto'"
+                )
+            self._states = RecurrentCheckpoints(lib, Snapshots(kept) if kept else None)
+            self.recurrent_rollback = self._states.method
 
     # -- protocol -------------------------------------------------------------------------------
     def prefill(self, prompts: Sequence[Sequence[int]]) -> None:
@@ -172,7 +206,8 @@ class LlamaCppBackend(BackendBase):
             with self._states.timed():
                 self._states.reserve(self._handles.ctx, self._seq, self._lengths, t)
         rows = tokens.tolist()
-        if 1 < t <= _STEPWISE_WIDTH:
+        # stepwise decoding would leave snapshots of the last step only: one decode instead
+        if 1 < t <= _STEPWISE_WIDTH and self.recurrent_rollback != "snapshots":
             return torch.cat([self._logits([[row[j]] for row in rows]) for j in range(t)], 1)
         return self._logits(rows)
 
@@ -241,6 +276,8 @@ class LlamaCppBackend(BackendBase):
         if self.settings.flash_attn is not None:
             params.flash_attn_type = int(self.settings.flash_attn)  # LLAMA_FLASH_ATTN_TYPE_DISABLED/ENABLED
         params.no_perf = True
+        if lib.llama_model_is_hybrid(self._model):
+            params.n_rs_seq = self.settings.snapshots  # llama.cpp reads back 0 where it keeps none
         self._handles.free_context()
         ctx = lib.llama_init_from_model(self._model, params)
         if not ctx:
