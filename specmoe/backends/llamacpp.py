@@ -22,6 +22,11 @@ re-decode of the kept tokens where it does not, as `recurrent_rollback` says; th
 `state_s`. Other hybrids, pure recurrent models (their state cannot drop a suffix), encoder-decoder
 and diffusion models are refused when they load. Router tracing is unsupported (`router_trace()`
 returns None): llama.cpp exposes no hook on its expert selection.
+
+Hidden states (`HiddenAccess.FINAL`, for an MTP drafter): on the hybrids above llama.cpp's graph
+keeps the trunk's final normed hidden state of every decoded position (`h_nextn`), which
+`capture_hidden` turns on and `hidden()` hands back ([B, t, 1, H]); `mtp_context()` opens the MTP
+draft context on the same model (`llamacpp_mtp`).
 """
 
 from __future__ import annotations
@@ -34,9 +39,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specmoe.backends.base import BackendBase
+from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
 from specmoe.backends.llamacpp_load import (
     Handles,
+    gguf_metadata,
     gpu_layers,
     llama_lib,
     load_model_pointer,
@@ -45,6 +51,7 @@ from specmoe.backends.llamacpp_load import (
     top_k_override,
     vocabulary,
 )
+from specmoe.backends.llamacpp_mtp import NEXTN_ARCHITECTURES, MtpContext, nextn_api
 from specmoe.backends.llamacpp_state import ROLLBACK_METHODS, RecurrentCheckpoints, Snapshots
 from specmoe.errors import SpecmoeError
 
@@ -163,11 +170,18 @@ class LlamaCppBackend(BackendBase):
         vocab = lib.llama_model_get_vocab(model)
         self.vocab_size, self.eos_token_ids, self.vocab_digest = vocabulary(lib, vocab)
         self.num_layers = int(lib.llama_model_n_layer(model))
+        self._width = int(lib.llama_model_n_embd(model))  # H
         trained = lib.llama_model_n_ctx_train(model)
         self.max_context = int(settings.n_ctx or min(trained, DEFAULT_CONTEXT))
         self._capacity = 0  # sequences the current context holds
         self._seq: list[int] = []  # llama.cpp sequence id of each live row
         self._lengths: list[int] = []  # cached tokens of each live row
+        self._nextn = nextn_api(lib) if arch in NEXTN_ARCHITECTURES else None
+        self.hidden_access = HiddenAccess.FINAL if self._nextn is not None else HiddenAccess.NONE
+        self._capturing = False  # h_nextn asked for (`capture_hidden`)
+        self._captured: list[np.ndarray] | None = None  # [n, H] per decode of this prefill / forward
+        self._hidden: torch.Tensor | None = None
+        self._mtp: MtpContext | None = None
         self._new_context(1)
         # a hybrid's recurrent state cannot drop a suffix: snapshots where llama.cpp keeps them
         # (it keeps none for some architectures: n_rs_seq reads 0 back), checkpoints besides
@@ -193,7 +207,11 @@ class LlamaCppBackend(BackendBase):
         self._lengths = [0] * len(prompts)
         if self._states is not None:
             self._states.clear()
+        self._captured = [] if self._capturing else None
         self._feed([(row, token) for row, prompt in enumerate(prompts) for token in prompt])
+        if self._captured is not None:
+            self._hidden = _right_aligned(self._captured, [len(p) for p in prompts], self._width)
+            self._captured = None
         if self._states is not None:
             with self._states.timed():
                 self._states.begin(self._handles.ctx, self._seq, self._lengths)
@@ -206,10 +224,59 @@ class LlamaCppBackend(BackendBase):
             with self._states.timed():
                 self._states.reserve(self._handles.ctx, self._seq, self._lengths, t)
         rows = tokens.tolist()
+        self._captured = [] if self._capturing else None
         # stepwise decoding would leave snapshots of the last step only: one decode instead
         if 1 < t <= _STEPWISE_WIDTH and self.recurrent_rollback != "snapshots":
-            return torch.cat([self._logits([[row[j]] for row in rows]) for j in range(t)], 1)
-        return self._logits(rows)
+            logits = torch.cat([self._logits([[row[j]] for row in rows]) for j in range(t)], 1)
+            steps = [torch.from_numpy(h) for h in self._captured or []]  # t x [B, H]
+            hidden = torch.stack(steps, 1) if steps else None  # [B, t, H]
+        else:
+            logits = self._logits(rows)
+            hidden = None if not self._captured else torch.from_numpy(np.concatenate(self._captured))
+        if hidden is not None:
+            self._hidden = hidden.view(batch, t, 1, self._width)  # [B, t, K = 1, H]
+        self._captured = None
+        return logits
+
+    def capture_hidden(self, layers: tuple[int, ...]) -> None:
+        check_hidden_layers(self, layers)
+        self._capturing = bool(layers)
+        if self._nextn is not None:
+            self._nextn.set(self._handles.ctx, self._capturing, False)  # every position, not just outputs
+
+    def hidden(self) -> torch.Tensor:
+        """The trunk's final normed hidden states (h_nextn) of the last prefill or forward."""
+        if self._hidden is None:
+            raise RuntimeError(f"backend '{self.name}' captured no hidden states")  # a bug: asked first
+        return self._hidden
+
+    def mtp_context(self) -> MtpContext:
+        """An MTP draft context on this model (`llamacpp_mtp`), refused in one line where the file has
+        no MTP layer or this llama.cpp cannot run one; freed with the model."""
+        lib, arch = self._lib, model_metadata(self._lib, self._model, "general.architecture")
+        if not lib.llama_model_n_layer_nextn(self._model):
+            raise SpecmoeError(
+                f"'{self.path}' has no MTP layer ({arch}.nextn_predict_layers is 0); export a checkpoint "
+                "that has one (mtp.* tensors) with `specmoe zoo export-gguf`, or pick another draft"
+            )
+        if not gguf_metadata(self.path, "{arch}.nextn_predict_layers"):  # how the loader chose load_mtp
+            raise SpecmoeError(
+                f"'{self.path}' was loaded without its MTP layer: reading that it has one needs the gguf "
+                "package; install the llamacpp extra (pip install -c constraints.txt -e '.[llamacpp]')"
+            )
+        if self._nextn is None:
+            version = getattr(lib, "__version__", "?")
+            raise SpecmoeError(
+                f"this llama-cpp-python ({version}) cannot draft with the MTP layer of '{arch}' models: its "
+                "libllama lacks llama_set_embeddings_nextn or the architecture's MTP graph; use "
+                "llama-cpp-python 0.3.36 or the transformers backend"
+            )
+        if self._mtp is None:
+            self._mtp = MtpContext(
+                lib, self._nextn, self._model, self.settings, self.max_context, self.vocab_size
+            )
+            self._handles.dependents.append(self._mtp)
+        return self._mtp
 
     def _logits(self, rows: list[list[int]]) -> torch.Tensor:
         """Decode a rectangular block (one list of token ids per live row); logits [B, t, V]."""
@@ -284,6 +351,8 @@ class LlamaCppBackend(BackendBase):
             reason = log_lines[-1] if log_lines else "no reason given"
             raise SpecmoeError(f"llama.cpp could not create a context for '{self.path}': {reason}")
         self._handles.ctx = ctx
+        if self._nextn is not None:
+            self._nextn.set(ctx, self._capturing, False)
         self._handles.batch = batch = lib.llama_batch_init(_BATCH_TOKENS, 0, 1)
         self._outputs_max = params.n_outputs_max
         self._capacity = capacity
@@ -329,7 +398,22 @@ class LlamaCppBackend(BackendBase):
         self._lengths = lengths
         if self._states is not None:
             self._states.record(entries)
+        if self._captured is not None:
+            self._captured.append(self._nextn.rows(self._handles.ctx, n, self._width))  # [n, H]
         if not outputs:
             return None
         pointer = self._lib.llama_get_logits(self._handles.ctx)
         return np.ctypeslib.as_array(pointer, shape=(n, self.vocab_size)).copy()  # [n, V]
+
+
+def _right_aligned(chunks: list[np.ndarray], lengths: list[int], width: int) -> torch.Tensor:
+    """Prefill's h_nextn rows (row-major over the prompts, [sum n_i, H] in decode chunks) as
+    [B, W, 1, H], row i's n_i positions at W - n_i .. W - 1 and zeros before them."""
+    rows = np.concatenate(chunks) if chunks else np.zeros((0, width), np.float32)
+    out = np.zeros((len(lengths), max(lengths, default=0), 1, width), np.float32)
+    start = 0
+    for i, n in enumerate(lengths):
+        if n:
+            out[i, out.shape[1] - n :, 0] = rows[start : start + n]
+        start += n
+    return torch.from_numpy(out)

@@ -2,6 +2,10 @@
 once with its log kept; the checks a file passes before llama.cpp reads it; the model pointer, with
 every way a load can fail turned into one line; what a loaded model is (its metadata, vocabulary,
 whether the backend can roll its cache back); and the handles freed when their owner goes.
+
+A GGUF file with a multi-token-prediction layer (`{arch}.nextn_predict_layers` > 0, `specmoe.zoo.
+gguf_mtp`) loads it too (`load_mtp`): one more decoder layer's weights, which only an MTP draft
+context runs (`llamacpp_mtp`); the trunk's graph and KV cache leave it out.
 """
 
 from __future__ import annotations
@@ -94,6 +98,7 @@ def load_model_pointer(path: Path, vocab_only: bool = False, n_gpu_layers: int =
     params = lib.llama_model_default_params()
     params.vocab_only = vocab_only
     params.n_gpu_layers = n_gpu_layers
+    params.load_mtp = not vocab_only and bool(gguf_metadata(path, "{arch}.nextn_predict_layers"))
     if overrides is not None:
         params.kv_overrides = overrides
     log_lines.clear()
@@ -230,10 +235,12 @@ def vocabulary(lib, vocab) -> tuple[int, frozenset[int], str]:
 
 
 class Handles:
-    """The llama.cpp objects a backend or tokenizer owns, freed once when their owner is collected."""
+    """The llama.cpp objects a backend or tokenizer owns, freed once when their owner is collected;
+    `dependents` (objects with a `free()`: an MTP draft context on the same model) go first."""
 
     def __init__(self, lib, model) -> None:
         self.lib, self.model, self.ctx, self.batch = lib, model, None, None
+        self.dependents: list = []
 
     def free_context(self) -> None:
         if self.batch is not None:
@@ -243,6 +250,9 @@ class Handles:
         self.ctx = self.batch = None
 
     def free(self) -> None:
+        for dependent in self.dependents:
+            dependent.free()
+        self.dependents = []
         self.free_context()
         if self.model is not None:
             self.lib.llama_model_free(self.model)
