@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hybrid_models import add_mtp
 from safetensors.torch import load_file, save_file
 from test_gguf import field, read, require, tensors
@@ -79,6 +80,14 @@ def _truncate(weights, config):
     ].clone()
 
 
+def _fused_experts(weights, config):
+    prefix = "mtp.layers.0.mlp.experts."
+    gate = [weights.pop(k) for k in sorted(k for k in weights if k.startswith(prefix) and "gate_proj" in k)]
+    for key in [k for k in weights if k.startswith(prefix)]:
+        weights.pop(key)
+    weights[prefix + "gate_up_proj"] = torch.stack(gate)
+
+
 def _second_layer(weights, config):
     config["mtp_num_hidden_layers"] = 2
     for key in [k for k in weights if k.startswith("mtp.layers.0.")]:
@@ -95,12 +104,13 @@ def _second_layer(weights, config):
             r"holds MTP layers \[\] but its config says mtp_num_hidden_layers = 1",
         ),
         (_second_layer, "has 2 MTP layers; llama.cpp's Qwen3.5 MTP graph runs 1"),
+        (_fused_experts, "GGUF export does not map: mtp.layers.0.mlp.experts.gate_up_proj"),
         (
             lambda w, c: w.update({"mtp.layers.0.extra.weight": w["mtp.norm.weight"].clone()}),
             "GGUF export does not map: mtp.layers.0.extra.weight",
         ),
     ],
-    ids=["truncated", "no-fc", "config-without-tensors", "two-layers", "unknown-tensor"],
+    ids=["truncated", "no-fc", "config-without-tensors", "two-layers", "fused-experts", "unknown-tensor"],
 )
 def test_a_broken_mtp_module_is_refused_in_one_line_and_writes_nothing(
     random_head, tmp_path, change, message

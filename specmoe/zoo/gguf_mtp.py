@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from specmoe.errors import SpecmoeError
+from specmoe.zoo.gguf_names import EXPERT_TENSORS
 
 PREFIX = "mtp."
 # HF name after "mtp." -> GGUF name after "blk.{L}.nextn."; every one is needed by llama.cpp's graph
@@ -127,9 +128,19 @@ def unmapped(keys: Collection[str], layer_names: Collection[str]) -> list[str]:
         for k in keys
         if k.startswith(PREFIX)
         and k not in known
-        and not (
-            k.startswith(PREFIX + "layers.0.") and (_layer_suffix(k) in layer_names or ".mlp.experts." in k)
-        )
+        and not (k.startswith(PREFIX + "layers.0.") and (_layer_suffix(k) in layer_names or _expert(k)))
+    )
+
+
+def _expert(key: str) -> bool:
+    """One routed expert's projection, as the trunk stores them (`mlp.experts.{e}.gate_proj.weight`);
+    a fused layout (`mlp.experts.gate_up_proj`) is not one, so the export names it and stops."""
+    parts = key.split(".")
+    return (
+        len(parts) == 8
+        and parts[3:5] == ["mlp", "experts"]
+        and parts[5].isdigit()
+        and parts[6] in EXPERT_TENSORS
     )
 
 
