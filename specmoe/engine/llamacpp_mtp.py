@@ -25,8 +25,8 @@ entries m..n-1 wait (`pending`: their hidden states, h_{m-1}..h_{n-2}). A round:
   away and drops the rejected part; feeding the kept part with the next first step gives the same
   cache with one decode fewer per round.
 
-An MTP head drafts by itself only with the target's hidden states; it has no recurrent state, so
-its rollback is `llama_memory_seq_rm` on its own KV cache (`state_s`: the seconds that takes).
+The MTP layer keeps no recurrent state, only that KV cache, so its rollback is one
+`llama_memory_seq_rm` per row (`state_s`: the seconds it takes), whichever way the target rolls back.
 """
 
 from __future__ import annotations
