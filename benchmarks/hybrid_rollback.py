@@ -5,10 +5,14 @@ batch each, the same prompts in both arms), and every SD round's time splits int
 state rollback and bookkeeping (`engine.records.RoundRecord`). The state part splits further into
 copying states and recomputing them for rows that rejected drafts: in transformers, replaying the
 linear layers (`backends.hf_recurrent`); through llama.cpp (`--gguf TYPE`, the zoo's GGUF export,
-one thread), decoding the kept tokens again through the whole model (`backends.llamacpp_state`).
+one thread), stepping back to llama.cpp's per-position snapshots where they cover the rollback or
+decoding the kept tokens again through the whole model (`backends.llamacpp_state`; `--rollback`
+picks, and each cell records which ran and how many row rollbacks each way served). `--drafts mtp`
+drafts with the target's own MTP layer through llama.cpp (a GGUF target that has one).
 
     python benchmarks/hybrid_rollback.py --out docs/results/cpu/hybrid/rollback.json
     python benchmarks/hybrid_rollback.py --gguf q8_0 --out docs/results/cpu/hybrid/llamacpp-q8_0.json
+    python benchmarks/hybrid_rollback.py --gguf q8_0 --rollback snapshots --out ...
 
 Not part of the package: it measures it. The shares are of this CPU and of transformers' PyTorch
 fallback of the gated delta rule (no flash-linear-attention kernels on a CPU).
@@ -46,6 +50,12 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--gguf", help="run the zoo's GGUF export of this type through llama.cpp")
+    parser.add_argument(
+        "--rollback",
+        default="checkpoints",
+        choices=["auto", "snapshots", "checkpoints"],
+        help="llama.cpp's recurrent rollback (the backend's recurrent_rollback); default: checkpoints",
+    )
     parser.add_argument("--plot-only", action="store_true", help="redraw the figure from --out's JSON")
     args = parser.parse_args()
     if args.plot_only:
@@ -58,7 +68,7 @@ def main() -> None:
     target = _load(zoo, "moe", args)
     cells = []
     for draft_name in args.drafts:
-        draft = _load(zoo, draft_name, args)
+        draft = None if draft_name == "mtp" else _load(zoo, draft_name, args)
         for gamma in args.gammas:
             for batch in args.batches:
                 cells.append(measure(target, draft, draft_name, prompts, gamma, batch, args))
@@ -66,6 +76,7 @@ def main() -> None:
     record = {
         "environment": {k: v for k, v in environment().items() if k != "git_sha"},
         "engine": f"llama.cpp {args.gguf}" if args.gguf else f"transformers {args.dtype}",
+        "rollback": args.rollback if args.gguf else None,
         "dtype": args.dtype,
         "tokens": args.tokens,
         "repeats": args.repeats,
@@ -80,7 +91,7 @@ def _load(zoo: Path, name: str, args):
     if args.gguf:
         from specmoe.zoo.gguf import zoo_gguf
 
-        return load_model(zoo_gguf(zoo, name, args.gguf), n_threads=1)
+        return load_model(zoo_gguf(zoo, name, args.gguf), n_threads=1, recurrent_rollback=args.rollback)
     return load_model(zoo / name, dtype=args.dtype)
 
 
@@ -120,8 +131,14 @@ def plot(record: dict, path: Path) -> None:
 
 def measure(target, draft, draft_name: str, prompts, gamma: int, batch: int, args) -> dict:
     config = DecodeConfig(max_new_tokens=args.tokens, gamma=gamma, ignore_eos=True)
-    drafter = ModelDrafter(draft)
+    if draft is None:  # the target's own MTP layer, through llama.cpp
+        from specmoe.engine.llamacpp_mtp import llamacpp_mtp_drafter
+
+        drafter = llamacpp_mtp_drafter(target)
+    else:
+        drafter = ModelDrafter(draft)
     decode(target, prompts[:batch], config, drafter)  # warm-up, untimed
+    served = _served(target, draft)
     plain_tps, sd_tps, parts, copies, readvances, counts = [], [], [], [], [], []
     for unit in range(args.repeats):
         chosen = [prompts[(unit * batch + i) % len(prompts)] for i in range(batch)]
@@ -160,7 +177,22 @@ def measure(target, draft, draft_name: str, prompts, gamma: int, batch: int, arg
         "state_ms_per_round": 1000 * total["state"] / rounds,
         "state_in_plain_steps": total["state"] / rounds / plain_step,
         "state_copy_share": sum(copies) / max(sum(copies) + sum(readvances), 1e-12),
+        "rollback": {
+            "target": getattr(target, "recurrent_rollback", None),
+            "draft": getattr(draft, "recurrent_rollback", None),
+            # row rollbacks since the warm-up: (by snapshot, by checkpoint), target then draft
+            "served": [
+                [b - a for a, b in zip(x, y, strict=True)]
+                for x, y in zip(served, _served(target, draft), strict=True)
+            ],
+        },
     }
+
+
+def _served(target, draft) -> list[list[int]]:
+    """Row rollbacks so far [by snapshot, by checkpoint] of each llama.cpp hybrid (target, draft)."""
+    states = [getattr(model, "_states", None) for model in (target, draft)]
+    return [[0, 0] if s is None else [s.by_snapshot, s.by_checkpoint] for s in states]
 
 
 def _rollback_split(target, draft) -> tuple[float, float]:
@@ -186,6 +218,7 @@ def row_text(cell: dict) -> str:
         f"draft {shares['draft']:.0%} verify {shares['verify']:.0%} state {shares['state']:.0%} "
         f"overhead {shares['overhead']:.0%}  state {cell['state_ms_per_round']:.2f} ms/round = "
         f"{cell['state_in_plain_steps']:.2f} plain steps, {cell['state_copy_share']:.0%} of it copying"
+        + (f"  rollback {cell['rollback']}" if "rollback" in cell else "")
     )
 
 

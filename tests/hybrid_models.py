@@ -123,3 +123,101 @@ def dense_twin(moe_dir: Path, out: Path) -> Path:
     }
     save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
     return out
+
+
+# --- a hybrid zoo MoE with an MTP module (the GGUF export and llama.cpp's MTP drafting) -----------
+
+_LAYER_OUTPUTS = ("self_attn.o_proj.", "linear_attn.out_proj.", "down_proj.")  # what a layer adds
+
+
+def add_mtp(moe_dir: Path, out: Path, seed: int = 0, agree: float | None = None) -> Path:
+    """The zoo MoE with an MTP module in Qwen3.5's layout (`mtp.*`, config `mtp_num_hidden_layers:
+    1`): its decoder layer shaped like the model's last full-attention layer, each matrix drawn
+    with its twin's spread, `fc` [H, 2H] likewise, norms N(0, 0.1) around the zero-centred 0 (so an
+    export that mishandles a norm's offset shows).
+
+    agree: None for that random head. A number s makes a head that agrees with its target part of
+    the time: `fc` becomes [I | 0] + s x the random one, so the head mostly reads the next token's
+    embedding (a bigram through the LM head), the MTP layer's outputs are scaled by s, and so are
+    every trunk layer's (attention, linear attention, MLP), so the target leans on its embeddings
+    too. s = 0.3 accepts about 40% of the proposals at gamma 3."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(moe_dir, out)
+    config = json.loads((out / "config.json").read_text())
+    config["mtp_num_hidden_layers"] = 1
+    (out / "config.json").write_text(json.dumps(config, indent=1))
+    weights = load_file(out / "model.safetensors")
+    hidden = config["hidden_size"]
+    twin = f"model.layers.{config['layer_types'].index('full_attention')}."
+    generator = torch.Generator().manual_seed(seed)
+
+    def like(tensor: torch.Tensor, shape=None) -> torch.Tensor:
+        shape = tensor.shape if shape is None else shape
+        spread = 0.1 if len(shape) == 1 else tensor.float().std().item()
+        return spread * torch.randn(shape, generator=generator)
+
+    mtp = {"mtp.layers.0." + k[len(twin) :]: like(v) for k, v in weights.items() if k.startswith(twin)}
+    mtp["mtp.fc.weight"] = like(weights[twin + "self_attn.o_proj.weight"], (hidden, 2 * hidden))
+    for name in ("pre_fc_norm_embedding", "pre_fc_norm_hidden", "norm"):
+        mtp[f"mtp.{name}.weight"] = like(weights["model.norm.weight"])
+    if agree is not None:
+        for key in [k for k in (*weights, *mtp) if any(o in k for o in _LAYER_OUTPUTS)]:
+            source = mtp if key in mtp else weights
+            source[key] = source[key] * agree
+        echo = torch.cat([torch.eye(hidden), torch.zeros(hidden, hidden)], 1)
+        mtp["mtp.fc.weight"] = echo + agree * mtp["mtp.fc.weight"]
+    dtype = weights["model.norm.weight"].dtype
+    weights |= {k: v.to(dtype) for k, v in mtp.items()}
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    return out
+
+
+def reference_mtp(
+    model_dir: Path, tokens: list[int], hidden: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a Qwen3.5-MoE MTP module computes, in float32 from its checkpoint, for entries at
+    positions 0..n-1: token x_p and hidden state h (hidden [n, H], the target's final normed hidden
+    state of the position before). Returns (logits [n, V], the MTP's final normed hidden [n, H]).
+
+    fc over [norm_e(embedding(x)), norm_h(h)], transformers' own Qwen3.5-MoE decoder layer (full
+    attention, causal over the n entries, the routed and shared experts), the MTP's norm and the
+    target's LM head; every norm scales by (1 + weight), as Qwen3.5's do."""
+    import transformers as tf
+    from safetensors.torch import load_file
+    from transformers.models.qwen3_5_moe import modeling_qwen3_5_moe as qwen
+
+    config = tf.AutoConfig.from_pretrained(model_dir)
+    config._attn_implementation = "eager"
+    weights = {k: v.float() for k, v in load_file(model_dir / "model.safetensors").items()}
+    layer = qwen.Qwen3_5MoeDecoderLayer(config, config.layer_types.index("full_attention")).float()
+    prefix, experts = "mtp.layers.0.", range(config.num_experts)
+
+    def expert(e: int, proj: str) -> torch.Tensor:
+        return weights[f"{prefix}mlp.experts.{e}.{proj}_proj.weight"]
+
+    state = {k[len(prefix) :]: v for k, v in weights.items() if k.startswith(prefix) and ".experts." not in k}
+    state["mlp.experts.gate_up_proj"] = torch.stack(
+        [torch.cat([expert(e, "gate"), expert(e, "up")]) for e in experts]
+    )
+    state["mlp.experts.down_proj"] = torch.stack([expert(e, "down") for e in experts])
+    layer.load_state_dict(state, strict=True)
+
+    def norm(x: torch.Tensor, name: str) -> torch.Tensor:
+        scale = 1 + weights[f"mtp.{name}.weight"]
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + config.rms_norm_eps) * scale
+
+    embedded = weights["model.embed_tokens.weight"][torch.tensor(tokens)]  # [n, H]
+    both = torch.cat(
+        [norm(embedded, "pre_fc_norm_embedding"), norm(hidden.float(), "pre_fc_norm_hidden")], -1
+    )
+    x = (both @ weights["mtp.fc.weight"].T)[None]  # [1, n, H]
+    n = len(tokens)
+    positions = torch.arange(n)[None]  # [1, n]
+    rotary = qwen.Qwen3_5MoeTextRotaryEmbedding(config)(x, positions[None].expand(3, 1, n))
+    causal = torch.full((n, n), float("-inf")).triu(1)[None, None]
+    with torch.no_grad():
+        out = norm(
+            layer(x, position_embeddings=rotary, attention_mask=causal, position_ids=positions)[0], "norm"
+        )
+    return out @ weights["lm_head.weight"].T, out

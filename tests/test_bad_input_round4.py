@@ -382,7 +382,7 @@ def test_hostile_input_is_refused_in_one_line(setting, name, capsys, monkeypatch
     if name in NEEDS_LLAMACPP:
         if not installed("llama_cpp"):
             pytest.skip("the llamacpp extra is not installed")
-        from specmoe.backends.llamacpp import llama_lib
+        from specmoe.backends.llamacpp_load import llama_lib
 
         if name == "suite-gguf-device-cuda" and llama_lib().llama_supports_gpu_offload():
             pytest.skip("this llama-cpp-python has a GPU backend")

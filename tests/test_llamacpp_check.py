@@ -38,9 +38,9 @@ def _dying_child(folder: Path, signal_name: str = "SIGILL") -> Path:
 @pytest.fixture()
 def crashing_build(tmp_path, monkeypatch):
     """This process's llama.cpp as if not yet used, and a self-test child that dies by SIGILL."""
-    from specmoe.backends import llamacpp
+    from specmoe.backends import llamacpp_load
 
-    monkeypatch.setattr(llamacpp, "_lib", None)
+    monkeypatch.setattr(llamacpp_load, "_lib", None)
     monkeypatch.setattr(llamacpp_check, "_verdict", None)
     monkeypatch.setattr(llamacpp_check, "PROBE", _dying_child(tmp_path))
     monkeypatch.delenv(llamacpp_check.SKIP_VARIABLE, raising=False)

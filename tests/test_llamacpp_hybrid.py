@@ -1,6 +1,7 @@
 """Hybrid models (Qwen3.5: gated-DeltaNet linear attention beside attention) through llama.cpp: the
-GGUF export computes transformers' model, and SD rolls the recurrent state back exactly
-(checkpoint, restore, decode the kept tokens again), with a negative control.
+GGUF export computes transformers' model, and SD rolls the recurrent state back exactly, both ways
+(`recurrent_rollback`): checkpoint, restore, decode the kept tokens again; and llama.cpp's
+per-position snapshots where they cover the rollback, with negative controls.
 
 Needs the `llamacpp` extra (skips without it, fails under CI). The models are the random `hybrid`
 zoo's (built in about a second): its MoE (llama.cpp's qwen35moe) and draft-xs (qwen35), and, for a
@@ -138,15 +139,17 @@ def test_f32_qwen3_next_gguf_reproduces_transformers_float32_logits(next_pair):
 # --- rollback ---------------------------------------------------------------------------------------
 
 
-def exact(hybrid_zoo, name: str):
+def exact(hybrid_zoo, name: str, **options):
     """An f32 GGUF with an f32 KV cache and no flash attention: block and step decodes then agree
     to float32 rounding, so a rolled-back row can be compared with a fresh one closely."""
     require("llama_cpp")
-    return llama(zoo_gguf(hybrid_zoo, name, "f32"), cache_type="f32", flash_attn=False)
+    return llama(zoo_gguf(hybrid_zoo, name, "f32"), cache_type="f32", flash_attn=False, **options)
 
 
-def test_rollback_restores_and_redecodes_each_row_to_its_kept_length(hybrid_zoo):
-    model = exact(hybrid_zoo, "moe")
+@pytest.mark.parametrize("rollback", ["checkpoints", "snapshots"])
+def test_rollback_restores_and_redecodes_each_row_to_its_kept_length(hybrid_zoo, rollback):
+    """Row 0 drops two of a 3-token block (a snapshot covers it), row 1 all three (none does)."""
+    model = exact(hybrid_zoo, "moe", recurrent_rollback=rollback)
     model.prefill([PROMPTS[0], PROMPTS[2]])  # 7 and 1 tokens: the second row starts with no state
     model.forward(torch.tensor([[1, 2, 3], [4, 5, 6]]))
     model.rollback([8, 1])  # row 0 keeps one of its three new tokens, row 1 none
@@ -156,28 +159,69 @@ def test_rollback_restores_and_redecodes_each_row_to_its_kept_length(hybrid_zoo)
     fresh.prefill([PROMPTS[0] + [1], PROMPTS[2]])
     assert torch.allclose(after, fresh.forward(torch.tensor([[9, 10], [11, 12]])), atol=1e-4)
     assert model.state_s > 0
+    states = model._states
+    assert (states.by_snapshot, states.by_checkpoint) == ((1, 1) if rollback == "snapshots" else (0, 2))
 
 
-def test_a_long_run_without_rollback_moves_the_checkpoint(hybrid_zoo):
-    model = exact(hybrid_zoo, "draft-xs")
+@pytest.mark.parametrize("rollback", ["checkpoints", "snapshots"])
+def test_a_long_run_without_rollback_then_a_rollback_is_exact(hybrid_zoo, rollback):
+    """With checkpoints alone, plain decoding moves the checkpoint once its log passes the capacity;
+    with snapshots it moves only in a rollback, and a rollback across 1-token decodes falls back."""
+    model = exact(hybrid_zoo, "draft-xs", recurrent_rollback=rollback)
     model.prefill([PROMPTS[1]])
     steps = LOG_CAPACITY + 5
-    for token in range(steps):  # plain decoding: the log passes its capacity once
+    for token in range(steps):  # plain decoding
         model.forward(torch.tensor([[token % 50 + 1]]))
-    assert model._states.logged() == [steps - LOG_CAPACITY]  # moved once, after LOG_CAPACITY tokens
-    model.rollback([len(PROMPTS[1]) + steps - 3])  # back three tokens: restores the moved checkpoint
+    moved = rollback == "checkpoints"  # once, after LOG_CAPACITY tokens
+    assert model._states.logged() == [steps - LOG_CAPACITY if moved else steps]
+    model.rollback([len(PROMPTS[1]) + steps - 3])  # back three tokens: restores the checkpoint
     again = model.forward(torch.tensor([[7]]))
     fresh = exact(hybrid_zoo, "draft-xs")
     fresh.prefill([PROMPTS[1] + [t % 50 + 1 for t in range(steps - 3)]])
     assert torch.allclose(again, fresh.forward(torch.tensor([[7]])), atol=1e-4)
+    assert model._states.by_checkpoint == 1
+
+
+def test_snapshots_serve_only_the_rollbacks_they_cover(hybrid_zoo):
+    """llama.cpp keeps the state after each of a decode's last positions but not before its first,
+    and does not check: asked to drop the one token of a 1-token decode it says yes and the next
+    logits are wrong (the negative control). The backend asks only for what is covered."""
+    fresh = exact(hybrid_zoo, "moe", recurrent_rollback="checkpoints")
+    fresh.prefill([PROMPTS[0]])
+    want = fresh.forward(torch.tensor([[5, 6]]))  # [1, 2, V] after the prompt alone
+    model = exact(hybrid_zoo, "moe", recurrent_rollback="snapshots")
+    model.prefill([PROMPTS[0]])
+    model.forward(torch.tensor([[1]]))
+    assert model._lib.llama_memory_seq_rm(model._memory(), 0, len(PROMPTS[0]), -1)  # llama.cpp: yes
+    model._lengths = [len(PROMPTS[0])]
+    assert not torch.allclose(model.forward(torch.tensor([[5, 6]])), want, atol=1e-2)  # but wrong
+    for block in ([[1]], [[1, 2, 3, 4]]):  # a rollback of 1 across a decode, then 4 within one
+        model.prefill([PROMPTS[0]])
+        model.forward(torch.tensor(block))
+        model.rollback([len(PROMPTS[0])] if len(block[0]) == 1 else [len(PROMPTS[0]) + 1])
+        if len(block[0]) > 1:
+            model.rollback([len(PROMPTS[0])])  # a second one before a decode: not covered either
+        assert torch.allclose(model.forward(torch.tensor([[5, 6]])), want, atol=1e-4)
+    assert (model._states.by_snapshot, model._states.by_checkpoint) == (1, 2)
 
 
 # --- lossless speculative decoding ------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("batch", "gamma"), [(1, 1), (1, 3), (3, 3)])
-def test_greedy_sd_on_a_hybrid_pair_equals_greedy_decoding(pair, batch, gamma):
-    target, draft = llama(pair["target"]), llama(pair["draft"])
+@pytest.mark.parametrize(
+    ("batch", "gamma", "rollback"),
+    [
+        (1, 1, "checkpoints"),
+        (1, 3, "checkpoints"),
+        (3, 3, "checkpoints"),
+        (1, 1, "snapshots"),
+        (3, 3, "snapshots"),
+    ],
+)
+def test_greedy_sd_on_a_hybrid_pair_equals_greedy_decoding(pair, batch, gamma, rollback):
+    """With snapshots the target's rollbacks take them; the draft's (fed a token per decode) cannot."""
+    target = llama(pair["target"], recurrent_rollback=rollback)
+    draft = llama(pair["draft"], recurrent_rollback=rollback)
     prompts = PROMPTS[:batch]
     expected = [greedy(target, [p], tokens=32)[0] for p in prompts]
     result = sd(target, draft, prompts, gamma)
@@ -185,10 +229,19 @@ def test_greedy_sd_on_a_hybrid_pair_equals_greedy_decoding(pair, batch, gamma):
     assert 0.2 <= counts.accepted / counts.drafted <= 0.8  # rows keep some drafts, drop others
     assert [o.token_ids for o in result.outputs] == expected
     assert sum(r.state_s for r in result.rounds) > 0
+    assert (target._states.by_checkpoint == 0) == (rollback == "snapshots")
+    if gamma > 1:  # a gamma-1 draft never holds a token it must drop
+        assert draft._states.by_snapshot == 0 and draft._states.by_checkpoint > 0
 
 
 def test_greedy_sd_on_a_qwen3_next_pair_equals_greedy_decoding(next_pair):
+    """llama.cpp keeps no snapshots for qwen3next: auto takes checkpoints, asking for them is refused."""
     target, draft = llama(next_pair["target"]), llama(next_pair["draft"])
+    assert target.recurrent_rollback == "checkpoints"
+    with pytest.raises(
+        SpecmoeError, match=r"keeps no recurrent-state snapshots \(n_rs_seq\) for 'qwen3next'"
+    ):
+        llama(next_pair["target"], recurrent_rollback="snapshots")
     expected = [greedy(target, [p], tokens=32)[0] for p in PROMPTS]
     result = sd(target, draft, PROMPTS, 3)
     counts = totals(result)
@@ -264,7 +317,7 @@ def test_recurrent_models_and_unchecked_hybrids_are_refused_in_one_line(hybrid_z
         SpecmoeError, match=r"is a recurrent model \(architecture 'mamba'\): its state cannot drop"
     ):
         load_model(mamba_gguf(tmp_path / "mamba.gguf"))
-    monkeypatch.setattr("specmoe.backends.llamacpp.ROLLBACK_HYBRIDS", frozenset({"qwen3next"}))
+    monkeypatch.setattr("specmoe.backends.llamacpp_load.ROLLBACK_HYBRIDS", frozenset({"qwen3next"}))
     with pytest.raises(
         SpecmoeError, match=r"hybrid recurrent model \(architecture 'qwen35'\): its rollback .* untested"
     ):

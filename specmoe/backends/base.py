@@ -9,7 +9,7 @@ the backend only caches, computes logits, and forgets what the engine tells it t
 
 Optional abilities are declared members, not probed: every backend has them, and `BackendBase`
 gives each its default (no digest, nothing compiled, no recurrent state, no hidden states, nothing
-to reserve). A backend that can do more overrides the member.
+to reserve, no rollback to choose). A backend that can do more overrides the member.
 """
 
 from __future__ import annotations
@@ -52,6 +52,8 @@ class Backend(Protocol):
     hidden_access: HiddenAccess
     compile_s: float  # seconds spent compiling new shapes, summed over the backend's life (0: eager)
     state_s: float  # seconds spent rolling back recurrent / linear-attention state (0: none)
+    recurrent_rollback: str | None  # how a backend with a choice rolls recurrent state back (llama.cpp:
+    # "snapshots" or "checkpoints"), recorded with each run; None where there is no choice
 
     def reserve(self, tokens: int) -> None:
         """A row of the next batch may reach `tokens` tokens: a backend that sizes its cache ahead
@@ -102,6 +104,7 @@ class BackendBase:
     hidden_access: HiddenAccess = HiddenAccess.NONE
     compile_s: float = 0.0
     state_s: float = 0.0
+    recurrent_rollback: str | None = None
 
     def reserve(self, tokens: int) -> None:
         return None

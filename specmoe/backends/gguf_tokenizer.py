@@ -7,7 +7,7 @@ import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
-from specmoe.backends.llamacpp import _Handles, llama_lib, load_model_pointer
+from specmoe.backends.llamacpp_load import Handles, llama_lib, load_model_pointer
 
 
 class GGUFTokenizer:
@@ -25,7 +25,7 @@ class GGUFTokenizer:
         self._vocab = lib.llama_model_get_vocab(model)
         template = lib.llama_model_chat_template(model, None)
         self._chat_template = template.decode("utf-8") if template else None
-        handles = _Handles(lib, model)
+        handles = Handles(lib, model)
         weakref.finalize(self, handles.free)
 
     @property

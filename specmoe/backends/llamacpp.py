@@ -15,20 +15,23 @@ Logits are copied out of llama.cpp's output buffer into a float32 torch tensor o
 buffer is overwritten by the next decode), so the engine's acceptance code runs unchanged. With
 GPU offload the weights and KV cache live on the GPU; the logits still arrive on the host.
 
-Decoder-only transformers are accepted, and the hybrids whose recurrent state is rolled back
-through per-sequence checkpoints (`llamacpp_state`: Qwen3.5, Qwen3.5-MoE, Qwen3-Next); then
-`rollback` restores a rejecting row's checkpoint and decodes its kept tokens again, and the time
-it takes is `state_s`. Other hybrids, pure recurrent models (their state cannot drop a suffix),
-encoder-decoder and diffusion models are refused when they load. Router tracing is unsupported
-(`router_trace()` returns None): llama.cpp exposes no hook on its expert selection.
+Decoder-only transformers are accepted, and the hybrids whose recurrent state the backend can roll
+back (`llamacpp_state`: Qwen3.5, Qwen3.5-MoE, Qwen3-Next): through llama.cpp's per-position
+snapshots where it keeps them (`n_rs_seq`: qwen35, qwen35moe) and per-sequence checkpoints and a
+re-decode of the kept tokens where it does not, as `recurrent_rollback` says; the time it takes is
+`state_s`. Other hybrids, pure recurrent models (their state cannot drop a suffix), encoder-decoder
+and diffusion models are refused when they load. Router tracing is unsupported (`router_trace()`
+returns None): llama.cpp exposes no hook on its expert selection.
+
+Hidden states (`HiddenAccess.FINAL`, for an MTP drafter): on the hybrids above llama.cpp's graph
+keeps the trunk's final normed hidden state of every decoded position (`h_nextn`), which
+`capture_hidden` turns on and `hidden()` hands back ([B, t, 1, H]); `mtp_context()` opens the MTP
+draft context on the same model (`llamacpp_mtp`).
 """
 
 from __future__ import annotations
 
-import ctypes
-import hashlib
 import weakref
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,14 +39,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from specmoe.backends.base import BackendBase
-from specmoe.backends.gguf_layout import check_gguf_layout
-from specmoe.backends.llamacpp_check import check_llamacpp_runs
-from specmoe.backends.llamacpp_state import ROLLBACK_HYBRIDS, RecurrentCheckpoints
+from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
+from specmoe.backends.llamacpp_load import (
+    Handles,
+    gguf_metadata,
+    gpu_layers,
+    llama_lib,
+    load_model_pointer,
+    log_lines,
+    model_metadata,
+    top_k_override,
+    vocabulary,
+)
+from specmoe.backends.llamacpp_mtp import NEXTN_ARCHITECTURES, MtpContext, nextn_api
+from specmoe.backends.llamacpp_state import ROLLBACK_METHODS, RecurrentCheckpoints, Snapshots
 from specmoe.errors import SpecmoeError
-from specmoe.extras import install_hint, installed
 
-GGUF_MAGIC = b"GGUF"
 # Positions per sequence when the model allows more; the KV cache is allocated up front.
 DEFAULT_CONTEXT = 4096
 _BATCH_TOKENS = 2048  # tokens per llama_decode call (prefill chunks)
@@ -53,173 +64,10 @@ _OUTPUTS_PER_SEQ = 32  # logit rows per sequence and call: covers a verify block
 # 2 x 1.2 ms; the bench MoE: equal), and the model drafter feeds a 2-token block after every fully
 # accepted round.
 _STEPWISE_WIDTH = 2
-_LOG_KEEP = 20  # recent llama.cpp warnings and errors kept to explain a failed load
 CACHE_TYPES = {"f16": 1, "f32": 0}  # KV cache element type -> ggml_type; f16 is llama.cpp's default
-
-_lib = None
-_log_lines: deque[str] = deque(maxlen=_LOG_KEEP)
-_log_callback = None  # keeps the ctypes callback alive for as long as llama.cpp may call it
-
-
-def llama_lib():
-    """The llama_cpp module, initialised once, with llama.cpp's log routed into `_log_lines`; first, the
-    self-test of `llamacpp_check` (once per process)."""
-    global _lib, _log_callback
-    if _lib is not None:
-        return _lib
-    if not installed("llama_cpp"):
-        hint = install_hint("llamacpp")
-        raise SpecmoeError(f"the llamacpp backend needs llama-cpp-python; install it: {hint}")
-    check_llamacpp_runs()  # before this process loads the library: a build that cannot run here is a line
-    import llama_cpp
-
-    @llama_cpp.llama_log_callback
-    def keep_problems(level: int, text: bytes, _user_data) -> None:
-        # ggml_log_level: 3 warn, 4 error. Everything else (debug, info, continuations) is dropped:
-        # a decode loop must not print, and a failed load is explained from what was kept.
-        if level in (3, 4):
-            _log_lines.append(text.decode("utf-8", "replace").strip())
-
-    _log_callback = keep_problems
-    llama_cpp.llama_log_set(_log_callback, None)
-    llama_cpp.llama_backend_init()
-    _lib = llama_cpp
-    return _lib
-
-
-def check_gguf_file(path: Path) -> None:
-    """Fail in one line on a path that is not a complete GGUF file, before llama.cpp sees it."""
-    if not path.is_file():
-        hint = " (a directory: pass the .gguf file inside it)" if path.is_dir() else ""
-        raise SpecmoeError(
-            f"GGUF file '{path}' not found{hint}; export zoo models with `specmoe zoo export-gguf --zoo DIR`"
-        )
-    with path.open("rb") as handle:
-        magic = handle.read(4)
-    if magic != GGUF_MAGIC:
-        raise SpecmoeError(
-            f"'{path}' is not a GGUF file (it starts with {magic!r}, not {GGUF_MAGIC!r}); "
-            "the llamacpp backend reads .gguf files, the hf backend reads Hugging Face directories"
-        )
-    check_gguf_layout(path)  # a truncated file: one line here, before llama.cpp reads it
-
-
-def gguf_metadata(path: Path, key: str):
-    """One metadata value of a GGUF file (`{arch}` in key is its architecture), or None when the
-    key is absent or the header cannot be read."""
-    try:
-        import gguf
-
-        reader = gguf.GGUFReader(path)
-        arch = reader.get_field("general.architecture")
-        field = reader.get_field(key.format(arch=arch.contents() if arch is not None else ""))
-        return None if field is None else field.contents()
-    except (ImportError, OSError, ValueError, KeyError, IndexError):  # no gguf package, or a damaged
-        return None  # header: the caller reports the load failure itself
-
-
-def gguf_architecture(path: Path) -> str | None:
-    return gguf_metadata(path, "general.architecture")
-
-
-def load_model_pointer(path: Path, vocab_only: bool = False, n_gpu_layers: int = 0, overrides=None):
-    """llama_model_load_from_file, with every way it can fail turned into one line."""
-    lib = llama_lib()
-    check_gguf_file(path)
-    params = lib.llama_model_default_params()
-    params.vocab_only = vocab_only
-    params.n_gpu_layers = n_gpu_layers
-    if overrides is not None:
-        params.kv_overrides = overrides
-    _log_lines.clear()
-    model = lib.llama_model_load_from_file(str(path).encode(), params)
-    if not model:
-        raise SpecmoeError(_load_failure(path))
-    try:
-        _check_decoder_only(lib, model, path)
-    except SpecmoeError:
-        lib.llama_model_free(model)
-        raise
-    return model
-
-
-def _load_failure(path: Path) -> str:
-    arch = gguf_architecture(path)
-    errors = [line for line in _log_lines if "error" in line.lower()] or list(_log_lines)
-    reason = errors[-1] if errors else "no reason given"
-    version = getattr(llama_lib(), "__version__", "?")
-    if "unknown model architecture" in reason:
-        return (
-            f"llama.cpp cannot run '{path}': architecture '{arch}' is not supported by this llama.cpp "
-            f"(llama-cpp-python {version}); use a GGUF of a supported architecture, e.g. qwen3 or qwen3moe"
-        )
-    what = f" (architecture '{arch}')" if arch else ""
-    return f"llama.cpp could not load '{path}'{what}: {reason}"
-
-
-def _check_decoder_only(lib, model, path: Path) -> None:
-    """Refuse, in one line, a model whose cache the backend cannot roll back to the kept tokens
-    (SD on it would be silently wrong) or that does not decode token by token."""
-    arch = model_metadata(lib, model, "general.architecture")
-    if lib.llama_model_is_hybrid(model) and arch in ROLLBACK_HYBRIDS:
-        _check_rope_sections(path, arch)
-        return
-    kinds = (
-        ("an encoder-decoder", lib.llama_model_has_encoder, ""),
-        ("a recurrent", lib.llama_model_is_recurrent, ": its state cannot drop rejected draft tokens"),
-        (
-            "a hybrid recurrent",
-            lib.llama_model_is_hybrid,
-            ": its rollback through state checkpoints is untested",
-        ),
-        ("a diffusion", lib.llama_model_is_diffusion, ""),
-    )
-    for kind, test, why in kinds:
-        if test(model):
-            raise SpecmoeError(
-                f"'{path}' is {kind} model (architecture '{arch}'){why}; the llamacpp backend runs "
-                f"decoder-only transformers and the hybrids {', '.join(sorted(ROLLBACK_HYBRIDS))}"
-            )
-
-
-def _check_rope_sections(path: Path, arch: str) -> None:
-    """llama.cpp aborts the process on the first decode when a multimodal-RoPE model's sections
-    sum to more than its rotary dimensions (Qwen3.5 files converted with the default [11, 11, 10]
-    split from heads narrower than 64 rotary dimensions): refuse it here in one line instead."""
-    sections = gguf_metadata(path, "{arch}.rope.dimension_sections")
-    rotary = gguf_metadata(path, "{arch}.rope.dimension_count")
-    if sections is not None and rotary is not None and sum(sections) > rotary:
-        raise SpecmoeError(
-            f"'{path}' splits its rotary pairs as {list(sections)} ({arch}.rope.dimension_sections), more "
-            f"than its {rotary} rotary dimensions; llama.cpp would abort on the first token. Export it again "
-            "with `specmoe zoo export-gguf`, which writes a split that fits"
-        )
-
-
-def top_k_override(lib, path: Path, top_k: int):
-    """A kv_overrides array setting `<arch>.expert_used_count` (sparsity sweeps), NULL-terminated.
-
-    Checked against the file's expert count first: llama.cpp aborts the process on a top-k larger
-    than the number of experts rather than failing the load.
-    """
-    check_gguf_file(path)
-    experts = gguf_metadata(path, "{arch}.expert_count")
-    if not experts:
-        raise SpecmoeError("moe_top_k was given for a model without MoE routers; drop it for dense models")
-    if not 1 <= top_k <= experts:
-        raise SpecmoeError(f"moe_top_k must be between 1 and the model's {experts} experts, got {top_k}")
-    arch = gguf_architecture(path)
-    overrides = (lib.llama_model_kv_override * 2)()
-    overrides[0].key = f"{arch}.expert_used_count".encode()
-    overrides[0].tag = lib.LLAMA_KV_OVERRIDE_TYPE_INT
-    overrides[0].value.val_i64 = top_k
-    overrides[1].key = b""
-    return overrides
-
-
-def library_versions() -> dict[str, str]:
-    """The llama-cpp-python version a profile records beside torch's."""
-    return {"llama_cpp_python": getattr(llama_lib(), "__version__", "?")}
+# Recurrent-state snapshots per row (n_rs_seq): rollbacks of up to this many tokens skip the
+# re-decode. Each costs one more copy of a row's recurrent state (on Qwen3.5-35B-A3B about 60 MiB).
+DEFAULT_SNAPSHOTS = 8
 
 
 def load_llamacpp(
@@ -233,6 +81,8 @@ def load_llamacpp(
     cache_type: str = "f16",
     flash_attn: bool | None = None,
     experts_implementation: str | None = None,
+    recurrent_rollback: str = "auto",
+    recurrent_snapshots: int = DEFAULT_SNAPSHOTS,
     allow_pickle: bool = False,
     trust_remote_code: bool = False,
 ) -> LlamaCppBackend:
@@ -248,6 +98,12 @@ def load_llamacpp(
         automatic choice). llama.cpp's defaults (f16 cache, flash attention on CPU) round keys and
         values to f16; cache_type="f32", flash_attn=False with an f32 GGUF reproduces the hf
         backend's float32 logits to about 1e-6 (docs/llamacpp.md).
+    recurrent_rollback, recurrent_snapshots: how a hybrid's recurrent state is rolled back.
+        "snapshots": llama.cpp keeps the states of each row's last `recurrent_snapshots` positions
+        (`n_rs_seq`) and steps back to one, with checkpoints for the rollbacks they cannot serve;
+        refused where this llama.cpp keeps none for the architecture. "checkpoints": a checkpoint
+        and a re-decode of the kept tokens only. "auto": snapshots where llama.cpp keeps them,
+        checkpoints elsewhere. The backend's `recurrent_rollback` says which runs.
     allow_pickle, trust_remote_code: accepted for the common command line; GGUF has neither.
     """
     path = Path(path).expanduser()
@@ -259,7 +115,7 @@ def load_llamacpp(
     if experts_implementation is not None:
         raise SpecmoeError("--experts-implementation selects a transformers kernel; drop it for llamacpp")
     lib = llama_lib()
-    layers = _gpu_layers(lib, device, n_gpu_layers)
+    layers = gpu_layers(lib, device, n_gpu_layers)
     overrides = None if moe_top_k is None else top_k_override(lib, path, moe_top_k)
     model = load_model_pointer(path, n_gpu_layers=layers, overrides=overrides)
     threads = n_threads if n_threads is not None else torch.get_num_threads()
@@ -267,55 +123,22 @@ def load_llamacpp(
         raise SpecmoeError(f"n_threads must be >= 1, got {threads}")
     if cache_type not in CACHE_TYPES:
         raise SpecmoeError(f"unknown cache_type '{cache_type}'; use one of {', '.join(CACHE_TYPES)}")
-    settings = _ContextSettings(threads, n_ctx, CACHE_TYPES[cache_type], flash_attn)
-    handles = _Handles(lib, model)
+    if recurrent_rollback not in ROLLBACK_METHODS:
+        raise SpecmoeError(
+            f"unknown recurrent_rollback '{recurrent_rollback}'; use one of {', '.join(ROLLBACK_METHODS)}"
+        )
+    if recurrent_snapshots < 1:
+        raise SpecmoeError(f"recurrent_snapshots must be >= 1, got {recurrent_snapshots}")
+    snapshots = 0 if recurrent_rollback == "checkpoints" else recurrent_snapshots
+    settings = _ContextSettings(
+        threads, n_ctx, CACHE_TYPES[cache_type], flash_attn, recurrent_rollback, snapshots
+    )
+    handles = Handles(lib, model)
     try:
         return LlamaCppBackend(handles, path, settings, overrides)
     except SpecmoeError:
         handles.free()  # idempotent: the half-built backend's finalizer finds nothing left to free
         raise
-
-
-def _gpu_layers(lib, device: str, n_gpu_layers: int | None, asked: str = "--device") -> int:
-    if device == "cpu":
-        return 0 if n_gpu_layers is None else n_gpu_layers
-    kind, sep, index = device.partition(":")
-    if kind not in ("cuda", "mps") or (sep and (kind != "cuda" or not index.isdigit())):
-        raise SpecmoeError(f"unknown device '{device}'; use cpu, cuda or mps")
-    if not lib.llama_supports_gpu_offload():
-        raise SpecmoeError(
-            f"{asked} {device} was asked for but this llama-cpp-python has no GPU backend; rebuild it with "
-            'CMAKE_ARGS="-DGGML_CUDA=on" (or -DGGML_METAL=on), or use the cpu device'
-        )
-    return -1 if n_gpu_layers is None else n_gpu_layers
-
-
-def check_device(device: str, asked: str = "--device", fix: str | None = None) -> None:
-    """Refuse, in one line, a device this llama-cpp-python cannot run on (suites check it before
-    their first run); `asked` names where it was given. `fix` is the caller's advice, unused: each
-    refusal names its own."""
-    _gpu_layers(llama_lib(), device, None, asked)
-
-
-def model_metadata(lib, model, key: str) -> str | None:
-    """A metadata value of a loaded model as text, or None when the key is absent."""
-    buf = ctypes.create_string_buffer(256)
-    if lib.llama_model_meta_val_str(model, key.encode(), buf, len(buf)) < 0:
-        return None
-    return buf.value.decode("utf-8", "replace")
-
-
-def vocabulary(lib, vocab) -> tuple[int, frozenset[int], str]:
-    """(size, end-of-generation ids, sha256 of every token's text in id order) of a llama vocab."""
-    size = lib.llama_vocab_n_tokens(vocab)
-    digest = hashlib.sha256()
-    eog = []
-    for token in range(size):
-        digest.update(lib.llama_vocab_get_text(vocab, token) or b"")
-        digest.update(b"\0")
-        if lib.llama_vocab_is_eog(vocab, token):
-            eog.append(token)
-    return size, frozenset(eog), digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -324,12 +147,14 @@ class _ContextSettings:
     n_ctx: int | None  # positions per sequence; None: min(training context, DEFAULT_CONTEXT)
     cache_type: int  # ggml_type of keys and values
     flash_attn: bool | None  # None: llama.cpp decides
+    rollback: str = "checkpoints"  # the recurrent_rollback option
+    snapshots: int = 0  # recurrent-state snapshots asked for (n_rs_seq; 0: checkpoints only)
 
 
 class LlamaCppBackend(BackendBase):
     """A llama.cpp model and context holding one batch of sequences (see the module docstring)."""
 
-    def __init__(self, handles: _Handles, path: Path, settings: _ContextSettings, overrides) -> None:
+    def __init__(self, handles: Handles, path: Path, settings: _ContextSettings, overrides) -> None:
         self._handles = handles
         weakref.finalize(self, handles.free)  # the handles, not self: finalize must not keep self alive
         lib, model = handles.lib, handles.model
@@ -345,14 +170,32 @@ class LlamaCppBackend(BackendBase):
         vocab = lib.llama_model_get_vocab(model)
         self.vocab_size, self.eos_token_ids, self.vocab_digest = vocabulary(lib, vocab)
         self.num_layers = int(lib.llama_model_n_layer(model))
+        self._width = int(lib.llama_model_n_embd(model))  # H
         trained = lib.llama_model_n_ctx_train(model)
         self.max_context = int(settings.n_ctx or min(trained, DEFAULT_CONTEXT))
         self._capacity = 0  # sequences the current context holds
         self._seq: list[int] = []  # llama.cpp sequence id of each live row
         self._lengths: list[int] = []  # cached tokens of each live row
-        # a hybrid's recurrent state cannot drop a suffix: it is checkpointed instead
-        self._states = RecurrentCheckpoints(lib) if lib.llama_model_is_hybrid(model) else None
+        self._nextn = nextn_api(lib) if arch in NEXTN_ARCHITECTURES else None
+        self.hidden_access = HiddenAccess.FINAL if self._nextn is not None else HiddenAccess.NONE
+        self._capturing = False  # h_nextn asked for (`capture_hidden`)
+        self._captured: list[np.ndarray] | None = None  # [n, H] per decode of this prefill / forward
+        self._hidden: torch.Tensor | None = None
+        self._mtp: MtpContext | None = None
         self._new_context(1)
+        # a hybrid's recurrent state cannot drop a suffix: snapshots where llama.cpp keeps them
+        # (it keeps none for some architectures: n_rs_seq reads 0 back), checkpoints besides
+        self._states = None
+        self.recurrent_rollback: str | None = None  # "snapshots" | "checkpoints" | None (no state)
+        if lib.llama_model_is_hybrid(model):
+            kept = int(lib.llama_n_rs_seq(self._handles.ctx))
+            if settings.rollback == "snapshots" and not kept:
+                raise SpecmoeError(
+                    f"this llama.cpp keeps no recurrent-state snapshots (n_rs_seq) for '{arch}' models; "
+                    "load with recurrent_rollback='checkpoints' or 'auto'"
+                )
+            self._states = RecurrentCheckpoints(lib, Snapshots(kept) if kept else None)
+            self.recurrent_rollback = self._states.method
 
     # -- protocol -------------------------------------------------------------------------------
     def prefill(self, prompts: Sequence[Sequence[int]]) -> None:
@@ -364,7 +207,11 @@ class LlamaCppBackend(BackendBase):
         self._lengths = [0] * len(prompts)
         if self._states is not None:
             self._states.clear()
+        self._captured = [] if self._capturing else None
         self._feed([(row, token) for row, prompt in enumerate(prompts) for token in prompt])
+        if self._captured is not None:
+            self._hidden = _right_aligned(self._captured, [len(p) for p in prompts], self._width)
+            self._captured = None
         if self._states is not None:
             with self._states.timed():
                 self._states.begin(self._handles.ctx, self._seq, self._lengths)
@@ -377,9 +224,59 @@ class LlamaCppBackend(BackendBase):
             with self._states.timed():
                 self._states.reserve(self._handles.ctx, self._seq, self._lengths, t)
         rows = tokens.tolist()
-        if 1 < t <= _STEPWISE_WIDTH:
-            return torch.cat([self._logits([[row[j]] for row in rows]) for j in range(t)], 1)
-        return self._logits(rows)
+        self._captured = [] if self._capturing else None
+        # stepwise decoding would leave snapshots of the last step only: one decode instead
+        if 1 < t <= _STEPWISE_WIDTH and self.recurrent_rollback != "snapshots":
+            logits = torch.cat([self._logits([[row[j]] for row in rows]) for j in range(t)], 1)
+            steps = [torch.from_numpy(h) for h in self._captured or []]  # t x [B, H]
+            hidden = torch.stack(steps, 1) if steps else None  # [B, t, H]
+        else:
+            logits = self._logits(rows)
+            hidden = None if not self._captured else torch.from_numpy(np.concatenate(self._captured))
+        if hidden is not None:
+            self._hidden = hidden.view(batch, t, 1, self._width)  # [B, t, K = 1, H]
+        self._captured = None
+        return logits
+
+    def capture_hidden(self, layers: tuple[int, ...]) -> None:
+        check_hidden_layers(self, layers)
+        self._capturing = bool(layers)
+        if self._nextn is not None:
+            self._nextn.set(self._handles.ctx, self._capturing, False)  # every position, not just outputs
+
+    def hidden(self) -> torch.Tensor:
+        """The trunk's final normed hidden states (h_nextn) of the last prefill or forward."""
+        if self._hidden is None:
+            raise RuntimeError(f"backend '{self.name}' captured no hidden states")  # a bug: asked first
+        return self._hidden
+
+    def mtp_context(self) -> MtpContext:
+        """An MTP draft context on this model (`llamacpp_mtp`), refused in one line where the file has
+        no MTP layer or this llama.cpp cannot run one; freed with the model."""
+        lib, arch = self._lib, model_metadata(self._lib, self._model, "general.architecture")
+        if not lib.llama_model_n_layer_nextn(self._model):
+            raise SpecmoeError(
+                f"'{self.path}' has no MTP layer ({arch}.nextn_predict_layers is 0); export a checkpoint "
+                "that has one (mtp.* tensors) with `specmoe zoo export-gguf`, or pick another draft"
+            )
+        if not gguf_metadata(self.path, "{arch}.nextn_predict_layers"):  # how the loader chose load_mtp
+            raise SpecmoeError(
+                f"'{self.path}' was loaded without its MTP layer: reading that it has one needs the gguf "
+                "package; install the llamacpp extra (pip install -c constraints.txt -e '.[llamacpp]')"
+            )
+        if self._nextn is None:
+            version = getattr(lib, "__version__", "?")
+            raise SpecmoeError(
+                f"this llama-cpp-python ({version}) cannot draft with the MTP layer of '{arch}' models: its "
+                "libllama lacks llama_set_embeddings_nextn or the architecture's MTP graph; use "
+                "llama-cpp-python 0.3.36 or the transformers backend"
+            )
+        if self._mtp is None:
+            self._mtp = MtpContext(
+                lib, self._nextn, self._model, self.settings, self.max_context, self.vocab_size
+            )
+            self._handles.dependents.append(self._mtp)
+        return self._mtp
 
     def _logits(self, rows: list[list[int]]) -> torch.Tensor:
         """Decode a rectangular block (one list of token ids per live row); logits [B, t, V]."""
@@ -446,12 +343,16 @@ class LlamaCppBackend(BackendBase):
         if self.settings.flash_attn is not None:
             params.flash_attn_type = int(self.settings.flash_attn)  # LLAMA_FLASH_ATTN_TYPE_DISABLED/ENABLED
         params.no_perf = True
+        if lib.llama_model_is_hybrid(self._model):
+            params.n_rs_seq = self.settings.snapshots  # llama.cpp reads back 0 where it keeps none
         self._handles.free_context()
         ctx = lib.llama_init_from_model(self._model, params)
         if not ctx:
-            reason = _log_lines[-1] if _log_lines else "no reason given"
+            reason = log_lines[-1] if log_lines else "no reason given"
             raise SpecmoeError(f"llama.cpp could not create a context for '{self.path}': {reason}")
         self._handles.ctx = ctx
+        if self._nextn is not None:
+            self._nextn.set(ctx, self._capturing, False)
         self._handles.batch = batch = lib.llama_batch_init(_BATCH_TOKENS, 0, 1)
         self._outputs_max = params.n_outputs_max
         self._capacity = capacity
@@ -492,32 +393,27 @@ class LlamaCppBackend(BackendBase):
         batch.n_tokens = n
         status = self._lib.llama_decode(self._handles.ctx, batch)
         if status != 0:
-            reason = _log_lines[-1] if _log_lines else "no reason given"
+            reason = log_lines[-1] if log_lines else "no reason given"
             raise RuntimeError(f"llama_decode failed with status {status}: {reason}")
         self._lengths = lengths
         if self._states is not None:
             self._states.record(entries)
+        if self._captured is not None:
+            self._captured.append(self._nextn.rows(self._handles.ctx, n, self._width))  # [n, H]
         if not outputs:
             return None
         pointer = self._lib.llama_get_logits(self._handles.ctx)
         return np.ctypeslib.as_array(pointer, shape=(n, self.vocab_size)).copy()  # [n, V]
 
 
-class _Handles:
-    """The llama.cpp objects a backend or tokenizer owns, freed once when their owner is collected."""
-
-    def __init__(self, lib, model) -> None:
-        self.lib, self.model, self.ctx, self.batch = lib, model, None, None
-
-    def free_context(self) -> None:
-        if self.batch is not None:
-            self.lib.llama_batch_free(self.batch)
-        if self.ctx is not None:
-            self.lib.llama_free(self.ctx)
-        self.ctx = self.batch = None
-
-    def free(self) -> None:
-        self.free_context()
-        if self.model is not None:
-            self.lib.llama_model_free(self.model)
-            self.model = None
+def _right_aligned(chunks: list[np.ndarray], lengths: list[int], width: int) -> torch.Tensor:
+    """Prefill's h_nextn rows (row-major over the prompts, [sum n_i, H] in decode chunks) as
+    [B, W, 1, H], row i's n_i positions at W - n_i .. W - 1 and zeros before them."""
+    rows = np.concatenate(chunks) if chunks else np.zeros((0, width), np.float32)
+    out = np.zeros((len(lengths), max(lengths, default=0), 1, width), np.float32)
+    start = 0
+    for i, n in enumerate(lengths):
+        if n:
+            out[i, out.shape[1] - n :, 0] = rows[start : start + n]
+        start += n
+    return torch.from_numpy(out)

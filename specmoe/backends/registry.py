@@ -94,9 +94,9 @@ LLAMACPP = BackendInfo(
     extra="llamacpp",
     self_contained=True,
     sized_at_load=True,
-    versions="specmoe.backends.llamacpp:library_versions",
-    files_check="specmoe.backends.llamacpp:check_gguf_file",
-    device_check="specmoe.backends.llamacpp:check_device",
+    versions="specmoe.backends.llamacpp_load:library_versions",
+    files_check="specmoe.backends.llamacpp_load:check_gguf_file",
+    device_check="specmoe.backends.llamacpp_load:check_device",
 )
 BACKENDS: dict[str, BackendInfo] = {info.name: info for info in (HF, LLAMACPP)}
 DEFAULT_BACKEND = HF  # for a model directory, a hub ID, or a model a suite builds

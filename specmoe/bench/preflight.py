@@ -164,7 +164,7 @@ def _top_ks(specs: list[RunSpec], target: str) -> list[int]:
 def _check_gguf_top_k(path: Path, top_ks: list[int], where: str) -> None:
     """A sparsity sweep's top-k within the GGUF model's experts (llama.cpp aborts on more)."""
     if top_ks:
-        from specmoe.backends.llamacpp import llama_lib, top_k_override
+        from specmoe.backends.llamacpp_load import llama_lib, top_k_override
 
         for top_k in top_ks:
             try:

@@ -232,6 +232,7 @@ class Runner:
             "warmup_compile_s": round(self._warmup_compile_s.pop(spec.run_id, 0.0), 3),  # likewise
             "noise": reason or None,  # None, not "": exports read back the same
             "noise_guard": guard_on(),  # off: the loads above were recorded and never judged
+            "recurrent_rollback": target.recurrent_rollback,  # llama.cpp hybrids: snapshots | checkpoints
         }
         return Measured(result, measure, bool(reason))
 

@@ -36,7 +36,13 @@ import numpy as np
 from specmoe.errors import SpecmoeError
 from specmoe.extras import require
 from specmoe.zoo.files import sha256_file
-from specmoe.zoo.gguf_hybrid import HYBRID_ARCHITECTURES, KEEP_F32, add_hybrid_hparams, hybrid_tensors
+from specmoe.zoo.gguf_hybrid import (
+    HYBRID_ARCHITECTURES,
+    KEEP_F32,
+    add_hybrid_hparams,
+    hybrid_mtp_layers,
+    hybrid_tensors,
+)
 from specmoe.zoo.gguf_names import GLOBAL_TENSORS, refuse_unmapped, stacked_experts
 
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0", "q4_k_m")
@@ -103,18 +109,19 @@ def export_gguf(
     weights = model_dir / _WEIGHTS
     if not weights.is_file():
         raise SpecmoeError(f"'{model_dir}' has no {_WEIGHTS}; export zoo models or single-file checkpoints")
+    hybrid = config["model_type"] in HYBRID_ARCHITECTURES
+    mtp_layers = hybrid_mtp_layers(weights, config) if hybrid else 0  # checked before a file is made
     out_path.parent.mkdir(parents=True, exist_ok=True)
     partial = out_path.with_name(out_path.name + ".partial")
     writer = gguf.GGUFWriter(partial, arch)
-    _add_hparams(writer, arch, config, model_dir.name, gguf_type)
+    _add_hparams(writer, arch, config, model_dir.name, gguf_type, mtp_layers)
     _add_tokenizer(writer, tokenizer, config, model_dir)
     writer.add_string(_SOURCE_KEY, source_sha256 or sha256_file(weights))
     writer.add_uint32(_VERSION_KEY, EXPORT_VERSION)
-    hybrid = config["model_type"] in HYBRID_ARCHITECTURES
     if hybrid:
-        add_hybrid_hparams(writer, arch, config, model_dir)
+        add_hybrid_hparams(writer, arch, config, model_dir, mtp_layers)
     layers = int(config["num_hidden_layers"])
-    tensors = hybrid_tensors(weights, config) if hybrid else _gguf_tensors(weights, layers)
+    tensors = hybrid_tensors(weights, config, mtp_layers) if hybrid else _gguf_tensors(weights, layers)
     for name, tensor in tensors:
         data, raw_type = _encode(name, tensor, gguf_type)
         writer.add_tensor(name, data, raw_dtype=raw_type)
@@ -210,7 +217,8 @@ def _file_type(gguf_type: str) -> int:
     }[gguf_type]
 
 
-def _add_hparams(writer, arch: str, config: dict, name: str, gguf_type: str) -> None:
+def _add_hparams(writer, arch: str, config: dict, name: str, gguf_type: str, mtp_layers: int = 0) -> None:
+    """The transformer's keys; the block count includes the MTP layers after the trunk (`gguf_mtp`)."""
     import gguf
 
     rope = config.get("rope_parameters") or {}
@@ -220,7 +228,7 @@ def _add_hparams(writer, arch: str, config: dict, name: str, gguf_type: str) -> 
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
     writer.add_context_length(int(config["max_position_embeddings"]))
     writer.add_embedding_length(int(config["hidden_size"]))
-    writer.add_block_count(int(config["num_hidden_layers"]))
+    writer.add_block_count(int(config["num_hidden_layers"]) + mtp_layers)
     if "intermediate_size" in config:  # an MoE without dense layers has none
         writer.add_feed_forward_length(int(config["intermediate_size"]))
     writer.add_head_count(int(config["num_attention_heads"]))

@@ -45,6 +45,8 @@ import numpy as np
 import torch
 
 from specmoe.errors import SpecmoeError
+from specmoe.zoo.gguf_mtp import PREFIX as MTP_PREFIX
+from specmoe.zoo.gguf_mtp import check_mtp_shapes, mtp_layer_count, mtp_tensors, unmapped
 from specmoe.zoo.gguf_names import GLOBAL_TENSORS, refuse_unmapped, stacked_experts
 
 # transformers model_type -> llama.cpp architecture
@@ -103,8 +105,22 @@ def linear_heads(config: dict, model_dir: Path) -> tuple[int, int, int]:
     return k_heads, v_heads, k_dim
 
 
-def add_hybrid_hparams(writer, arch: str, config: dict, model_dir: Path) -> None:
-    """The keys llama.cpp's qwen35 / qwen35moe / qwen3next loaders read beyond the transformer's."""
+def hybrid_mtp_layers(weights: Path, config: dict) -> int:
+    """The checkpoint's MTP layers (0 without any), checked (`gguf_mtp`) before anything is written."""
+    from safetensors import safe_open
+
+    with safe_open(str(weights), "pt") as f:
+        keys = set(f.keys())
+        count = mtp_layer_count(config, keys, weights)
+        if count:
+            check_mtp_shapes(keys, lambda key: tuple(f.get_slice(key).get_shape()), config)
+            refuse_unmapped(weights, (), _LAYER_TENSORS, also=unmapped(keys, _LAYER_TENSORS))
+    return count
+
+
+def add_hybrid_hparams(writer, arch: str, config: dict, model_dir: Path, mtp_layers: int = 0) -> None:
+    """The keys llama.cpp's qwen35 / qwen35moe / qwen3next loaders read beyond the transformer's;
+    mtp_layers: the MTP blocks written after the trunk (`gguf_mtp`)."""
     k_heads, v_heads, head = linear_heads(config, model_dir)
     if arch == "qwen3next" and (config.get("mlp_only_layers") or config.get("decoder_sparse_step", 1) != 1):
         raise SpecmoeError(
@@ -127,7 +143,10 @@ def add_hybrid_hparams(writer, arch: str, config: dict, model_dir: Path) -> None
     writer.add_ssm_time_step_rank(v_heads)
     writer.add_ssm_inner_size(head * v_heads)
     layer_types = config["layer_types"]
-    writer.add_array(f"{arch}.attention.recurrent_layers", [t == "linear_attention" for t in layer_types])
+    recurrent = [t == "linear_attention" for t in layer_types] + [False] * mtp_layers
+    writer.add_array(f"{arch}.attention.recurrent_layers", recurrent)
+    if mtp_layers:
+        writer.add_nextn_predict_layers(mtp_layers)
     if arch in _MOE:
         writer.add_expert_count(int(config["num_experts"]))
         writer.add_expert_used_count(int(config["num_experts_per_tok"]))
@@ -190,8 +209,9 @@ def _layer_tensor(suffix: str, array: np.ndarray, heads: tuple[int, int, int], t
     return array
 
 
-def hybrid_tensors(weights: Path, config: dict) -> Iterator[tuple[str, np.ndarray]]:
-    """(GGUF name, float32 array in HF [out, in] order) of every tensor; experts stacked [E, out, in]."""
+def hybrid_tensors(weights: Path, config: dict, mtp_layers: int = 0) -> Iterator[tuple[str, np.ndarray]]:
+    """(GGUF name, float32 array in HF [out, in] order) of every tensor; experts stacked [E, out, in];
+    the MTP layer, when mtp_layers is 1, as block num_hidden_layers (`gguf_mtp`)."""
     from safetensors import safe_open
 
     heads = linear_heads(config, weights.parent)
@@ -218,4 +238,17 @@ def hybrid_tensors(weights: Path, config: dict) -> Iterator[tuple[str, np.ndarra
                 else:
                     yield f"blk.{i}.{name}", _layer_tensor(suffix, read(prefix + suffix), heads, tile)
             yield from stacked_experts(i, keys, read)
-    refuse_unmapped(weights, keys, _LAYER_TENSORS)
+        if mtp_layers:
+
+            def layer_tensor(suffix: str, array: np.ndarray):
+                name = _LAYER_TENSORS.get(suffix)
+                return None if name is None else (name, _layer_tensor(suffix, array, heads, tile))
+
+            def experts(block: int, prefix: str):
+                return stacked_experts(block, keys, read, prefix)
+
+            block = int(config["num_hidden_layers"])
+            yield from mtp_tensors(keys, read, block, layer_tensor, experts)
+    trunk = [k for k in keys if not k.startswith(MTP_PREFIX)]
+    stray = unmapped(keys, _LAYER_TENSORS) if mtp_layers else [k for k in keys if k.startswith(MTP_PREFIX)]
+    refuse_unmapped(weights, trunk, _LAYER_TENSORS, also=stray)

@@ -24,10 +24,11 @@ GLOBAL_TENSORS = {
 
 
 def stacked_experts(
-    layer: int, keys: Collection[str], read: Callable[[str], np.ndarray]
+    layer: int, keys: Collection[str], read: Callable[[str], np.ndarray], prefix: str | None = None
 ) -> Iterator[tuple[str, np.ndarray]]:
-    """A layer's routed experts, one [E, out, in] tensor per projection (none for a dense layer)."""
-    prefix = f"model.layers.{layer}."
+    """A layer's routed experts, one [E, out, in] tensor per projection (none for a dense layer),
+    written as block `layer`; prefix: where the checkpoint keeps them (default model.layers.{layer}.)."""
+    prefix = prefix or f"model.layers.{layer}."
     experts = sorted(
         {int(k[len(prefix) :].split(".")[2]) for k in keys if k.startswith(prefix + "mlp.experts.")}
     )
@@ -38,9 +39,12 @@ def stacked_experts(
         yield f"blk.{layer}.{name}", np.stack(parts)
 
 
-def refuse_unmapped(weights: Path, keys: Collection[str], layer_tensors: Collection[str]) -> None:
-    """One line naming the first tensors no GGUF name was given: an export never drops weights."""
-    unknown = sorted(k for k in keys if not _known(k, layer_tensors))
+def refuse_unmapped(
+    weights: Path, keys: Collection[str], layer_tensors: Collection[str], also: Collection[str] = ()
+) -> None:
+    """One line naming the first tensors no GGUF name was given: an export never drops weights.
+    also: further unmapped tensors the caller found (the MTP layer's, `gguf_mtp.unmapped`)."""
+    unknown = sorted({*(k for k in keys if not _known(k, layer_tensors)), *also})
     if unknown:
         raise SpecmoeError(f"'{weights}' holds tensors GGUF export does not map: {', '.join(unknown[:3])}")
 

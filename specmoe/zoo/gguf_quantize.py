@@ -37,7 +37,7 @@ def quantize_gguf(source: Path, out_path: Path, gguf_type: str, threads: int = 0
 
     threads = 0 lets llama.cpp use every core (quantising is not a timing measurement).
     """
-    from specmoe.backends.llamacpp import _log_lines, llama_lib
+    from specmoe.backends.llamacpp_load import llama_lib, log_lines
 
     if gguf_type not in KQUANT_TYPES:
         raise SpecmoeError(f"unknown k-quant type '{gguf_type}'; use one of {', '.join(KQUANT_TYPES)}")
@@ -46,11 +46,11 @@ def quantize_gguf(source: Path, out_path: Path, gguf_type: str, threads: int = 0
     params.ftype = KQUANT_TYPES[gguf_type]
     params.nthread = threads
     partial = out_path.with_name(out_path.name + ".partial")
-    _log_lines.clear()
+    log_lines.clear()
     status = lib.llama_model_quantize(str(source).encode(), str(partial).encode(), params)
     if status != 0:
         partial.unlink(missing_ok=True)
-        reason = _log_lines[-1] if _log_lines else "no reason given"
+        reason = log_lines[-1] if log_lines else "no reason given"
         raise SpecmoeError(f"llama.cpp could not quantise '{source}' to {gguf_type}: {reason}")
     types = tensor_types(partial)
     os.replace(partial, out_path)
