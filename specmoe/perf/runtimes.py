@@ -26,7 +26,7 @@ profile gives each a number with its source:
     uncertainty           the factor the profile's predictions are known to miss by (its band)
     band_basis            where that band comes from: "held-out" (the 80th percentile of the
                           engine's leave-one-source-out error factors over `band_rows` published
-                          rows, benchmarks/calibration.py), "this CPU" (the spread of the check on
+                          rows, `specmoe calibrate`), "this CPU" (the spread of the check on
                           this machine) or "prior" (no held-out estimate: the priors' 1.5)
     max_shortfall         the largest factor by which a held-out prediction fell short of the
                           measured speedup (measured ÷ predicted); a NO-GO must survive it. Absent
@@ -35,8 +35,10 @@ profile gives each a number with its source:
                           tokens after a verify: "readvance", "per_position", "redecode" or "none"
                           (`specmoe.perf.rollback`, which prices each by the bytes it moves)
 
-`specmoe/perf/runtimes.toml` ships the profiles; `--engines FILE` adds or replaces profiles with the
-same keys. A user who can profile their own machine replaces all of this with a fit
+`specmoe/perf/runtimes.toml` ships the profiles: their descriptions, devices, rollback methods and
+sources, with the numbers of the CUDA and Apple-silicon ones from `specmoe/perf/constants.toml`
+(their one home: prior, fit range and fitted value); `--engines FILE` adds or replaces whole
+profiles with the same keys. A user who can profile their own machine replaces all of this with a fit
 (`specmoe profile` + `specmoe model fit`, then `specmoe advise FIT`).
 """
 
@@ -51,6 +53,8 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specmoe.errors import SpecmoeError
+from specmoe.perf.constants import SHIPPED as CONSTANTS
+from specmoe.perf.constants import load_constants, profile_values
 from specmoe.perf.formats import WeightFormat
 from specmoe.perf.rollback import HybridRollback
 
@@ -134,14 +138,21 @@ def _by_format(table: dict[str, float], weights: WeightFormat, default: float) -
 _SHIPPED = "runtimes.toml"
 
 
-def _parse(raw: dict, where: str) -> dict[str, EngineProfile]:
+def _parse(raw: dict, where: str, constants: dict | None = None) -> dict[str, EngineProfile]:
+    """The profiles of a runtimes file; `constants` (engine -> key -> Constant, the shipped
+    constants.toml) gives the shipped profiles their numbers, which runtimes.toml must not repeat."""
     engines = raw.get("engines")
     if not isinstance(engines, dict) or not engines:
         raise SpecmoeError(f"{where}: no [engines.NAME] tables; see specmoe/perf/runtimes.toml for the keys")
     profiles = {}
     for name, table in engines.items():
+        values = profile_values((constants or {}).get(name, {}))
+        if isinstance(table, dict) and (twice := sorted(set(values) & set(table))):
+            raise SpecmoeError(
+                f"{where}: engines.{name}.{twice[0]} is also in {CONSTANTS}; a value has one home, there"
+            )
         try:
-            profiles[name] = EngineProfile(name=name, **table)
+            profiles[name] = EngineProfile(name=name, **values, **table)
         except ValidationError as err:
             first = err.errors()[0]
             key = ".".join(str(part) for part in first["loc"])
@@ -154,7 +165,7 @@ def _parse(raw: dict, where: str) -> dict[str, EngineProfile]:
 def load_engines(extra: Path | None = None) -> dict[str, EngineProfile]:
     """The shipped profiles, with those of `extra` (a TOML file of the same shape) added or replacing."""
     text = resources.files("specmoe.perf").joinpath(_SHIPPED).read_text(encoding="utf-8")
-    profiles = _parse(tomllib.loads(text), _SHIPPED)
+    profiles = _parse(tomllib.loads(text), _SHIPPED, load_constants())
     if extra is not None:
         path = Path(extra)
         try:

@@ -1,33 +1,22 @@
 """The shipped profiles on sources they never saw (docs/results/calibration/frozen-test-rules.md).
 
-Prices the scored rows of the named sources in published.csv with the engine profiles as shipped
-(runtimes.toml, fitted on every *other* row), beside the bare roofline, c·τ with c fitted on the
-other sources' reported rows, the sweep's anchor held constant, and "always GO"; verdicts under the
-shipped NO-GO rule and under the rule as first fixed. Run it at the commit whose profiles were
-frozen before the sources were read: once the profiles are refitted on the new rows, the numbers
-are no longer a prediction.
-
-    python benchmarks/frozen_test.py --source "NAME" [--source "NAME" ...]   # markdown to stdout
-
-`--extra FILE` adds rows kept outside the table (issue-threads.csv): they are priced, never fitted.
+Prices the scored rows of the named sources with the engine profiles as shipped (fitted on every
+*other* row), beside the bare roofline, c·τ with c fitted on the other sources' reported rows, the
+sweep's anchor held constant, and "always GO"; verdicts under the shipped NO-GO rule and under the
+rule as first fixed. Run it at the commit whose profiles were frozen before the sources were read:
+once the profiles are refitted on the new rows, the numbers are no longer a prediction. Rows kept
+outside the table (the shipped issue-threads.csv, or a file of one's own) are priced, never fitted.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
+from specmoe.calibration.catalog import Catalog
+from specmoe.calibration.heldout import Scored, in_sample, roofline, summary, tau_factor
+from specmoe.calibration.rows import Measurement, Role
+from specmoe.errors import SpecmoeError
+from specmoe.perf.breakeven import Verdict
+from specmoe.perf.runtimes import EngineProfile
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from specmoe.perf.breakeven import Verdict  # noqa: E402
-from specmoe.perf.calibrate import Measurement, Role, is_moe, load_measurements  # noqa: E402
-from specmoe.perf.heldout import Scored, in_sample, roofline, summary, tau_factor  # noqa: E402
-from specmoe.perf.runtimes import load_engines  # noqa: E402
-
-DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
-EXAMPLES = ROOT / "docs" / "perf-examples"
 OUTCOMES = (("paid (≥ 1.10×)", 1.10, None), ("about even", 0.95, 1.10), ("did not (< 0.95×)", None, 0.95))
 
 
@@ -53,23 +42,20 @@ def _within(low: float | None, high: float | None, value: float) -> bool:
     return (low is None or value >= low) and (high is None or value < high)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument("--extra", type=Path, action="append", default=[], help="rows kept outside the table")
-    parser.add_argument("--source", action="append", required=True, help="a new source, as in the CSV")
-    args = parser.parse_args(argv)
-    rows = load_measurements(args.data) + [r for path in args.extra for r in load_measurements(path)]
-    unknown = set(args.source) - {r.source for r in rows}
+def frozen_test(catalog: Catalog, engines: dict[str, EngineProfile], sources: list[str]) -> list[str]:
+    """The table of the frozen test on the rows of `sources` (each as the rows spell it)."""
+    unknown = sorted(set(sources) - {r.source for r in catalog.rows})
     if unknown:
-        print(f"no rows from {sorted(unknown)} in {args.data} or an --extra file", file=sys.stderr)
-        return 2
-    new = [r for r in rows if r.source in args.source]
-    old = [r for r in rows if r.source not in args.source]
-    engines = load_engines()
-    model = {s.row.id: s for s in in_sample(new, engines, EXAMPLES, rule="frozen")}
-    first = {s.row.id: s for s in in_sample(new, engines, EXAMPLES, rule="frozen", worst_case=False)}
-    bare = {s.row.id: s for s in roofline(new, engines, EXAMPLES)}
+        raise SpecmoeError(
+            f"no rows from source '{unknown[0]}'; name a source as the rows spell it, and add the "
+            "file that holds it with --extra"
+        )
+    new = [r for r in catalog.rows if r.source in sources]
+    old = [r for r in catalog.rows if r.source not in sources]
+    fresh = catalog.with_rows(new)
+    model = {s.row.id: s for s in in_sample(fresh, engines, rule="frozen")}
+    first = {s.row.id: s for s in in_sample(fresh, engines, rule="frozen", worst_case=False)}
+    bare = {s.row.id: s for s in roofline(fresh, engines)}
     trivial = _trivial(new, old)
     scored = [r for r in new if r.scored]
     inside = {
@@ -85,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         s = model[r.id]
         ceiling = " (ceiling)" if s.at_ceiling else ""
         lines.append(
-            f"| {r.id} | {r.source} | {r.engine} | {'yes' if is_moe(r, EXAMPLES) else ''} | {r.role.value} "
+            f"| {r.id} | {r.source} | {r.engine} | {'yes' if catalog.is_moe(r) else ''} | {r.role.value} "
             f"| {r.batch} | {r.speedup:.2f} | {s.predicted:.2f}{ceiling} | {s.error_factor:.2f} "
             f"| {'yes' if inside[r.id] else 'no'} | {s.verdict.value} | {first[r.id].verdict.value} "
             f"| {bare[r.id].predicted:.2f} | {trivial[r.id].predicted:.2f} |"
@@ -93,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "| rows | n | frozen model (median / p80 / worst) | roofline | trivial | within 1.25× |"]
     lines.append("|---|---|---|---|---|---|")
     groups = [("all new scored rows", scored)] + [
-        (f"source: {name}", [r for r in scored if r.source == name]) for name in args.source
+        (f"source: {name}", [r for r in scored if r.source == name]) for name in sources
     ]
     for label, group in groups:
         mine = [model[r.id] for r in group]
@@ -119,9 +105,4 @@ def main(argv: list[str] | None = None) -> int:
                 for _, low, high in OUTCOMES
             ]
             lines.append(f"| {v.value} | " + " | ".join(map(str, counts)) + " |")
-    print("\n".join(lines))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return lines
