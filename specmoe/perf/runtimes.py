@@ -34,6 +34,12 @@ profile gives each a number with its source:
     hybrid_rollback       how a hybrid model's linear-attention state goes back to the committed
                           tokens after a verify: "readvance", "per_position", "redecode" or "none"
                           (`specmoe.perf.rollback`, which prices each by the bytes it moves)
+    rollback_by_draft     the method for drafters that roll back otherwise, by `--draft` method
+                          (llama.cpp snapshots every verified position only for its head and block
+                          drafters; a separate draft model still checkpoints and decodes again).
+                          An older build is one line: `hybrid_rollback = "redecode"` in --engines
+    expert_offload        whether the engine can keep routed experts in host memory (llama.cpp's
+                          --n-cpu-moe; `specmoe.perf.offload`)
 
 `specmoe/perf/runtimes.toml` ships the profiles: their descriptions, devices, rollback methods and
 sources, with the numbers of the CUDA and Apple-silicon ones from `specmoe/perf/constants.toml`
@@ -55,6 +61,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from specmoe.errors import SpecmoeError
 from specmoe.perf.constants import SHIPPED as CONSTANTS
 from specmoe.perf.constants import load_constants, profile_values
+from specmoe.perf.drafts import DraftMethod
 from specmoe.perf.formats import WeightFormat
 from specmoe.perf.rollback import HybridRollback
 
@@ -92,7 +99,13 @@ class EngineProfile(BaseModel):
     max_shortfall: float | None = Field(None, ge=1)
     # how the engine rolls a hybrid model's linear-attention state back (`specmoe.perf.rollback`)
     hybrid_rollback: HybridRollback = HybridRollback.READVANCE
+    rollback_by_draft: dict[DraftMethod, HybridRollback] = Field(default_factory=dict)
+    expert_offload: bool = False
     sources: dict[str, str] = Field(default_factory=dict)
+
+    def rollback_for(self, method: DraftMethod) -> HybridRollback:
+        """The rollback this engine runs on a hybrid model with `method` drafting."""
+        return self.rollback_by_draft.get(method, self.hybrid_rollback)
 
     def overhead_s(self, layers: int) -> float:
         """Fixed seconds of one forward of a `layers`-deep network."""
@@ -181,8 +194,24 @@ def load_engines(extra: Path | None = None) -> dict[str, EngineProfile]:
                 f"engine file '{path}' nests arrays or tables too deeply to read; write [engines.NAME] "
                 "tables of numbers"
             ) from None
-        profiles.update(_parse(raw, str(path)))
+        profiles.update(_parse(_over_shipped(raw, profiles), str(path)))
     return profiles
+
+
+def _over_shipped(raw: dict, shipped: dict[str, EngineProfile]) -> dict:
+    """A user's table without a `description` for a shipped engine changes only the keys it gives
+    (`[engines.llamacpp-cuda] hybrid_rollback = "redecode"` for an older build); any other table
+    is a whole profile."""
+    engines = raw.get("engines")
+    if not isinstance(engines, dict):
+        return raw
+    merged = {}
+    for name, table in engines.items():
+        if isinstance(table, dict) and "description" not in table and name in shipped:
+            base = shipped[name].model_dump(exclude={"name"}, exclude_defaults=True, mode="json")
+            table = {**base, **table}
+        merged[name] = table
+    return {**raw, "engines": merged}
 
 
 def engine_profile(name: str, device: str | None = None, extra: Path | None = None) -> EngineProfile:
