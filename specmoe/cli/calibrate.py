@@ -75,6 +75,11 @@ def add_calibrate(commands) -> None:
         action="store_true",
         help="the rows that measured a plain step, priced with and without it",
     )
+    mode.add_argument(
+        "--verdict-check",
+        action="store_true",
+        help="verdicts from the asymmetric held-out band beside the shipped rule, split strict / design-time",
+    )
     heldout.set_defaults(run=run_heldout)
 
     frozen = sub.add_parser("frozen", help="the shipped profiles on sources nothing fitted has seen")
@@ -171,6 +176,11 @@ def run_heldout(args) -> int:
         from specmoe.calibration.variants import variant_check
 
         _print(variant_check(catalog, engines, priors, args.variant))
+        return 0
+    if args.verdict_check:
+        from specmoe.calibration.verdicts import verdict_check
+
+        _print(verdict_check(catalog, engines, priors))
         return 0
     if args.measured_step:
         from specmoe.calibration.steps import measured_step_check
