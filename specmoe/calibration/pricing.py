@@ -18,14 +18,15 @@ from specmoe.metrics import error_factor
 from specmoe.perf.breakeven import acceptance, breakeven_alpha
 from specmoe.perf.drafts import DraftMethod
 from specmoe.perf.runtimes import EngineProfile
-from specmoe.perf.setup import SDSetup, configured_setup, with_measured_step
+from specmoe.perf.setup import SDSetup, StepForm, configured_setup, with_measured_step
 
 
 def setup_for(
-    row: Measurement, engine: EngineProfile, catalog: Catalog, measured_step: bool = False
+    row: Measurement, engine: EngineProfile, catalog: Catalog, measured_step: StepForm | None = None
 ) -> SDSetup:
-    """The row's setup priced under `engine` (configs and hardware from `catalog`); with
-    `measured_step`, given the plain step the row measured, where it has one (`with_measured_step`)."""
+    """The row's setup priced under `engine` (configs and hardware from `catalog`); with a
+    `measured_step` form, given the plain step the row measured, where it has one
+    (`with_measured_step`)."""
     method = DraftMethod.parse(row.method, row.id)
     draft = None
     if method is DraftMethod.MODEL:
@@ -41,8 +42,8 @@ def setup_for(
         tree_tokens=row.verify_tokens,
         tree_width=row.tree_width,
     )
-    if measured_step and row.plain_step_s is not None:
-        setup = with_measured_step(setup, row.batch, row.plain_step_s)
+    if measured_step is not None and row.plain_step_s is not None:
+        setup = with_measured_step(setup, row.batch, row.plain_step_s, measured_step)
     return setup
 
 
@@ -59,7 +60,9 @@ class Priced:
         return error_factor(self.predicted, measured)
 
 
-def price(row: Measurement, engine: EngineProfile, catalog: Catalog, measured_step: bool = False) -> Priced:
+def price(
+    row: Measurement, engine: EngineProfile, catalog: Catalog, measured_step: StepForm | None = None
+) -> Priced:
     """The row's predicted speedup: at its reported acceptance, or at its anchor's (the catalog's
     row of that id; `setup_for`'s `measured_step` for both)."""
     setup = setup_for(row, engine, catalog, measured_step)
@@ -78,7 +81,7 @@ def price(row: Measurement, engine: EngineProfile, catalog: Catalog, measured_st
 
 
 def anchor_alpha(
-    anchor: Measurement, engine: EngineProfile, catalog: Catalog, measured_step: bool = False
+    anchor: Measurement, engine: EngineProfile, catalog: Catalog, measured_step: StepForm | None = None
 ) -> float | None:
     """The α at which the model reproduces the anchor's measured speedup; None when even α = 1
     stays below it (the sweep's rows are then priced at α = 1, the model's ceiling)."""

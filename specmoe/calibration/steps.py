@@ -20,10 +20,23 @@ import statistics
 
 from specmoe.calibration.catalog import Catalog
 from specmoe.calibration.fit import prior_profile, with_values
-from specmoe.calibration.heldout import Scored, leave_one_source_out, summary, trivial
+from specmoe.calibration.heldout import (
+    PRIOR_BAND,
+    Scored,
+    band_of,
+    call,
+    leave_one_source_out,
+    shortfall_of,
+    summary,
+    trivial,
+)
 from specmoe.calibration.pricing import price, setup_for
+from specmoe.calibration.split import SPLITS, split_of
+from specmoe.calibration.verdicts import OUTCOMES, outcome, ratio_band
+from specmoe.perf.breakeven import Verdict, band_verdict
 from specmoe.perf.constants import Constant
 from specmoe.perf.runtimes import EngineProfile
+from specmoe.perf.setup import StepForm
 
 
 def step_audit(catalog: Catalog, engines: dict[str, EngineProfile]) -> list[str]:
@@ -68,7 +81,7 @@ def measured_step_check(
     stepped: dict[str, Scored] = {}
     for row in chosen:
         profile = with_values(prior_profile(engines[row.engine], priors[row.engine]), held[row.id].constants)
-        priced = price(row, profile, catalog, measured_step=True)
+        priced = price(row, profile, catalog, measured_step=StepForm.FIXED)
         stepped[row.id] = Scored(row, "with the measured step", priced.predicted)
 
     lines = [
@@ -95,4 +108,77 @@ def measured_step_check(
             f"| {r.id} | {r.engine} | {r.batch} | {r.speedup:.2f} | {held[r.id].predicted:.2f} "
             f"| {stepped[r.id].predicted:.2f} | {easy[r.id].predicted:.2f} |"
         )
+    return lines
+
+
+def anchor_check(
+    catalog: Catalog, engines: dict[str, EngineProfile], priors: dict[str, dict[str, Constant]]
+) -> list[str]:
+    """The test of change A (docs/results/calibration/anchor-verdict-rules.md): the rows with a
+    measured plain step, held out, without it and with it in each form; median error and verdicts
+    (under the shipped rule and the ratio band, each with the other sources' held-out band), split
+    strict / design-time."""
+    held_list = leave_one_source_out(catalog, engines, priors)
+    held = {s.row.id: s for s in held_list if s.predicted}
+    chosen = [r for r in catalog.scored if r.plain_step_s is not None and r.id in held]
+    priced = {"without the step": {r.id: held[r.id].priced for r in chosen}}
+    for form in StepForm:
+        priced[f"step, {form.value}"] = {}
+        for row in chosen:
+            profile = with_values(
+                prior_profile(engines[row.engine], priors[row.engine]), held[row.id].constants
+            )
+            priced[f"step, {form.value}"][row.id] = price(row, profile, catalog, measured_step=form)
+
+    def others(row):
+        return [
+            o for o in held_list if o.predicted and o.row.engine == row.engine and o.row.source != row.source
+        ]
+
+    def verdict(rule: str, row, p) -> Verdict:
+        rest = others(row)
+        if rule == "shipped":
+            return call(p, band_of([o.error_factor for o in rest]) or PRIOR_BAND, shortfall_of(rest))
+        low, high = ratio_band(rest)
+        return band_verdict(p.at_full, p.predicted, low, high)
+
+    lines = [
+        "| form | rows | n | median error | GO: paid / even / did not | NO-GO: paid / even / did not "
+        "| GO on a measured loss (shipped rule / ratio band) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    groups = [("all rows with a measured step", chosen)] + [
+        (name, [r for r in chosen if split_of(r) == name]) for name in SPLITS
+    ]
+    for form, table in priced.items():
+        for label, group in groups:
+            if not group:
+                lines.append(f"| {form} | {label} | 0 | – | – | – | – |")
+                continue
+            errors = [table[r.id].error_factor(r.speedup) for r in group]
+            calls = {
+                rule: [(verdict(rule, r, table[r.id]), outcome(r.speedup)) for r in group]
+                for rule in ("shipped", "ratio")
+            }
+            ratio = calls["ratio"]
+            go = " / ".join(str(sum(v is Verdict.GO and o == out for v, o in ratio)) for out in OUTCOMES)
+            nogo = " / ".join(str(sum(v is Verdict.NO_GO and o == out for v, o in ratio)) for out in OUTCOMES)
+            losses = [
+                str(
+                    sum(
+                        v is Verdict.GO and r.speedup < 0.95
+                        for (v, _), r in zip(calls[rule], group, strict=True)
+                    )
+                )
+                for rule in ("shipped", "ratio")
+            ]
+            lines.append(
+                f"| {form} | {label} | {len(group)} | {statistics.median(errors):.2f} | {go} | {nogo} "
+                f"| {' / '.join(losses)} |"
+            )
+    lines += ["", "GO and NO-GO columns are under the ratio band; the last column under both rules.", ""]
+    lines += ["| row | split | B | measured | without | fixed | scaled |", "|---|---|---|---|---|---|---|"]
+    for r in chosen:
+        cells = " | ".join(f"{priced[k][r.id].predicted:.2f}" for k in priced)
+        lines.append(f"| {r.id} | {split_of(r)} | {r.batch} | {r.speedup:.2f} | {cells} |")
     return lines

@@ -64,6 +64,14 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
         "without SD, in ms): time the model does not explain is charged to every target pass",
     )
     configs.add_argument(
+        "--step-form",
+        choices=["fixed", "scaled"],
+        default="fixed",
+        help="how --plain-step-ms enters a pass: fixed, the difference added to every target pass; "
+        "scaled, every forward of target and drafter multiplied so it grows with the pass "
+        "(docs/results/calibration/anchor-verdict-rules.md)",
+    )
+    configs.add_argument(
         "--acceptance", type=float, default=None, help="your measured or expected acceptance"
     )
     configs.add_argument(

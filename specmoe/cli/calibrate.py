@@ -76,6 +76,11 @@ def add_calibrate(commands) -> None:
         help="the rows that measured a plain step, priced with and without it",
     )
     mode.add_argument(
+        "--anchor-check",
+        action="store_true",
+        help="the rows with a measured plain step, without it and with it in each --step-form",
+    )
+    mode.add_argument(
         "--verdict-check",
         action="store_true",
         help="verdicts from the asymmetric held-out band beside the shipped rule, split strict / design-time",
@@ -176,6 +181,11 @@ def run_heldout(args) -> int:
         from specmoe.calibration.variants import variant_check
 
         _print(variant_check(catalog, engines, priors, args.variant))
+        return 0
+    if args.anchor_check:
+        from specmoe.calibration.steps import anchor_check
+
+        _print(anchor_check(catalog, engines, priors))
         return 0
     if args.verdict_check:
         from specmoe.calibration.verdicts import verdict_check

@@ -14,7 +14,7 @@ from specmoe.perf.hardware import load_hardware
 from specmoe.perf.offload import ALL_LAYERS
 from specmoe.perf.predict import config_name
 from specmoe.perf.runtimes import engine_profile
-from specmoe.perf.setup import configured_setup, with_measured_step
+from specmoe.perf.setup import StepForm, configured_setup, with_measured_step
 
 DEFAULT_BATCHES = (1, 4, 16, 64)
 
@@ -112,6 +112,6 @@ def advise_from_configs(args) -> dict:
             raise SpecmoeError(
                 "--plain-step-ms is the step measured at one batch size: pass exactly one --batch"
             )
-        setup = with_measured_step(setup, batches[0], args.plain_step_ms / 1e3)
+        setup = with_measured_step(setup, batches[0], args.plain_step_ms / 1e3, StepForm(args.step_form))
     alpha = stated_alpha(args.acceptance, AcceptanceKind(args.acceptance_kind), args.acceptance_gamma, gammas)
     return advise_setup(setup, batches, gammas, alpha)

@@ -47,10 +47,12 @@ class ModelTimes:
     fitted: bool
     grid: dict | None = None
     host: HostTier | None = None  # experts kept in host memory (`specmoe.perf.offload`); None: none
+    scale: float = 1.0  # a measured step's factor on every pass (`setup.with_measured_step`, scaled)
 
     def time(self, batch: float, tokens: float, active: float | None = None) -> float:
         device = forward_time(self.constants, self.shape, batch, tokens, self.context, active)
-        return device if self.host is None else device + self.host.time(batch, tokens, active)
+        total = device if self.host is None else device + self.host.time(batch, tokens, active)
+        return total if self.scale == 1.0 else self.scale * total
 
     def extrapolated(self, batch: float, tokens: float) -> bool:
         if self.grid is None:

@@ -118,12 +118,18 @@ def format_setup_advice(advice: dict) -> str:
     ]
     if advice.get("measured_step"):
         step = advice["measured_step"]
-        charged = (
-            f"the {step['added_per_pass_s'] * 1e3:.2f} ms the model does not explain is charged to every "
-            "target pass"
-            if step["added_per_pass_s"] > 0
-            else "no longer than the model's own step, which is kept"
-        )
+        if step.get("scale", 1.0) != 1.0:
+            charged = (
+                f"every forward of the target and the drafter is multiplied by {step['scale']:.2f}, so "
+                "the time the model does not explain grows with the pass"
+            )
+        elif step["added_per_pass_s"] > 0:
+            charged = (
+                f"the {step['added_per_pass_s'] * 1e3:.2f} ms the model does not explain is charged to every "
+                "target pass"
+            )
+        else:
+            charged = "no longer than the model's own step, which is kept"
         lines.insert(
             3,
             f"measured: a plain step of {step['seconds'] * 1e3:.2f} ms at B={step['batch']}; {charged} "

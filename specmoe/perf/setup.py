@@ -17,6 +17,7 @@ measurements score.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from enum import StrEnum
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.compose import CHAIN, RoundShape, expected_speedup
@@ -46,9 +47,9 @@ class SDSetup:
     shape: RoundShape = CHAIN
     new_tokens: int | None = None  # tokens each sequence decodes; None: a long decode's steady state
     target_arch: Architecture | None = None  # for a hybrid's state rollback; None: not priced
-    # (batch, seconds measured, seconds added to each target pass) of a plain step the user
-    # measured (`with_measured_step`); None: none given
-    measured_step: tuple[int, float, float] | None = None
+    # (batch, seconds measured, seconds added to each target pass, factor on every forward, form)
+    # of a plain step the user measured (`with_measured_step`); None: none given
+    measured_step: tuple[int, float, float, float, str] | None = None
     block: int | None = None  # a block drafter's positions per round
     offloaded: int = 0  # MoE layers of the target whose experts sit in host memory
 
@@ -224,19 +225,36 @@ def _other_drafters(engine: EngineProfile) -> str:
     return "pick another engine (vllm, sglang, llamacpp-*, hf-*)"
 
 
-def with_measured_step(setup: SDSetup, batch: int, step_s: float) -> SDSetup:
-    """The setup with a measured plain decode step at `batch` (seconds): where it is longer than the
-    model's plain step (forward and host step), the difference becomes a fixed cost of every target
-    pass, so verification pays it too; where it is shorter, the setup is unchanged, a published step
-    being only an upper bound (docs/results/calibration/measured-step-rules.md)."""
-    if not step_s > 0:
-        raise SpecmoeError(f"a measured plain step must be positive seconds, got {step_s}")
+class StepForm(StrEnum):
+    """How a measured plain step longer than the model's enters every pass
+    (docs/results/calibration/anchor-verdict-rules.md, change A)."""
+
+    FIXED = "fixed"  # the difference, a fixed cost added to every target pass
+    SCALED = "scaled"  # a factor on every forward of the target and the drafter
+
+
+def with_measured_step(setup: SDSetup, batch: int, step_s: float, form: StepForm = StepForm.FIXED) -> SDSetup:
+    """The setup with a measured plain decode step at `batch` (seconds). Where it is longer than the
+    model's plain step (forward and host step), FIXED charges the difference to every target pass,
+    verification included; SCALED multiplies every forward of the target and the drafter by
+    (step − host step) ÷ forward, so the unexplained time grows with the pass as the model's own
+    does. Where it is shorter, the setup is unchanged, a published step being only an upper bound
+    (docs/results/calibration/measured-step-rules.md)."""
+    if not step_s > 0 or step_s == float("inf"):
+        raise SpecmoeError(f"a measured plain step must be a finite number of seconds > 0, got {step_s}")
     gap = step_s - setup.plain_step_s(batch)
-    setup = replace(setup, measured_step=(batch, step_s, max(gap, 0.0)))
     if gap <= 0:
-        return setup
+        return replace(setup, measured_step=(batch, step_s, 0.0, 1.0, form.value))
+    if form is StepForm.SCALED:
+        factor = (step_s - setup.plain_host_s) / setup.target.time(batch, 1)
+        draft = None if setup.draft_times is None else replace(setup.draft_times, scale=factor)
+        target = replace(setup.target, scale=factor)
+        return replace(
+            setup, target=target, draft_times=draft, measured_step=(batch, step_s, 0.0, factor, form.value)
+        )
     constants = replace(setup.target.constants, overhead_s=setup.target.constants.overhead_s + gap)
-    return replace(setup, target=replace(setup.target, constants=constants))
+    target = replace(setup.target, constants=constants)
+    return replace(setup, target=target, measured_step=(batch, step_s, gap, 1.0, form.value))
 
 
 def describe(setup: SDSetup) -> dict:
@@ -270,5 +288,7 @@ def describe(setup: SDSetup) -> dict:
         "link_kind": setup.hardware.link_kind,
         "measured_step": None
         if setup.measured_step is None
-        else dict(zip(("batch", "seconds", "added_per_pass_s"), setup.measured_step, strict=True)),
+        else dict(
+            zip(("batch", "seconds", "added_per_pass_s", "scale", "form"), setup.measured_step, strict=True)
+        ),
     }
