@@ -21,14 +21,20 @@ OUTCOMES = (("paid (≥ 1.10×)", 1.10, None), ("about even", 0.95, 1.10), ("did
 
 
 def _trivial(new: list[Measurement], old: list[Measurement]) -> dict[str, Scored]:
-    """c·τ (c from the old sources' reported rows) where τ is reported, else the anchor's speedup."""
-    c = tau_factor([r for r in old if r.role is Role.REPORTED])
+    """c·τ (c from the old sources' reported rows) where τ is reported, else the anchor's speedup;
+    no estimate for a reported row when no old source reports τ."""
+    reported = [r for r in old if r.role is Role.REPORTED]
+    c = tau_factor(reported) if reported else None
     by_id = {r.id: r for r in new}
-    return {
-        r.id: Scored(r, "trivial", c * r.tau if r.role is Role.REPORTED else by_id[r.anchor].speedup)
-        for r in new
-        if r.scored
-    }
+    out = {}
+    for r in new:
+        if not r.scored:
+            continue
+        if r.role is Role.REPORTED:
+            out[r.id] = Scored(r, "trivial", None if c is None else c * r.tau)
+        else:
+            out[r.id] = Scored(r, "trivial", by_id[r.anchor].speedup)
+    return out
 
 
 def _stats(results: list[Scored]) -> str:
@@ -36,6 +42,10 @@ def _stats(results: list[Scored]) -> str:
     if not s["rows"]:
         return "–"
     return f"{s['median_error_factor']:.2f} / {s['p80_error_factor']:.2f} / {s['worst_error_factor']:.2f}"
+
+
+def _number(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}"
 
 
 def _within(low: float | None, high: float | None, value: float) -> bool:
@@ -74,7 +84,7 @@ def frozen_test(catalog: Catalog, engines: dict[str, EngineProfile], sources: li
             f"| {r.id} | {r.source} | {r.engine} | {'yes' if catalog.is_moe(r) else ''} | {r.role.value} "
             f"| {r.batch} | {r.speedup:.2f} | {s.predicted:.2f}{ceiling} | {s.error_factor:.2f} "
             f"| {'yes' if inside[r.id] else 'no'} | {s.verdict.value} | {first[r.id].verdict.value} "
-            f"| {bare[r.id].predicted:.2f} | {trivial[r.id].predicted:.2f} |"
+            f"| {bare[r.id].predicted:.2f} | {_number(trivial[r.id].predicted)} |"
         )
     lines += ["", "| rows | n | frozen model (median / p80 / worst) | roofline | trivial | within 1.25× |"]
     lines.append("|---|---|---|---|---|---|")
