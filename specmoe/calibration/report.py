@@ -43,6 +43,7 @@ from specmoe.calibration.heldout import (
     summary,
     trivial,
 )
+from specmoe.calibration.split import SPLITS, split_of
 from specmoe.perf.breakeven import Verdict
 from specmoe.perf.constants import fitted_keys
 
@@ -58,6 +59,8 @@ def _row_sets(catalog: Catalog) -> list[tuple[str, set[str]]]:
     sets = [("all scored rows", {r.id for r in scored})]
     sets.append(("  MoE targets", {r.id for r in scored if catalog.is_moe(r)}))
     sets.append(("  dense targets", {r.id for r in scored if not catalog.is_moe(r)}))
+    for split in SPLITS:
+        sets.append((f"  {split}", {r.id for r in scored if split_of(r) == split}))
     for role in ("reported", "anchored"):
         sets.append((f"  {role} acceptance", {r.id for r in scored if r.role == role}))
     for engine in sorted({r.engine for r in scored}):
@@ -122,7 +125,7 @@ def go_table(catalog: Catalog, by_rule: dict[str, list[Scored]]) -> list[str]:
         "| rows | model, held out | roofline | trivial | always GO | model, in sample |",
         "|---|---|---|---|---|---|",
     ]
-    for label, ids in _row_sets(catalog)[:3]:
+    for label, ids in _row_sets(catalog)[:5]:
         same = ids & held
         cells = [label]
         for rule in ("held out", "roofline", "trivial"):
@@ -144,12 +147,17 @@ OUTCOMES = ("paid (≥ 1.10×)", "about even", "did not (< 0.95×)")
 
 
 def verdict_table(results: list[Scored]) -> list[str]:
-    """advise's verdict at each row's acceptance against what the row measured."""
+    """advise's verdict at each row's acceptance against what the row measured, over all rows and
+    then strict and design-time rows apart."""
     have = [s for s in results if s.verdict is not None]
-    counts = Counter((s.verdict, _outcome(s.row.speedup)) for s in have)
-    lines = ["| verdict | " + " | ".join(OUTCOMES) + " |", "|---|---|---|---|"]
-    for v in Verdict:
-        lines.append(f"| {v.value} | " + " | ".join(str(counts[(v, o)]) for o in OUTCOMES) + " |")
+    groups = [("all", have)] + [(split, [s for s in have if split_of(s.row) == split]) for split in SPLITS]
+    lines = ["| rows | verdict | " + " | ".join(OUTCOMES) + " | all |", "|---|---|---|---|---|---|"]
+    for label, group in groups:
+        counts = Counter((s.verdict, _outcome(s.row.speedup)) for s in group)
+        for v in Verdict:
+            cells = [str(counts[(v, o)]) for o in OUTCOMES]
+            total = sum(counts[(v, o)] for o in OUTCOMES)
+            lines.append(f"| {label} | {v.value} | " + " | ".join(cells) + f" | {total} |")
     return lines
 
 
@@ -311,7 +319,7 @@ def report(catalog: Catalog, by_rule: dict, engines: dict, fitted: dict, priors:
     lines += verdict_sections(by_rule)
     lines += ["", "## Bands: the 80th percentile of each engine's own held-out error factors", ""]
     lines += [
-        "| engine | held-out rows | band | basis | in runtimes.toml | largest shortfall | in runtimes.toml |",
+        "| engine | held-out rows | band | basis | in constants.toml | largest shortfall | in constants.toml |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, b in bands(held, engines).items():
