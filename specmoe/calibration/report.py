@@ -319,7 +319,7 @@ def report(catalog: Catalog, by_rule: dict, engines: dict, fitted: dict, priors:
     lines += verdict_sections(by_rule)
     lines += ["", "## Bands: the 80th percentile of each engine's own held-out error factors", ""]
     lines += [
-        "| engine | held-out rows | band | basis | in constants.toml | largest shortfall | in constants.toml |",
+        "| engine | held-out rows | band | basis | shipped | largest shortfall | shipped |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, b in bands(held, engines).items():
