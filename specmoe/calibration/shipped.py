@@ -4,7 +4,9 @@ them into specmoe/perf/constants.toml (`fitted`, and on `uncertainty` also `rows
 `shortfall`); `calibrate check` says whether the file still holds what a fit gives now.
 
 Values are written to three significant figures (a band to two decimals, as advise prints it):
-what the rows can stand behind, and what keeps the file readable.
+what the rows can stand behind, and what keeps the file readable. A value within a millionth of
+its optimiser step (`fit.scale`) of a bound is written as the bound: the optimiser cannot tell
+them apart (a round cost of 2e-10 s is 0).
 """
 
 from __future__ import annotations
@@ -43,9 +45,23 @@ def fit_lines(result: Refit, priors: dict[str, dict[str, Constant]]) -> list[str
     """One line per engine, its fitted constants as constants.toml will hold them."""
     return [
         f"[engines.{name}] "
-        + ", ".join(f"{k} = {value_of(result.fitted[name], k):.3g}" for k in fitted_keys(priors[name]))
+        + ", ".join(f"{k} = {written(result, priors, name, k):.3g}" for k in fitted_keys(priors[name]))
         for name in result.engines
     ]
+
+
+SNAP = 1e-6  # of the optimiser's step scale
+
+
+def written(result: Refit, priors: dict[str, dict[str, Constant]], name: str, key: str) -> float:
+    """The fitted value as constants.toml holds it: snapped to a bound it cannot be told from,
+    then three significant figures."""
+    value = value_of(result.fitted[name], key)
+    fit = priors[name][key].fit
+    for bound in (fit.low, fit.high):
+        if abs(value - bound) < SNAP * fit.scale:
+            value = bound
+    return float(f"{value:.3g}")
 
 
 def updates(result: Refit, priors: dict[str, dict[str, Constant]]) -> Updates:
@@ -54,7 +70,7 @@ def updates(result: Refit, priors: dict[str, dict[str, Constant]]) -> Updates:
     out: Updates = {}
     for name in result.engines:
         for key in fitted_keys(priors[name]):
-            out[(name, key)] = {"fitted": float(f"{value_of(result.fitted[name], key):.3g}")}
+            out[(name, key)] = {"fitted": written(result, priors, name, key)}
         band = result.bands.get(name)
         if band is not None and BAND in priors[name]:
             held = band["basis"] == "held-out"
