@@ -44,7 +44,7 @@ def test_a_longer_step_is_charged_to_every_target_pass(setup):
     # a verify pass pays the same extra time; the drafter does not
     assert stepped.target.time(batch, 4) == pytest.approx(setup.target.time(batch, 4) + gap)
     assert stepped.draft_times.time(batch, 1) == setup.draft_times.time(batch, 1)
-    assert stepped.measured_step == (batch, measured, pytest.approx(gap))
+    assert stepped.measured_step == (batch, measured, pytest.approx(gap), 1.0, "fixed")
     # verification got relatively cheaper, so SD pays more at the same acceptance
     assert stepped.speedup(0.7, 3, batch) > setup.speedup(0.7, 3, batch)
 
