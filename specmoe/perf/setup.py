@@ -241,7 +241,9 @@ def with_measured_step(setup: SDSetup, batch: int, step_s: float, form: StepForm
     does. Where it is shorter, the setup is unchanged, a published step being only an upper bound
     (docs/results/calibration/measured-step-rules.md)."""
     if not step_s > 0 or step_s == float("inf"):
-        raise SpecmoeError(f"a measured plain step must be a positive, finite number of seconds, got {step_s}")
+        raise SpecmoeError(
+            f"a measured plain step must be a positive, finite number of seconds, got {step_s}"
+        )
     gap = step_s - setup.plain_step_s(batch)
     if gap <= 0:
         return replace(setup, measured_step=(batch, step_s, 0.0, 1.0, form.value))
