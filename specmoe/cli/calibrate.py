@@ -25,7 +25,11 @@ DEFAULT_OUT = "docs/results/calibration"
 
 def add_calibrate(commands) -> None:
     parent = commands.add_parser(
-        "calibrate", help="fit and score the engine profiles against published SD measurements"
+        "calibrate",
+        help="fit and score the engine profiles against published SD measurements",
+        description="The engine profiles against published SD measurements (shipped with the package): "
+        "fit their constants, score them held out by source, price unseen sources, check the shipped "
+        "constants are the fit's. docs/perf-model.md, 'Calibration against published measurements'.",
     )
     parent.set_defaults(run=lambda args: parent.print_help() or 2)
     sub = parent.add_subparsers(title="calibrate")
