@@ -135,7 +135,7 @@ def predict_cells(
     return out
 
 
-MODEL_SOURCES = ("specmoe/perf/compose.py", "specmoe/perf/runtimes.toml")
+MODEL_SOURCES = ("specmoe/perf/compose.py", "specmoe/perf/runtimes.toml", "specmoe/perf/constants.toml")
 
 
 def fit_hashes(fits: list[Path]) -> dict[str, str]:

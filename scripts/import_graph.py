@@ -8,7 +8,8 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
     2  bench                    measuring: a suite's runs (local and served) into the results store
     3  report                   the HTML report, the terminal result table and the demo's account:
                                 read from the results store, never from the harness that wrote it
-    4  suite                    suite files read, checked and expanded into runs
+    4  suite, calibration       suite files read, checked and expanded into runs; the engine
+                                profiles fitted to and scored against published SD measurements
     5  zoo, perf                the model zoo; the performance model
     6  results                  the results store, its row model and what is read from it; no torch
     7  prompts                  prompt sets and chat templates, shared by zoo, results and suites
@@ -57,6 +58,7 @@ LAYERS: dict[str, int] = {
     "bench": 2,
     "report": 3,
     "suite": 4,
+    "calibration": 4,
     "zoo": 5,
     "perf": 5,
     "results": 6,

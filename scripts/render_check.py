@@ -2,6 +2,7 @@
 meant to keep behaviour can be checked byte for byte: render before, render after, compare.
 
     python scripts/render_check.py render OUT      # from the repository root
+    python scripts/render_check.py calibration OUT [--slow] [--specbundle DATA_JSON]
     python scripts/render_check.py compare A B     # exit status 1 when any file differs
 
 `render` writes the findings document and its values (`specmoe findings --render-only`, from a copy
@@ -10,6 +11,11 @@ into a store, its HTML report (`specmoe bench report`; moesd with the shipped fi
 `specmoe findings` draws it), its CSV export (`specmoe bench export`) and the result table by
 config, category and γ, as text and as JSON (`specmoe bench summary`). An export whose rows the
 store refuses is named, with the refusal, under `refused/`.
+
+`calibration` writes what `specmoe calibrate` prints for every shipped calibration output, one
+file per command (`heldout --out` also writes calibration.md and .json under cal/): about 15
+minutes on 2 cores; `--slow` adds the fit variants and the constants' profile intervals (about an
+hour more); `--specbundle` the dashboard's rows and checks from SpecForge's data.json.
 
 `compare` replaces each folder's own path by one token first: a report names its store's path.
 """
@@ -68,6 +74,54 @@ def render(out: Path) -> None:
     shutil.rmtree(work)
 
 
+ISSUE_THREADS = (
+    "Tencent/AngelSlim issue 163 (GitHub issue thread)",
+    "sgl-project/SpecForge issue 339 (GitHub issue thread)",
+)
+
+
+def calibration_commands(out: Path, slow: bool, specbundle: Path | None) -> list[tuple[str, list[str]]]:
+    """(file name, `specmoe calibrate` arguments) of every rendered calibration output."""
+    cal = out / "cal"
+    commands = [
+        ("calibration", ["heldout", "--out", str(cal)]),
+        ("calibration-fit", ["fit"]),
+        ("heldout-intervals", ["heldout", "--intervals", str(cal / "calibration.json")]),
+        ("step-time-audit", ["check", "--steps"]),
+        (
+            "frozen-issue-threads",
+            ["frozen", "--issue-threads", *(a for s in ISSUE_THREADS for a in ("--source", s))],
+        ),
+        ("measured-step", ["heldout", "--measured-step"]),
+    ]
+    if slow:
+        commands += [
+            ("fit-check-soft-L1", ["heldout", "--variant", "soft-L1"]),
+            ("constant-intervals", ["fit", "--intervals"]),
+            ("fit-check-keep-priors", ["heldout", "--variant", "keep-priors"]),
+        ]
+    if specbundle is not None:
+        data = str(specbundle)
+        commands += [
+            ("specbundle-rows", ["specbundle", data]),
+            ("specbundle-sensitivity", ["specbundle", data, "--rule", "sensitivity"]),
+            ("gamma-check", ["specbundle", data, "--gamma-check"]),
+            ("tree-check", ["specbundle", data, "--tree-check"]),
+        ]
+    return commands
+
+
+def render_calibration(out: Path, slow: bool, specbundle: Path | None) -> None:
+    from specmoe.cli import main as specmoe
+
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    for name, args in calibration_commands(out, slow, specbundle):
+        text = _printed(functools.partial(specmoe, ["calibrate", *args]))
+        (out / f"{name}.out").write_text(text, encoding="utf-8")
+
+
 def _jsons(folder: str) -> tuple[Path, ...]:
     return tuple(sorted((FINDINGS / folder).glob("*.json")))
 
@@ -104,6 +158,12 @@ def compare(a: Path, b: Path) -> int:
 def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "render":
         render(Path(argv[1]))
+        return 0
+    if len(argv) >= 2 and argv[0] == "calibration":
+        rest = argv[2:]
+        slow = "--slow" in rest
+        data = Path(rest[rest.index("--specbundle") + 1]) if "--specbundle" in rest else None
+        render_calibration(Path(argv[1]), slow, data)
         return 0
     if len(argv) == 3 and argv[0] == "compare":
         return 1 if compare(Path(argv[1]), Path(argv[2])) else 0

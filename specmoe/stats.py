@@ -124,9 +124,11 @@ def cluster_bootstrap(
     level: float = LEVEL,
     resamples: int = 9999,
     seed: int = 0,
+    method: str = "BCa",
 ) -> Estimate:
-    """statistic(the pooled values of every cluster) with a BCa bootstrap interval that resamples
-    whole clusters, for values that are not independent within a cluster (the rows of one source).
+    """statistic(the pooled values of every cluster) with a BCa bootstrap interval (or `method`
+    "percentile") that resamples whole clusters, for values that are not independent within a
+    cluster (the rows of one source).
 
     `clusters[i]` holds one cluster's rows: [rows] scalars, or [rows, k] numbers that must stay
     paired (two rules' errors on the same row); `statistic` gets the pooled [rows, k] array (k = 1
@@ -157,7 +159,7 @@ def cluster_bootstrap(
             vectorized=False,
             confidence_level=level,
             n_resamples=resamples,
-            method="BCa",
+            method=method,
             rng=np.random.default_rng(seed),
         )
     low, high = result.confidence_interval

@@ -411,8 +411,8 @@ def test_advise_bad_input_is_one_line(capsys, args, message):
 
 
 def test_calibration_rows_are_complete_and_possible():
-    path = ROOT / "docs" / "results" / "calibration" / "published.csv"
-    rows = list(csv.DictReader(path.open(encoding="utf-8")))
+    path = ROOT / "specmoe" / "calibration" / "data" / "published.csv"
+    rows = list(csv.DictReader(path.open(encoding="utf-8", newline="")))
     by_id = {r["id"]: r for r in rows}
     assert len(by_id) == len(rows) and len(rows) >= 25
     for row in rows:

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from specmoe.perf.calibrate import Role, load_measurements
-from specmoe.perf.heldout import Scored, band_of, c_tau, leave_one_source_out, shortfall_of, trivial
-from specmoe.perf.priors import load_priors
+from specmoe.calibration.catalog import Catalog
+from specmoe.calibration.heldout import Scored, band_of, c_tau, leave_one_source_out, shortfall_of, trivial
+from specmoe.calibration.rows import Role
+from specmoe.perf.constants import load_constants
 from specmoe.perf.runtimes import load_engines
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "docs" / "perf-examples"
-DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
+RESULTS = ROOT / "docs" / "results" / "calibration"
 PICK = {  # two hf-eager sources, two rows each, and one vllm sweep from a single source
     "specbench-a100-vicuna7b-eagle",
     "specbench-a100-vicuna7b-pld",
@@ -26,28 +26,33 @@ PICK = {  # two hf-eager sources, two rows each, and one vllm sweep from a singl
 
 
 @pytest.fixture(scope="module")
-def rows():
-    return [r for r in load_measurements(DATA) if r.id in PICK]
+def catalog():
+    return Catalog.shipped()
+
+
+@pytest.fixture(scope="module")
+def rows(catalog):
+    return [r for r in catalog.rows if r.id in PICK]
 
 
 def _by_id(results):
     return {s.row.id: s for s in results}
 
 
-def test_a_source_is_predicted_without_its_own_measurements(rows):
-    engines, priors = load_engines(), load_priors()
-    before = _by_id(leave_one_source_out(rows, engines, priors, EXAMPLES))
+def test_a_source_is_predicted_without_its_own_measurements(catalog, rows):
+    engines, priors = load_engines(), load_constants()
+    before = _by_id(leave_one_source_out(catalog.with_rows(rows), engines, priors))
     # the Spec-Bench rows measured twice as fast: their held-out predictions must not move
     doubled = [replace(r, speedup=2 * r.speedup) if r.source.startswith("Spec-Bench") else r for r in rows]
-    after = _by_id(leave_one_source_out(doubled, engines, priors, EXAMPLES))
+    after = _by_id(leave_one_source_out(catalog.with_rows(doubled), engines, priors))
     for rid in ("specbench-a100-vicuna7b-eagle", "specbench-a100-vicuna7b-pld"):
         assert after[rid].predicted == pytest.approx(before[rid].predicted, rel=1e-9)
     # ... while the other source, fitted on them, does
     assert after["eagle2-hf-vicuna7b-mtbench"].constants != before["eagle2-hf-vicuna7b-mtbench"].constants
 
 
-def test_an_engine_with_one_source_has_no_held_out_estimate(rows):
-    held = _by_id(leave_one_source_out(rows, load_engines(), load_priors(), EXAMPLES))
+def test_an_engine_with_one_source_has_no_held_out_estimate(catalog, rows):
+    held = _by_id(leave_one_source_out(catalog.with_rows(rows), load_engines(), load_constants()))
     assert held["eagle3-vllm-3090-b8"].predicted is None and held["eagle3-vllm-3090-b8"].verdict is None
     assert held["eagle2-hf-vicuna7b-mtbench"].predicted is not None
 
@@ -63,8 +68,8 @@ def test_c_tau_is_fitted_on_the_other_sources(rows):
     )
 
 
-def test_trivial_takes_the_anchor_where_no_acceptance_is_reported():
-    rows = load_measurements(DATA)
+def test_trivial_takes_the_anchor_where_no_acceptance_is_reported(catalog):
+    rows = list(catalog.rows)
     anchored = next(r for r in rows if r.role is Role.ANCHORED)
     scored = _by_id(trivial(rows))
     anchor = next(r for r in rows if r.id == anchored.anchor)
@@ -92,7 +97,7 @@ def test_the_shortfall_counts_only_predictions_below_the_measurement(rows):
 def test_shipped_profiles_carry_the_calibrations_bands_and_shortfalls():
     import json
 
-    bands = json.loads((DATA.parent / "calibration.json").read_text(encoding="utf-8"))["bands"]
+    bands = json.loads((RESULTS / "calibration.json").read_text(encoding="utf-8"))["bands"]
     engines = load_engines()
     for name, band in bands.items():
         assert engines[name].uncertainty == band["band"], name

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from specmoe.calibration.catalog import shipped_rows
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
-from specmoe.perf.calibrate import load_measurements
 from specmoe.perf.drafts import DraftMethod
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
@@ -19,7 +19,6 @@ from specmoe.perf.setup import configured_setup, with_measured_step
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "perf-examples"
-DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +44,7 @@ def test_a_longer_step_is_charged_to_every_target_pass(setup):
     # a verify pass pays the same extra time; the drafter does not
     assert stepped.target.time(batch, 4) == pytest.approx(setup.target.time(batch, 4) + gap)
     assert stepped.draft_times.time(batch, 1) == setup.draft_times.time(batch, 1)
-    assert stepped.measured_step == (batch, measured, pytest.approx(gap))
+    assert stepped.measured_step == (batch, measured, pytest.approx(gap), 1.0, "fixed")
     # verification got relatively cheaper, so SD pays more at the same acceptance
     assert stepped.speedup(0.7, 3, batch) > setup.speedup(0.7, 3, batch)
 
@@ -61,7 +60,7 @@ def test_a_step_must_be_positive(setup):
 
 
 def test_a_published_row_measured_its_step_when_it_gives_both_throughputs():
-    row = next(r for r in load_measurements(DATA) if r.id == "specbundle-qwen3-30b-a3b-gsm8k-b8")
+    row = next(r for r in shipped_rows() if r.id == "specbundle-qwen3-30b-a3b-gsm8k-b8")
     assert "1488.4 vs 1071.3 tok/s" in row.note
     assert row.plain_step_s == pytest.approx(8 / 1071.3)
     assert replace(row, note="throughput 10 vs 5 tok/s per GPU").plain_step_s is None

@@ -1,27 +1,24 @@
-"""benchmarks/specbundle_rows.py: the GPU-count rules, the standing τ rule and the shipped rows."""
+"""specmoe.calibration.specbundle: the GPU-count rules, the standing τ rule and the shipped rows."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
-import sys
-from pathlib import Path
+import io
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-PUBLISHED = ROOT / "docs" / "results" / "calibration" / "published.csv"
+from specmoe.calibration import specbundle
+from specmoe.calibration.catalog import PUBLISHED, Catalog, data_file
 
 
 @pytest.fixture(scope="module")
 def script():
-    spec = importlib.util.spec_from_file_location(
-        "specbundle_rows", ROOT / "benchmarks" / "specbundle_rows.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return specbundle
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return Catalog.shipped()
 
 
 def test_gpu_count_rules(script):
@@ -50,27 +47,27 @@ def _data(script, speedup: float, tau: float) -> dict:
     return data
 
 
-def test_rows_apply_the_standing_rule(script):
-    fine = script.rows(_data(script, 1.5, 2.5), "primary")
+def test_rows_apply_the_standing_rule(script, catalog):
+    fine = script.rows(_data(script, 1.5, 2.5), "primary", catalog)
     assert len(fine) == len(script.TARGETS)
     assert {r["role"] for r in fine} == {"reported"}
     assert all(r["gamma"] == 3 and r["acceptance_kind"] == "tau" and r["engine"] == "sglang" for r in fine)
-    above = script.rows(_data(script, 2.6, 2.5), "primary")
+    above = script.rows(_data(script, 2.6, 2.5), "primary", catalog)
     assert {r["role"] for r in above} == {"excluded"}
     assert all("more than its own τ" in r["note"] for r in above)
-    assert {r["role"] for r in script.rows(_data(script, 2.6, 2.5), "primary", standing=False)} == {
+    assert {r["role"] for r in script.rows(_data(script, 2.6, 2.5), "primary", catalog, standing=False)} == {
         "reported"
     }
 
 
-def test_shipped_rows_follow_the_rules(script):
+def test_shipped_rows_follow_the_rules(script, catalog):
     """The rows in published.csv carry the primary count of their target's weights."""
-    with open(PUBLISHED, newline="", encoding="utf-8") as f:
-        shipped = [r for r in csv.DictReader(f) if r["id"].startswith(script.PREFIX)]
+    text = data_file(PUBLISHED).read_bytes().decode("utf-8")
+    shipped = [r for r in csv.DictReader(io.StringIO(text, newline="")) if r["id"].startswith(script.PREFIX)]
     assert len(shipped) == 46
     by_config = {t.config: t for t in script.TARGETS.values()}
     for row in shipped:
-        count = script.devices(script.weight_bytes(by_config[row["target"]]), "primary")
+        count = script.devices(script.weight_bytes(by_config[row["target"]], catalog), "primary")
         assert row["hardware"] == script.HARDWARE[count] and int(row["devices"]) == count
         above = float(row["speedup"]) > float(row["acceptance"])
         assert row["role"] == ("excluded" if above else "reported")

@@ -18,7 +18,8 @@ from specmoe.suite.model_paths import local_files
 from specmoe.suite.overrides import SuiteOverrides
 from specmoe.suite.size import check_size
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "perf-examples"
+# resolved: docs/perf-examples links to specmoe/perf/examples, and the suite stores resolved paths
+EXAMPLES = (Path(__file__).resolve().parent.parent / "docs" / "perf-examples").resolve()
 OLMOE_JSON = str(EXAMPLES / "olmoe-1b-7b.json")
 # OLMoE's and Qwen3-0.6B's architectures, experts and top-k, widths cut to run in a second.
 OLMOE = {"hidden_size": 64, "intermediate_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4}

@@ -12,6 +12,8 @@ Modules:
     demo       demo: the quick suite on the trained zoo, explained
     perf       hw, profile, model fit | check | predict: the performance model
     advise     advise: will SD pay here, from a fit or from configs
+    calibrate  calibrate fit | heldout | frozen | check | specbundle: the engine profiles against
+               published SD measurements
     findings   findings: the studies' claims measured and the findings document written
     __main__   `python -m specmoe.cli`
 """
@@ -25,6 +27,7 @@ import sys
 from specmoe.cli.advise import add_advise
 from specmoe.cli.audit import add_audit
 from specmoe.cli.bench import add_bench
+from specmoe.cli.calibrate import add_calibrate
 from specmoe.cli.demo import add_demo
 from specmoe.cli.findings import add_findings
 from specmoe.cli.generate import add_generate
@@ -115,5 +118,6 @@ def _parser() -> argparse.ArgumentParser:
     add_profile(commands)
     add_model(commands)
     add_advise(commands)
+    add_calibrate(commands)
     add_findings(commands)
     return parser

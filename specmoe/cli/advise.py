@@ -8,7 +8,7 @@ import argparse
 import json
 from pathlib import Path
 
-from specmoe.cli.options import count, number_list
+from specmoe.cli.options import count, non_negative_int, number_list
 
 
 def add_advise(commands) -> None:
@@ -28,7 +28,8 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         help="with a fit: a draft profile or fit (repeat); with --config: a method, "
-        "ngram | eagle | eagle3 | mtp | medusa (default: the --draft-config model)",
+        "ngram | eagle | eagle3 | mtp | medusa | dflash[:BLOCK] (default: the --draft-config model; "
+        "dflash prices its --draft-config if given, else z-lab's layout at the target's width)",
     )
     p.add_argument("--alpha", action="append", default=None, help="with a fit: per-position acceptance")
     p.add_argument(
@@ -63,6 +64,14 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
         "without SD, in ms): time the model does not explain is charged to every target pass",
     )
     configs.add_argument(
+        "--step-form",
+        choices=["fixed", "scaled"],
+        default="fixed",
+        help="how --plain-step-ms enters a pass: fixed, the difference added to every target pass; "
+        "scaled, every forward of target and drafter multiplied so it grows with the pass "
+        "(docs/results/calibration/anchor-verdict-rules.md)",
+    )
+    configs.add_argument(
         "--acceptance", type=float, default=None, help="your measured or expected acceptance"
     )
     configs.add_argument(
@@ -83,6 +92,28 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     )
     configs.add_argument("--tree-width", type=int, default=1, help="tree drafting: tokens per step (top-k)")
     configs.add_argument("--draft-vocab", type=count, default=None, help="EAGLE-3 head's vocabulary (32000)")
+    offload = configs.add_mutually_exclusive_group()
+    offload.add_argument(
+        "--n-cpu-moe",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="llama.cpp's --n-cpu-moe: the routed experts of the first N layers stay in host memory "
+        "and run there (needs a llamacpp-* engine and a hardware file with a 'host' object)",
+    )
+    offload.add_argument(
+        "--cpu-moe",
+        action="store_true",
+        help="llama.cpp's --cpu-moe: every layer's routed experts on the host",
+    )
+    configs.add_argument(
+        "--pp",
+        type=count,
+        default=None,
+        metavar="N",
+        help="pipeline-parallel stages: not modelled, refused in one line (devices in one tensor-parallel "
+        "group come from the hardware file's device_count)",
+    )
     emit = p.add_argument_group("engine settings (with --config and --acceptance)")
     emit.add_argument(
         "--emit",
@@ -111,7 +142,11 @@ def run_advise(args) -> int:
             return 0
         print(json.dumps(advice, indent=1) if args.json else format_setup_advice(advice))
         return 0
-    for flag, value in (("--emit", args.emit), ("--plain-step-ms", args.plain_step_ms)):
+    from specmoe.perf.advise_cli import refuse_pipeline
+
+    refuse_pipeline(args.pp)
+    fixed = (("--emit", args.emit), ("--plain-step-ms", args.plain_step_ms), ("--n-cpu-moe", args.n_cpu_moe))
+    for flag, value in (*fixed, ("--cpu-moe", args.cpu_moe or None)):
         if value is not None:
             from specmoe.errors import SpecmoeError
 

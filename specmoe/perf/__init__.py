@@ -8,6 +8,8 @@ Modules, one concept each:
     fit             least-squares constants from at most 21 timed points
     formats         weight and KV-cache formats: bits per weight with block scales (GGUF, MLX, int4, fp8)
     runtimes        engine profiles (runtimes.toml): what a runtime adds to the roofline, with sources
+    constants       every number of the GPU profiles with its prior, fit range and fitted value
+                    (constants.toml); examples/ holds example configs and hardware files
     firstprinciples constants from a hardware file, a config and an engine, without any timing (UNFITTED)
     drafts          what a drafter costs by kind: a model, n-gram, EAGLE/EAGLE-3 and MTP heads, Medusa
     compose         an SD decode's seconds from forward times; chain and tree rounds

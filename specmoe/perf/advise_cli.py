@@ -7,30 +7,54 @@ from dataclasses import replace
 from specmoe.errors import SpecmoeError
 from specmoe.perf.advise import advise_setup, check_gamma_max, stated_alpha
 from specmoe.perf.breakeven import AcceptanceKind
-from specmoe.perf.drafts import DraftMethod
+from specmoe.perf.drafts import Drafter, DraftMethod
 from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, parse_counts
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
+from specmoe.perf.offload import ALL_LAYERS
 from specmoe.perf.predict import config_name
 from specmoe.perf.runtimes import engine_profile
-from specmoe.perf.setup import configured_setup, with_measured_step
+from specmoe.perf.setup import StepForm, configured_setup, with_measured_step
 
 DEFAULT_BATCHES = (1, 4, 16, 64)
 
 
-def _method(args) -> DraftMethod:
+def _drafter(args) -> Drafter:
     drafts = args.draft or []
     if len(drafts) > 1:
         raise SpecmoeError(
             "with --config pass one --draft METHOD (or --draft-config); compare drafts in two calls"
         )
     if drafts:
-        return DraftMethod.parse(drafts[0])
+        return Drafter.parse(drafts[0])
     if args.draft_config is None:
         raise SpecmoeError(
-            "say what drafts: --draft-config draft.json, or --draft ngram | eagle | eagle3 | mtp | medusa"
+            "say what drafts: --draft-config draft.json, or --draft ngram | eagle | eagle3 | mtp | medusa | "
+            "dflash[:BLOCK]"
         )
-    return DraftMethod.MODEL
+    return Drafter(DraftMethod.MODEL)
+
+
+def refuse_pipeline(stages: int | None) -> None:
+    """Pipeline parallelism is refused, not guessed: its bubbles depend on micro-batching the model
+    does not see."""
+    if stages is None or stages == 1:
+        return
+    if not isinstance(stages, int) or stages < 1:
+        raise SpecmoeError(f"--pp takes a number of pipeline stages >= 1, got {stages!r}")
+    raise SpecmoeError(
+        f"pipeline parallelism (--pp {stages}) is not modelled: a stage's idle time depends on the "
+        "engine's micro-batching, which no config states; price one stage's devices with a hardware "
+        "file of device_count = the tensor-parallel size, or measure and use a fit"
+    )
+
+
+def _cpu_moe(args) -> int | None:
+    if getattr(args, "cpu_moe", False):
+        if getattr(args, "n_cpu_moe", None) is not None:
+            raise SpecmoeError("pass --cpu-moe (every layer) or --n-cpu-moe N, not both")
+        return ALL_LAYERS
+    return getattr(args, "n_cpu_moe", None)
 
 
 def advise_from_configs(args) -> dict:
@@ -42,12 +66,14 @@ def advise_from_configs(args) -> dict:
         )
     if args.context < 0:
         raise SpecmoeError(f"--context must be >= 0 tokens, got {args.context}")
+    refuse_pipeline(getattr(args, "pp", None))
     hardware = load_hardware(args.hardware)
     engine = engine_profile(args.engine, hardware.device, args.engines)
-    method = _method(args)
+    drafter = _drafter(args)
+    method = drafter.method
     target = replace(load_config(args.config, args.dtype, args.kv_dtype), name=config_name(args.config))
     draft = None
-    if method is DraftMethod.MODEL:
+    if method in (DraftMethod.MODEL, DraftMethod.DFLASH) and args.draft_config is not None:
         draft = load_config(args.draft_config, args.draft_dtype, args.kv_dtype)
         draft = replace(draft, name=config_name(args.draft_config))
     elif args.draft_config is not None:
@@ -55,6 +81,13 @@ def advise_from_configs(args) -> dict:
     if args.gamma is None:
         check_gamma_max(args.gamma_max)
     gammas = parse_counts(args.gamma or list(range(1, args.gamma_max + 1)), "--gamma", maximum=MAX_GAMMA)
+    if drafter.block is not None:
+        if args.gamma is not None and gammas != [drafter.proposals]:
+            raise SpecmoeError(
+                f"a block of {drafter.block} proposes {drafter.proposals} tokens a round; drop --gamma "
+                f"or pass --draft dflash:{gammas[0] + 1}"
+            )
+        gammas = [drafter.proposals]
     heads = max(gammas) if method is DraftMethod.MEDUSA else 4
     setup = configured_setup(
         target,
@@ -68,6 +101,8 @@ def advise_from_configs(args) -> dict:
         tree_width=args.tree_width,
         draft_vocab=args.draft_vocab,
         new_tokens=args.output_tokens,
+        block=drafter.block,
+        cpu_moe=_cpu_moe(args),
     )
     batches = parse_counts(args.batch or list(DEFAULT_BATCHES), "--batch", maximum=MAX_BATCH)
     if args.plain_step_ms is not None:
@@ -77,6 +112,6 @@ def advise_from_configs(args) -> dict:
             raise SpecmoeError(
                 "--plain-step-ms is the step measured at one batch size: pass exactly one --batch"
             )
-        setup = with_measured_step(setup, batches[0], args.plain_step_ms / 1e3)
+        setup = with_measured_step(setup, batches[0], args.plain_step_ms / 1e3, StepForm(args.step_form))
     alpha = stated_alpha(args.acceptance, AcceptanceKind(args.acceptance_kind), args.acceptance_gamma, gammas)
     return advise_setup(setup, batches, gammas, alpha)

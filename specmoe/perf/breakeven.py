@@ -122,3 +122,20 @@ def verdict(at_full: float, predicted: float | None, band: float, shortfall: flo
     if predicted * reach < 1.0:
         return Verdict.NO_GO
     return Verdict.DEPENDS
+
+
+def band_verdict(at_full: float, predicted: float | None, low: float, high: float) -> Verdict:
+    """advise's call from an asymmetric band [predicted · low, predicted · high], `low` and `high`
+    the 10th and 90th percentiles of measured ÷ predicted over held-out rows: GO when the band's low
+    end reaches 1×, NO-GO when its high end stays below 1× (or full acceptance does, times `high`),
+    DEPENDS ON ACCEPTANCE only when the band straddles 1× (docs/results/calibration/
+    anchor-verdict-rules.md). Without a stated acceptance, NO-GO or DEPENDS from full acceptance."""
+    if at_full * high < 1.0:
+        return Verdict.NO_GO
+    if predicted is None:
+        return Verdict.DEPENDS
+    if predicted * low >= 1.0:
+        return Verdict.GO
+    if predicted * high < 1.0:
+        return Verdict.NO_GO
+    return Verdict.DEPENDS

@@ -13,6 +13,16 @@
              target's (an MoE layer when the target is MoE), a 2H → H projection and the shared
              LM head; γ forwards per round
     medusa   γ heads, each a residual block (H → H) and its own LM head, all run once per round
+    dflash   a block drafter (DFlash, DFlash2): one non-causal forward of a small transformer over a
+             block of BLOCK positions (the last token and BLOCK − 1 masks) proposes BLOCK − 1 tokens
+             at once, conditioned on the target's hidden states from a few of its layers; the
+             target verifies the whole block. Priced from the draft's config (--draft-config) or,
+             without one, z-lab's layout at the target's width: 5 layers, each the target's
+             attention and a 3H-wide MLP, an fc over 5 tapped hidden states (5H → H) and the
+             target's LM head (z-lab/dflash, tests/fixtures/dflash2-config.json: 5 layers of
+             hidden 6656 and intermediate 19968 = 3 × 6656, block 16, 5 target layers; its README
+             runs SGLang with --speculative-num-draft-tokens 16 and vLLM with
+             num_speculative_tokens 15). `--draft dflash:BLOCK` sets the block (default 16)
 
 The head's features come from the verify pass the target runs anyway, so they cost nothing here.
 A tree drafter (`tree_width` > 1) feeds that many tokens per row at each step; `RoundShape` in
@@ -35,6 +45,7 @@ class DraftMethod(StrEnum):
     EAGLE3 = "eagle3"
     MTP = "mtp"
     MEDUSA = "medusa"
+    DFLASH = "dflash"
 
     @classmethod
     def parse(cls, text: str, where: str = "--draft") -> DraftMethod:
@@ -51,6 +62,48 @@ class DraftMethod(StrEnum):
     @property
     def is_head(self) -> bool:
         return self in (DraftMethod.EAGLE, DraftMethod.EAGLE3, DraftMethod.MTP, DraftMethod.MEDUSA)
+
+
+DFLASH_BLOCK = 16  # z-lab's DFlash drafts (the -b16 checkpoints; SGLang's num-draft-tokens 16)
+DFLASH_LAYERS = 5  # z-lab's DFlash2 fixture config: num_hidden_layers 5
+DFLASH_TAPPED = 5  # target layers whose hidden states the draft reads (target_layer_ids)
+MAX_BLOCK = 64
+
+
+@dataclass(frozen=True)
+class Drafter:
+    """What `--draft` names: a method and, for a block drafter, its block size."""
+
+    method: DraftMethod
+    block: int | None = None  # positions per block (BLOCK − 1 proposals); block drafters only
+
+    @classmethod
+    def parse(cls, text: str, where: str = "--draft") -> Drafter:
+        """ "eagle3", "mtp", "dflash", "dflash:8", ... (a block only after a block drafter)."""
+        name, colon, size = str(text).partition(":")
+        method = DraftMethod.parse(name, where)
+        if method is not DraftMethod.DFLASH:
+            if colon:
+                raise SpecmoeError(
+                    f"{where}: only a block drafter takes a block size (dflash:16), got '{text}'"
+                )
+            return cls(method)
+        if not colon:
+            return cls(method, DFLASH_BLOCK)
+        try:
+            block = int(size)
+        except ValueError:
+            block = 0
+        if not 2 <= block <= MAX_BLOCK:
+            raise SpecmoeError(
+                f"{where}: a DFlash block is 2..{MAX_BLOCK} positions (dflash:16), got '{size}'"
+            )
+        return cls(method, block)
+
+    @property
+    def proposals(self) -> int | None:
+        """γ of a block drafter: the block less the position it starts from."""
+        return None if self.block is None else self.block - 1
 
 
 EAGLE3_DRAFT_VOCAB = 32000
@@ -77,6 +130,10 @@ def head_architecture(
             )
         layer = target.params_attention + target.params_layer_ffn + norms
         return _head(target, "mtp", layer + projection + target.vocab * h, layers=1)
+    if method is DraftMethod.DFLASH:
+        layer = target.params_attention + 9 * h * h + norms  # a 3H-wide gated MLP: 3 · H · 3H
+        fc = DFLASH_TAPPED * h * h
+        return _head(target, "dflash", DFLASH_LAYERS * layer + fc + target.vocab * h, layers=DFLASH_LAYERS)
     if not target.params_layer_ffn:
         raise SpecmoeError(
             f"{method.value}: the target config has no intermediate_size to size the head's MLP; add it"
@@ -105,6 +162,25 @@ def _head(target: Architecture, name: str, params: int, layers: int) -> Architec
         state_bytes=0,
         attention_layers=layers,
     )
+
+
+def with_fc(draft: Architecture, tapped: int = DFLASH_TAPPED) -> Architecture:
+    """A block draft from its own config, with the fc that fuses the target's tapped hidden states
+    (tapped·H → H), which a config's shape keys do not count."""
+    return replace(draft, params_dense=draft.params_dense + tapped * draft.hidden * draft.hidden)
+
+
+@dataclass(frozen=True)
+class BlockPerRound:
+    """A block drafter (one forward over `block` positions per round) seen through compose, which
+    charges γ one-token draft steps: each step is charged 1/γ of the block's forward."""
+
+    times: object
+    gamma: int
+    block: int
+
+    def time(self, batch: float, tokens: float) -> float:
+        return self.times.time(batch, self.block) / self.gamma
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ class EngineSyntax(StrEnum):
     def profiles(self) -> tuple[str, ...]:
         """The engine profiles whose prices this syntax can carry."""
         if self is EngineSyntax.LLAMACPP:
-            return ("llamacpp-cuda", "llamacpp-metal", "llamacpp-cpu")
+            return ("llamacpp-cuda", "llamacpp-rocm", "llamacpp-vulkan", "llamacpp-metal", "llamacpp-cpu")
         return (self.value,)
 
 
@@ -52,6 +52,7 @@ _VLLM_METHOD = {
     DraftMethod.EAGLE3: "eagle3",
     DraftMethod.MTP: "mtp",
     DraftMethod.MEDUSA: "medusa",
+    DraftMethod.DFLASH: "dflash",
 }
 # SGLang runs a model's own MTP heads in its EAGLE worker (its DeepSeek docs: --speculative-algorithm EAGLE)
 _SGLANG_ALGORITHM = {
@@ -60,12 +61,14 @@ _SGLANG_ALGORITHM = {
     DraftMethod.EAGLE: "EAGLE",
     DraftMethod.EAGLE3: "EAGLE3",
     DraftMethod.MTP: "EAGLE",
+    DraftMethod.DFLASH: "DFLASH",
 }
 _LLAMACPP_TYPE = {
     DraftMethod.MODEL: "draft-simple",
     DraftMethod.NGRAM: "ngram-simple",
     DraftMethod.EAGLE3: "draft-eagle3",
     DraftMethod.MTP: "draft-mtp",
+    DraftMethod.DFLASH: "draft-dflash",
 }
 _TABLES = {
     EngineSyntax.VLLM: _VLLM_METHOD,
@@ -166,7 +169,13 @@ def emit_vllm(advice: dict, rows: list[Setting], target: str, draft: str) -> str
         return "\n".join([*lines, f"vllm serve {target}    # SD does not pay at any batch size asked"])
     method = DraftMethod(advice["method"])
     config: dict = {"method": _VLLM_METHOD[method]}
-    if method in (DraftMethod.MODEL, DraftMethod.EAGLE, DraftMethod.EAGLE3, DraftMethod.MEDUSA):
+    if method in (
+        DraftMethod.MODEL,
+        DraftMethod.EAGLE,
+        DraftMethod.EAGLE3,
+        DraftMethod.MEDUSA,
+        DraftMethod.DFLASH,
+    ):
         config["model"] = draft
     if method is DraftMethod.NGRAM:  # the lookup window is not priced: vLLM requires a maximum
         config |= {"prompt_lookup_max": 4, "prompt_lookup_min": 2}
@@ -187,9 +196,9 @@ def emit_sglang(advice: dict, rows: list[Setting], target: str, draft: str) -> s
             lines.append(base)
             continue
         flags = [f"--speculative-algorithm {_SGLANG_ALGORITHM[method]}"]
-        if method in (DraftMethod.MODEL, DraftMethod.EAGLE, DraftMethod.EAGLE3):
+        if method in (DraftMethod.MODEL, DraftMethod.EAGLE, DraftMethod.EAGLE3, DraftMethod.DFLASH):
             flags.append(f"--speculative-draft-model-path {draft}")
-        if method is DraftMethod.NGRAM:
+        if method in (DraftMethod.NGRAM, DraftMethod.DFLASH):  # DFlash: the block, which must match
             flags.append(f"--speculative-num-draft-tokens {s.gamma + 1}")
         else:
             topk = advice.get("tree_width") or 1
@@ -214,7 +223,7 @@ def emit_llamacpp(advice: dict, rows: list[Setting], target: str, draft: str) ->
             lines.append(f"{base} --spec-type none")
             continue
         flags = [f"--spec-type {_LLAMACPP_TYPE[method]}"]
-        if method in (DraftMethod.MODEL, DraftMethod.EAGLE3):
+        if method in (DraftMethod.MODEL, DraftMethod.EAGLE3, DraftMethod.DFLASH):
             flags.append(f"--spec-draft-model {draft}")
         if method is DraftMethod.NGRAM:
             flags.append(f"--spec-ngram-simple-size-m {s.gamma}")

@@ -48,16 +48,19 @@ _NO_ENGINE = EngineProfile(name="roofline", description="the hardware alone", de
 
 
 @dataclass(frozen=True)
-class _Rates:
+class Rates:
     bandwidth: float  # bytes/s, all devices
     weight_flops: float  # FLOP/s for the weights' compute dtype, all devices
     attention_flops: float  # FLOP/s for attention over the cache, in the cache's compute dtype
 
 
-def _rates(arch: Architecture, hardware: Hardware, engine: EngineProfile, where: str) -> _Rates:
+def rates(
+    arch: Architecture, hardware: Hardware, engine: EngineProfile, where: str = "hardware file"
+) -> Rates:
+    """The bandwidth and matrix rates a pass of `arch` reaches under `engine`, all devices together."""
     devices = hardware.device_count
     share = engine.compute_share(arch.weights) * devices
-    return _Rates(
+    return Rates(
         bandwidth=hardware.bandwidth_bytes_per_s * devices * engine.bandwidth_efficiency,
         weight_flops=hardware.matmul_rate(arch.weights.compute_dtype, where) * share,
         attention_flops=hardware.matmul_rate(arch.kv.compute_dtype, where) * share,
@@ -91,21 +94,22 @@ def first_principles_constants(
             f"{where}: device_count {devices} exceeds the {arch.num_experts} experts to split over them; "
             f"use at most {arch.num_experts} devices"
         )
-    rates = _rates(arch, hardware, engine, where)
+    achieved = rates(arch, hardware, engine, where)
     weight_bytes = arch.bytes_per_param
     per_token, latency = _link_costs(arch, hardware)
     kv_bytes = arch.kv_bytes_per_token
     kv_knee = 1.0
     if arch.attention_flops_per_token:
-        kv_knee = rates.attention_flops * kv_bytes / (rates.bandwidth * arch.attention_flops_per_token)
+        kv_knee = achieved.attention_flops * kv_bytes / (achieved.bandwidth * arch.attention_flops_per_token)
     return Constants(
         overhead_s=engine.overhead_s(arch.layers) + latency,
-        sequence_s=2 * arch.state_bytes / rates.bandwidth,
-        dense_s=arch.params_dense * weight_bytes / rates.bandwidth,
-        expert_s=arch.params_per_expert * weight_bytes / rates.bandwidth + engine.expert_s * arch.moe_layers,
-        knee_tokens=rates.weight_flops * weight_bytes / (2 * rates.bandwidth),
+        sequence_s=2 * arch.state_bytes / achieved.bandwidth,
+        dense_s=arch.params_dense * weight_bytes / achieved.bandwidth,
+        expert_s=arch.params_per_expert * weight_bytes / achieved.bandwidth
+        + engine.expert_s * arch.moe_layers,
+        knee_tokens=achieved.weight_flops * weight_bytes / (2 * achieved.bandwidth),
         sharpness=engine.roofline_sharpness,
-        kv_s=kv_bytes / rates.bandwidth,
+        kv_s=kv_bytes / achieved.bandwidth,
         kv_knee_tokens=kv_knee,
         reread_tokens=engine.reread_rows(arch.weights),
         token_s=per_token,

@@ -10,13 +10,21 @@ machine you do not have, see docs/perf-examples/) has the same keys:
 Units: bytes per second and floating-point operations per second (a multiply-add is 2 FLOPs), per
 device. With several devices, `link_bandwidth_bytes_per_s` (one direction, per device: NVLink,
 Infinity Fabric, PCIe) and `link_latency_s` (one collective's fixed cost) price the tensor-parallel
-all-reduces and expert-parallel all-to-alls (`specmoe.perf.firstprinciples`). Unknown keys are
-rejected so that a typo cannot silently fall back to a default.
+all-reduces and expert-parallel all-to-alls (`specmoe.perf.firstprinciples`); `link_kind` says what
+that link is ("nvlink", "pcie", "network": two machines over Ethernet or InfiniBand). Unknown keys
+are rejected so that a typo cannot silently fall back to a default.
+
+The host, for expert offload (llama.cpp's `--n-cpu-moe`, `specmoe.perf.offload`): a `host` object
+with the host memory's read bandwidth as the CPU reaches it (`bandwidth_bytes_per_s`), the CPU's
+matrix rate (`flops_per_s`, one number), the device-host link per direction
+(`link_bandwidth_bytes_per_s`; on a unified-memory part, the memory itself) and one transfer's fixed
+cost (`link_latency_s`), with `source` saying where the numbers come from.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import platform
 import statistics
 import time
@@ -49,7 +57,28 @@ _KEYS = {
     "source",
     "notes",
     "settings",
+    "link_kind",
+    "host",
 }
+LINK_KINDS = ("nvlink", "pcie", "network", "infinity-fabric")
+_HOST_KEYS = {
+    "bandwidth_bytes_per_s",
+    "flops_per_s",
+    "link_bandwidth_bytes_per_s",
+    "link_latency_s",
+    "source",
+}
+
+
+@dataclass(frozen=True)
+class Host:
+    """The machine around a device, where offloaded experts live and run (`specmoe.perf.offload`)."""
+
+    bandwidth_bytes_per_s: float  # host memory read by the CPU
+    flops_per_s: float  # the CPU's matrix rate in the weights' compute dtype
+    link_bandwidth_bytes_per_s: float  # device <-> host, one direction
+    link_latency_s: float  # one transfer's fixed cost (a synchronisation)
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +92,8 @@ class Hardware:
     link_bandwidth_bytes_per_s: float | None = None  # per device, one direction
     link_latency_s: float = 0.0  # per collective
     device: str | None = None  # "cuda", "mps", "cpu" as the file says; None: not said
+    link_kind: str | None = None  # "nvlink", "pcie", "network", ...; None: not said
+    host: Host | None = None  # for expert offload; None: not described
 
     def matmul_rate(self, compute_dtype: str, where: str = "hardware file") -> float:
         """FLOP/s for a format's compute dtype: float8 falls back to the 16-bit rate on devices
@@ -219,6 +250,9 @@ def parse_hardware(data: dict, where: str) -> Hardware:
             "direction: about 4.5e11 for H100 NVLink, 3.2e10 for PCIe 5 x16)"
         )
     device = data.get("device")
+    kind = data.get("link_kind")
+    if kind is not None and kind not in LINK_KINDS:
+        raise SpecmoeError(f"{where}: 'link_kind' must be one of {', '.join(LINK_KINDS)}, got {kind!r}")
     return Hardware(
         str(data.get("name", where)),
         bandwidth,
@@ -227,7 +261,38 @@ def parse_hardware(data: dict, where: str) -> Hardware:
         link,
         float(latency),
         str(device) if device else None,
+        kind,
+        _host(data.get("host"), where),
     )
+
+
+def _host(raw, where: str) -> Host | None:
+    """The `host` object of a hardware file, each number checked; None when absent."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise SpecmoeError(f"{where}: 'host' must be an object with {', '.join(sorted(_HOST_KEYS))}")
+    unknown = sorted(set(raw) - _HOST_KEYS)
+    if unknown:
+        raise SpecmoeError(
+            f"{where}: unknown host key '{unknown[0]}'; allowed: {', '.join(sorted(_HOST_KEYS))}"
+        )
+    here = f"{where} host"
+    latency = raw.get("link_latency_s", 0.0)
+    if isinstance(latency, bool) or not isinstance(latency, int | float) or not 0 <= latency < 1:
+        raise SpecmoeError(f"{here}: 'link_latency_s' must be seconds in [0, 1), got {latency!r}")
+    numbers = [_finite_positive(raw, key, here) for key in _HOST_RATES]
+    return Host(*numbers, float(latency), str(raw.get("source", "")))
+
+
+_HOST_RATES = ("bandwidth_bytes_per_s", "flops_per_s", "link_bandwidth_bytes_per_s")
+
+
+def _finite_positive(data: dict, key: str, where: str) -> float:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise SpecmoeError(f"{where}: '{key}' must be a finite number > 0 (per second), got {value!r}")
+    return float(value)
 
 
 def _positive(data: dict, key: str, where: str) -> float:

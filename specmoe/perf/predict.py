@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -31,6 +32,10 @@ from specmoe.theory import target_efficiency
 DEFAULT_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 
+class HostTier(Protocol):
+    def time(self, batch: float, tokens: float, active: float | None = None) -> float: ...
+
+
 @dataclass(frozen=True)
 class ModelTimes:
     """Forward times from the model formula; `grid` is the profiled (B, t) range, None when unfitted."""
@@ -41,9 +46,13 @@ class ModelTimes:
     context: float
     fitted: bool
     grid: dict | None = None
+    host: HostTier | None = None  # experts kept in host memory (`specmoe.perf.offload`); None: none
+    scale: float = 1.0  # a measured step's factor on every pass (`setup.with_measured_step`, scaled)
 
     def time(self, batch: float, tokens: float, active: float | None = None) -> float:
-        return forward_time(self.constants, self.shape, batch, tokens, self.context, active)
+        device = forward_time(self.constants, self.shape, batch, tokens, self.context, active)
+        total = device if self.host is None else device + self.host.time(batch, tokens, active)
+        return total if self.scale == 1.0 else self.scale * total
 
     def extrapolated(self, batch: float, tokens: float) -> bool:
         if self.grid is None:

@@ -98,14 +98,14 @@ def format_setup_advice(advice: dict) -> str:
     """The answer from configs: per batch size a verdict, the best γ, its break-even acceptance in
     the three definitions and, with a stated acceptance, the predicted speedup and its band."""
     stated = advice["stated_alpha"]
+    shape = ""
+    if advice.get("block"):
+        shape = f", one forward per block of {advice['block']} positions ({advice['block'] - 1} proposals)"
+    elif advice["verify_tokens"]:
+        shape = f", tree of {advice['verify_tokens']} tokens, width {advice['tree_width']}"
     lines = [
         f"target   {advice['target']}",
-        f"drafter  {advice['drafter']}"
-        + (
-            f", tree of {advice['verify_tokens']} tokens, width {advice['tree_width']}"
-            if advice["verify_tokens"]
-            else ""
-        ),
+        f"drafter  {advice['drafter']}{shape}",
         f"UNFITTED: first principles + the '{advice['engine']}' engine profile "
         f"(band {advice['band']}); context {advice['context']:g} tokens"
         + (
@@ -118,16 +118,35 @@ def format_setup_advice(advice: dict) -> str:
     ]
     if advice.get("measured_step"):
         step = advice["measured_step"]
-        charged = (
-            f"the {step['added_per_pass_s'] * 1e3:.2f} ms the model does not explain is charged to every "
-            "target pass"
-            if step["added_per_pass_s"] > 0
-            else "no longer than the model's own step, which is kept"
-        )
+        if step.get("scale", 1.0) != 1.0:
+            charged = (
+                f"every forward of the target and the drafter is multiplied by {step['scale']:.2f}, so "
+                "the time the model does not explain grows with the pass"
+            )
+        elif step["added_per_pass_s"] > 0:
+            charged = (
+                f"the {step['added_per_pass_s'] * 1e3:.2f} ms the model does not explain is charged to every "
+                "target pass"
+            )
+        else:
+            charged = "no longer than the model's own step, which is kept"
         lines.insert(
             3,
             f"measured: a plain step of {step['seconds'] * 1e3:.2f} ms at B={step['batch']}; {charged} "
             "(docs/results/calibration/measured-step-check.md)",
+        )
+    if advice.get("offloaded_moe_layers"):
+        lines.insert(
+            3,
+            f"offload: the routed experts of {advice['offloaded_moe_layers']} MoE layers sit in host "
+            "memory; a pass of fewer than 32 tokens runs the N(t) experts it wakes on the CPU, a larger "
+            "one copies them to the device (specmoe/perf/offload.py)",
+        )
+    if advice.get("link_kind") == "network" and advice.get("devices", 1) > 1:
+        lines.insert(
+            3,
+            f"network: {advice['devices']} devices over a network link; its all-reduces are priced from the "
+            "hardware file's link bandwidth and latency, first principles no published row has checked",
         )
     if advice.get("hybrid_rollback"):
         lines.insert(

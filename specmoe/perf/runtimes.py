@@ -26,7 +26,7 @@ profile gives each a number with its source:
     uncertainty           the factor the profile's predictions are known to miss by (its band)
     band_basis            where that band comes from: "held-out" (the 80th percentile of the
                           engine's leave-one-source-out error factors over `band_rows` published
-                          rows, benchmarks/calibration.py), "this CPU" (the spread of the check on
+                          rows, `specmoe calibrate`), "this CPU" (the spread of the check on
                           this machine) or "prior" (no held-out estimate: the priors' 1.5)
     max_shortfall         the largest factor by which a held-out prediction fell short of the
                           measured speedup (measured ÷ predicted); a NO-GO must survive it. Absent
@@ -34,9 +34,17 @@ profile gives each a number with its source:
     hybrid_rollback       how a hybrid model's linear-attention state goes back to the committed
                           tokens after a verify: "readvance", "per_position", "redecode" or "none"
                           (`specmoe.perf.rollback`, which prices each by the bytes it moves)
+    rollback_by_draft     the method for drafters that roll back otherwise, by `--draft` method
+                          (llama.cpp snapshots every verified position only for its head and block
+                          drafters; a separate draft model still checkpoints and decodes again).
+                          An older build is one line: `hybrid_rollback = "redecode"` in --engines
+    expert_offload        whether the engine can keep routed experts in host memory (llama.cpp's
+                          --n-cpu-moe; `specmoe.perf.offload`)
 
-`specmoe/perf/runtimes.toml` ships the profiles; `--engines FILE` adds or replaces profiles with the
-same keys. A user who can profile their own machine replaces all of this with a fit
+`specmoe/perf/runtimes.toml` ships the profiles: their descriptions, devices, rollback methods and
+sources, with the numbers of the CUDA and Apple-silicon ones from `specmoe/perf/constants.toml`
+(their one home: prior, fit range and fitted value); `--engines FILE` adds or replaces whole
+profiles with the same keys. A user who can profile their own machine replaces all of this with a fit
 (`specmoe profile` + `specmoe model fit`, then `specmoe advise FIT`).
 """
 
@@ -51,6 +59,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specmoe.errors import SpecmoeError
+from specmoe.perf.constants import SHIPPED as CONSTANTS
+from specmoe.perf.constants import load_constants, profile_values
+from specmoe.perf.drafts import DraftMethod
 from specmoe.perf.formats import WeightFormat
 from specmoe.perf.rollback import HybridRollback
 
@@ -88,7 +99,13 @@ class EngineProfile(BaseModel):
     max_shortfall: float | None = Field(None, ge=1)
     # how the engine rolls a hybrid model's linear-attention state back (`specmoe.perf.rollback`)
     hybrid_rollback: HybridRollback = HybridRollback.READVANCE
+    rollback_by_draft: dict[DraftMethod, HybridRollback] = Field(default_factory=dict)
+    expert_offload: bool = False
     sources: dict[str, str] = Field(default_factory=dict)
+
+    def rollback_for(self, method: DraftMethod) -> HybridRollback:
+        """The rollback this engine runs on a hybrid model with `method` drafting."""
+        return self.rollback_by_draft.get(method, self.hybrid_rollback)
 
     def overhead_s(self, layers: int) -> float:
         """Fixed seconds of one forward of a `layers`-deep network."""
@@ -134,14 +151,21 @@ def _by_format(table: dict[str, float], weights: WeightFormat, default: float) -
 _SHIPPED = "runtimes.toml"
 
 
-def _parse(raw: dict, where: str) -> dict[str, EngineProfile]:
+def _parse(raw: dict, where: str, constants: dict | None = None) -> dict[str, EngineProfile]:
+    """The profiles of a runtimes file; `constants` (engine -> key -> Constant, the shipped
+    constants.toml) gives the shipped profiles their numbers, which runtimes.toml must not repeat."""
     engines = raw.get("engines")
     if not isinstance(engines, dict) or not engines:
         raise SpecmoeError(f"{where}: no [engines.NAME] tables; see specmoe/perf/runtimes.toml for the keys")
     profiles = {}
     for name, table in engines.items():
+        values = profile_values((constants or {}).get(name, {}))
+        if isinstance(table, dict) and (twice := sorted(set(values) & set(table))):
+            raise SpecmoeError(
+                f"{where}: engines.{name}.{twice[0]} is also in {CONSTANTS}; a value has one home, there"
+            )
         try:
-            profiles[name] = EngineProfile(name=name, **table)
+            profiles[name] = EngineProfile(name=name, **values, **table)
         except ValidationError as err:
             first = err.errors()[0]
             key = ".".join(str(part) for part in first["loc"])
@@ -154,7 +178,7 @@ def _parse(raw: dict, where: str) -> dict[str, EngineProfile]:
 def load_engines(extra: Path | None = None) -> dict[str, EngineProfile]:
     """The shipped profiles, with those of `extra` (a TOML file of the same shape) added or replacing."""
     text = resources.files("specmoe.perf").joinpath(_SHIPPED).read_text(encoding="utf-8")
-    profiles = _parse(tomllib.loads(text), _SHIPPED)
+    profiles = _parse(tomllib.loads(text), _SHIPPED, load_constants())
     if extra is not None:
         path = Path(extra)
         try:
@@ -170,8 +194,24 @@ def load_engines(extra: Path | None = None) -> dict[str, EngineProfile]:
                 f"engine file '{path}' nests arrays or tables too deeply to read; write [engines.NAME] "
                 "tables of numbers"
             ) from None
-        profiles.update(_parse(raw, str(path)))
+        profiles.update(_parse(_over_shipped(raw, profiles), str(path)))
     return profiles
+
+
+def _over_shipped(raw: dict, shipped: dict[str, EngineProfile]) -> dict:
+    """A user's table without a `description` for a shipped engine changes only the keys it gives
+    (`[engines.llamacpp-cuda] hybrid_rollback = "redecode"` for an older build); any other table
+    is a whole profile."""
+    engines = raw.get("engines")
+    if not isinstance(engines, dict):
+        return raw
+    merged = {}
+    for name, table in engines.items():
+        if isinstance(table, dict) and "description" not in table and name in shipped:
+            base = shipped[name].model_dump(exclude={"name"}, exclude_defaults=True, mode="json")
+            table = {**base, **table}
+        merged[name] = table
+    return {**raw, "engines": merged}
 
 
 def engine_profile(name: str, device: str | None = None, extra: Path | None = None) -> EngineProfile:

@@ -3,7 +3,7 @@ trivial rules a referee would try first, scored on the same rows.
 
 The unit held out is a source (one paper, blog post, model card or docs page), not a table: a
 paper's tables share its authors' machine, software and prompts. For each engine and each source
-among its rows, the engine's refitted constants (`specmoe.perf.priors`) are fitted from the priors'
+among its rows, the engine's refitted constants (`specmoe.calibration.fit`) are fitted from the priors'
 values on the engine's rows from every *other* source, and the source's rows are priced with them.
 An engine whose rows all come from one source has nothing to fit on: its rows get no held-out
 estimate and are not scored here (they are not scored in sample in their place either).
@@ -26,14 +26,16 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
+from specmoe.calibration.catalog import Catalog
+from specmoe.calibration.fit import SHIPPED_FIT, FitRule, fit_engine, value_of
+from specmoe.calibration.pricing import Priced, price
+from specmoe.calibration.rows import Measurement, Role
 from specmoe.metrics import error_factor
 from specmoe.perf.breakeven import Verdict, verdict
-from specmoe.perf.calibrate import SHIPPED_FIT, FitRule, Measurement, Priced, Role, fit_engine, price
-from specmoe.perf.priors import Prior, fitted_keys, value_of
+from specmoe.perf.constants import Constant, fitted_keys
 from specmoe.perf.runtimes import EngineProfile
 
 BAND_PERCENTILE = 80
@@ -87,51 +89,31 @@ def call(priced: Priced, band: float, shortfall: float | None = None) -> Verdict
 
 
 def in_sample(
-    rows: list[Measurement],
+    catalog: Catalog,
     engines: dict[str, EngineProfile],
-    examples: Path,
     rule: str = "in sample",
     worst_case: bool = True,
 ) -> list[Scored]:
     """Every scored row priced under `engines` as given (the shipped, fitted profiles); without
     `worst_case`, verdicts by the rule as first fixed (NO-GO at the band's optimistic end)."""
-    by_id = {r.id: r for r in rows}
     out = []
-    for row in rows:
+    for row in catalog.rows:
         if row.scored:
             engine = engines[row.engine]
-            priced = price(row, engine, by_id.get(row.anchor or ""), examples)
+            priced = price(row, engine, catalog)
             verdict_ = call(priced, engine.uncertainty, engine.shortfall if worst_case else None)
             out.append(Scored(row, rule, priced.predicted, verdict_, priced))
     return out
 
 
-def fit_all(
-    rows: list[Measurement],
-    engines: dict[str, EngineProfile],
-    priors: dict[str, dict[str, Prior]],
-    examples: Path,
-    rule: FitRule = SHIPPED_FIT,
-) -> dict[str, EngineProfile]:
-    """Each engine with scored rows refitted on all of them, from its priors: the shipped values."""
-    by_id = {r.id: r for r in rows}
-    fitted = dict(engines)
-    for name in sorted({r.engine for r in rows if r.scored}):
-        mine = [r for r in rows if r.scored and r.engine == name]
-        fitted[name] = fit_engine(engines[name], priors.get(name, {}), mine, by_id, examples, rule)
-    return fitted
-
-
 def leave_one_source_out(
-    rows: list[Measurement],
+    catalog: Catalog,
     engines: dict[str, EngineProfile],
-    priors: dict[str, dict[str, Prior]],
-    examples: Path,
+    priors: dict[str, dict[str, Constant]],
     rule: FitRule = SHIPPED_FIT,
 ) -> list[Scored]:
     """Every scored row predicted from its engine's constants refitted without its source."""
-    by_id = {r.id: r for r in rows}
-    scored = [r for r in rows if r.scored]
+    scored = catalog.scored
     out: list[Scored] = []
     for name in sorted({r.engine for r in scored}):
         mine = [r for r in scored if r.engine == name]
@@ -142,10 +124,10 @@ def leave_one_source_out(
             if not train:
                 out += [Scored(r, "held out", None) for r in held]
                 continue
-            profile = fit_engine(engines[name], table, train, by_id, examples, rule)
+            profile = fit_engine(engines[name], table, train, catalog, rule)
             constants = {k: value_of(profile, k) for k in fitted_keys(table)}
             for row in held:
-                priced = price(row, profile, by_id.get(row.anchor or ""), examples)
+                priced = price(row, profile, catalog)
                 out.append(Scored(row, "held out", priced.predicted, priced=priced, constants=constants))
     return held_out_verdicts(out)
 
@@ -180,9 +162,9 @@ def contradictions(results: list[Scored]) -> list[Scored]:
     ]
 
 
-def roofline(rows: list[Measurement], engines: dict[str, EngineProfile], examples: Path) -> list[Scored]:
+def roofline(catalog: Catalog, engines: dict[str, EngineProfile]) -> list[Scored]:
     bare = {n: EngineProfile(name=n, description="roofline", device=e.device) for n, e in engines.items()}
-    return in_sample(rows, bare, examples, rule="roofline")
+    return in_sample(catalog, bare, rule="roofline")
 
 
 def tau_factor(reported: list[Measurement]) -> float:

@@ -7,38 +7,29 @@ it comes from the target's weights: `primary` puts a target on one H200 when its
 most 80% of the 141 GB, else on a node of eight; `sensitivity` takes the smallest of 1, 2, 4, 8
 H200 that holds them in 90%.
 
-    python benchmarks/specbundle_rows.py DATA_JSON                  # rows under the primary rule
-    python benchmarks/specbundle_rows.py DATA_JSON --rule sensitivity
-    python benchmarks/specbundle_rows.py DATA_JSON --merge docs/results/calibration/published.csv
-
-DATA_JSON is `docs/spec_bundle/public/raw_data/data.json` of github.com/sgl-project/SpecForge
-(added in commit d9952d16). `--merge` rewrites the CSV with every `specbundle-` row replaced.
-A row whose speedup exceeds its τ is `excluded` by the table's standing rule (a lossless round
-costs at least one step, so the two runs cannot be comparable); `--score-above-tau` scores it, as
-the page's rules first said.
+The data is `docs/spec_bundle/public/raw_data/data.json` of github.com/sgl-project/SpecForge (added
+in commit d9952d16); `specmoe calibrate specbundle DATA` reads it. A row whose speedup exceeds its
+τ is `excluded` by the table's standing rule (a lossless round costs at least one step, so the two
+runs cannot be comparable); `--score-above-tau` scores it, as the page's rules first said.
+`gamma_check` and `tree_check` are the page's second and third checks.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import io
-import json
 import statistics
-import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from specmoe.calibration.catalog import Catalog
+from specmoe.calibration.fit import fit_engine
+from specmoe.calibration.pricing import price
+from specmoe.calibration.rows import Role
+from specmoe.perf.breakeven import AcceptanceKind, acceptance
+from specmoe.perf.constants import load_constants
+from specmoe.perf.runtimes import EngineProfile, load_engines
 
-from specmoe.perf.breakeven import AcceptanceKind, acceptance  # noqa: E402
-from specmoe.perf.calibrate import Measurement, Role, fit_engine, load_measurements, price  # noqa: E402
-from specmoe.perf.firstprinciples import load_config  # noqa: E402
-from specmoe.perf.priors import load_priors  # noqa: E402
-from specmoe.perf.runtimes import EngineProfile, load_engines  # noqa: E402
-
-EXAMPLES = ROOT / "docs" / "perf-examples"
 H200_BYTES = 141e9  # HBM3e per H200 (datasheet)
 CONFIG = (8, 3, 1, 4)  # batch, steps, top-k, draft tokens
 CONTEXT = 1024
@@ -84,8 +75,8 @@ COLUMNS = [
 ]
 
 
-def weight_bytes(target: Target) -> float:
-    arch = load_config(EXAMPLES / f"{target.config}.json", target.dtype or None)
+def weight_bytes(target: Target, catalog: Catalog) -> float:
+    arch = catalog.config(target.config, target.dtype or None)
     return (arch.params_dense + arch.num_experts * arch.params_per_expert) * arch.bytes_per_param
 
 
@@ -119,10 +110,12 @@ def _measured(block: dict, draft: str, config: tuple) -> tuple[float, float]:
     return sd["output_throughput"] / metrics[BASELINE]["output_throughput"], sd["accept_length"]
 
 
-def rows(data: dict, rule: str, standing: bool = True) -> list[dict]:
+def rows(data: dict, rule: str, catalog: Catalog, standing: bool = True) -> list[dict]:
+    """The dashboard's rows under `rule` ("primary" or "sensitivity"), as CSV dicts; `standing`
+    excludes a row that claims more than its τ allows."""
     out = []
     for name, target in TARGETS.items():
-        weights = weight_bytes(target)
+        weights = weight_bytes(target, catalog)
         count = devices(weights, rule)
         for dataset, block in data[name].items():
             metrics = _metrics(block, CONFIG)
@@ -171,18 +164,16 @@ def rows(data: dict, rule: str, standing: bool = True) -> list[dict]:
 CHAINS = {3: (8, 3, 1, 4), 5: (8, 5, 1, 6), 7: (8, 7, 1, 8)}  # γ -> the chain configuration
 
 
-def _held_out(published: Path) -> tuple[dict[str, Measurement], EngineProfile]:
-    """The published rows by id, and SGLang's constants fitted from the priors without this source."""
-    rows = load_measurements(published)
-    by_id = {r.id: r for r in rows}
-    train = [r for r in rows if r.scored and r.engine == "sglang" and r.source != SOURCE]
-    return by_id, fit_engine(load_engines()["sglang"], load_priors()["sglang"], train, by_id, EXAMPLES)
+def _held_out(catalog: Catalog) -> EngineProfile:
+    """SGLang's constants fitted from the priors without this source."""
+    train = [r for r in catalog.scored if r.engine == "sglang" and r.source != SOURCE]
+    return fit_engine(load_engines()["sglang"], load_constants()["sglang"], train, catalog)
 
 
-def gamma_check(data: dict, published: Path) -> list[str]:
+def gamma_check(data: dict, catalog: Catalog) -> list[str]:
     """The γ among 3, 5, 7 the held-out model picks at the 3-step row's α, beside the measured best
     (specbundle-rules.md, "A second check"); cells where any chain claims more than its τ are skipped."""
-    by_id, profile = _held_out(published)
+    by_id, profile = catalog.by_id, _held_out(catalog)
     lines = [
         "| target / dataset | α (τ at γ = 3) | measured 3 / 5 / 7 | predicted 3 / 5 / 7 | picks | best |",
         "|---|---|---|---|---|---|",
@@ -201,9 +192,7 @@ def gamma_check(data: dict, published: Path) -> list[str]:
                 continue
             alpha = acceptance(measured[3][1], AcceptanceKind.TAU, 3, row.id).alpha
             at_alpha = replace(row, acceptance_kind=AcceptanceKind.ALPHA, acceptance=alpha)
-            predicted = {
-                g: price(replace(at_alpha, gamma=g), profile, None, EXAMPLES).predicted for g in CHAINS
-            }
+            predicted = {g: price(replace(at_alpha, gamma=g), profile, catalog).predicted for g in CHAINS}
             best = max(CHAINS, key=lambda g: measured[g][0])
             pick = max(CHAINS, key=lambda g: predicted[g])
             for rule, g in (("model", pick), ("always 3", 3), ("always 7", 7)):
@@ -232,9 +221,9 @@ def gamma_check(data: dict, published: Path) -> list[str]:
 TREES = ((8, 5, 3, 6), (8, 7, 4, 8))  # batch, steps, top-k, draft tokens
 
 
-def tree_check(data: dict, published: Path) -> list[str]:
+def tree_check(data: dict, catalog: Catalog) -> list[str]:
     """The tree configurations priced at their own τ (specbundle-rules.md, "A third check")."""
-    by_id, held_out = _held_out(published)
+    by_id, held_out = catalog.by_id, _held_out(catalog)
     shipped = load_engines()["sglang"]
     profiles = {
         "model, held out": held_out,
@@ -263,7 +252,7 @@ def tree_check(data: dict, published: Path) -> list[str]:
                 cases.append((f"{steps}/{topk}/{tokens} tree", tree))
             for label, row in cases:
                 for rule, profile in profiles.items():
-                    priced = price(row, profile, None, EXAMPLES)
+                    priced = price(row, profile, catalog)
                     errors.setdefault((label, rule), []).append(priced.error_factor(row.speedup))
     lines = ["| configuration | rule | rows | median error | worst error |", "|---|---|---|---|---|"]
     for (label, rule), values in errors.items():
@@ -274,6 +263,7 @@ def tree_check(data: dict, published: Path) -> list[str]:
 
 
 def merge(path: Path, new: list[dict]) -> None:
+    """Rewrite the CSV at `path` with every dashboard row replaced by `new`."""
     with open(path, newline="", encoding="utf-8") as f:
         old = [r for r in csv.DictReader(f) if not r["id"].startswith(PREFIX)]
     buf = io.StringIO()
@@ -283,36 +273,8 @@ def merge(path: Path, new: list[dict]) -> None:
     path.write_text(buf.getvalue(), encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("data", type=Path)
-    parser.add_argument("--rule", choices=("primary", "sensitivity"), default="primary")
-    parser.add_argument("--merge", type=Path, default=None, help="replace the specbundle rows of this CSV")
-    parser.add_argument(
-        "--score-above-tau", action="store_true", help="score rows whose speedup exceeds τ (as first fixed)"
-    )
-    parser.add_argument(
-        "--gamma-check", type=Path, default=None, metavar="PUBLISHED_CSV", help="print the γ-choice check"
-    )
-    parser.add_argument(
-        "--tree-check", type=Path, default=None, metavar="PUBLISHED_CSV", help="print the tree check"
-    )
-    args = parser.parse_args(argv)
-    data = json.loads(args.data.read_text(encoding="utf-8"))
-    if args.tree_check:
-        print("\n".join(tree_check(data, args.tree_check)))
-        return 0
-    if args.gamma_check:
-        print("\n".join(gamma_check(data, args.gamma_check)))
-        return 0
-    new = rows(data, args.rule, not args.score_above_tau)
-    if args.merge:
-        merge(args.merge, new)
-    else:
-        writer = csv.DictWriter(sys.stdout, fieldnames=COLUMNS, lineterminator="\n")
-        writer.writerows(new)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def as_csv(new: list[dict]) -> str:
+    """The rows as CSV lines without a header (to append to a table by hand)."""
+    buf = io.StringIO()
+    csv.DictWriter(buf, fieldnames=COLUMNS, lineterminator="\n").writerows(new)
+    return buf.getvalue()

@@ -1,38 +1,26 @@
 """Does a change to the engine fit help? The tests of docs/results/calibration/*-rules.md.
 
-Every scored row of published.csv is predicted held out by source (`leave_one_source_out`) and in
-sample (`fit_all`) twice: with the shipped fit (plain least squares on log errors) and with the
-variant (`FitRule`). Verdicts held out use the shipped worst-case rule. The trivial rule (c·τ or
-the anchor) is shown beside them.
-
-    python benchmarks/fit_check.py --variant soft-L1      # robust-fit-rules.md (about 10 minutes)
-    python benchmarks/fit_check.py --variant keep-priors  # prior-retention-rules.md (about 30 minutes)
+Every scored row is predicted held out by source (`leave_one_source_out`) and in sample
+(`fit_all`) twice: with the shipped fit (plain least squares on log errors) and with the variant
+(`FitRule`). Verdicts held out use the shipped worst-case rule. The trivial rule (c·τ or the anchor)
+is shown beside them. soft-L1 takes about 10 minutes on 2 cores, keep-priors about 30.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from specmoe.perf.calibrate import SHIPPED_FIT, FitRule, is_moe, load_measurements  # noqa: E402
-from specmoe.perf.heldout import (  # noqa: E402
+from specmoe.calibration.catalog import Catalog
+from specmoe.calibration.fit import SHIPPED_FIT, FitRule, fit_all
+from specmoe.calibration.heldout import (
     Scored,
     contradictions,
-    fit_all,
     in_sample,
     leave_one_source_out,
     summary,
     trivial,
 )
-from specmoe.perf.priors import load_priors  # noqa: E402
-from specmoe.perf.runtimes import load_engines  # noqa: E402
+from specmoe.perf.constants import Constant
+from specmoe.perf.runtimes import EngineProfile
 
-DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
-EXAMPLES = ROOT / "docs" / "perf-examples"
 VARIANTS = {"soft-L1": FitRule(robust=True), "keep-priors": FitRule(keep_priors=True)}
 
 
@@ -59,21 +47,22 @@ def kept_priors(held: dict[str, Scored], priors: dict) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variant", choices=sorted(VARIANTS), required=True)
-    variant = parser.parse_args(argv).variant
+def variant_check(
+    catalog: Catalog,
+    engines: dict[str, EngineProfile],
+    priors: dict[str, dict[str, Constant]],
+    variant: str,
+) -> list[str]:
+    """The shipped fit and `variant` (a key of `VARIANTS`) side by side, held out and in sample."""
     base = "squares" if variant == "soft-L1" else "all fitted"
     rules = {base: SHIPPED_FIT, variant: VARIANTS[variant]}
-    rows = load_measurements(DATA)
-    engines, priors = load_engines(), load_priors()
     held, fitted = {}, {}
     for name, rule in rules.items():
-        held[name] = {s.row.id: s for s in leave_one_source_out(rows, engines, priors, EXAMPLES, rule)}
-        profiles = fit_all(rows, engines, priors, EXAMPLES, rule)
-        fitted[name] = {s.row.id: s for s in in_sample(rows, profiles, EXAMPLES)}
-    easy = {s.row.id: s for s in trivial(rows)}
-    chosen = [r for r in rows if r.scored and held[base][r.id].predicted is not None]
+        held[name] = {s.row.id: s for s in leave_one_source_out(catalog, engines, priors, rule)}
+        profiles = fit_all(catalog, engines, priors, rule)
+        fitted[name] = {s.row.id: s for s in in_sample(catalog, profiles)}
+    easy = {s.row.id: s for s in trivial(list(catalog.rows))}
+    chosen = [r for r in catalog.scored if held[base][r.id].predicted is not None]
 
     lines = [
         f"| rows | n | held out, {base} (median / p80 / worst) | held out, {variant} | trivial "
@@ -82,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     groups = [
         ("all scored rows", chosen),
-        ("  MoE targets", [r for r in chosen if is_moe(r, EXAMPLES)]),
-        ("  dense targets", [r for r in chosen if not is_moe(r, EXAMPLES)]),
+        ("  MoE targets", [r for r in chosen if catalog.is_moe(r)]),
+        ("  dense targets", [r for r in chosen if not catalog.is_moe(r)]),
     ]
     groups += [(f"  {e}", [r for r in chosen if r.engine == e]) for e in sorted({r.engine for r in chosen})]
     groups += [
@@ -113,9 +102,4 @@ def main(argv: list[str] | None = None) -> int:
             f"| {r.id} | {r.engine} | {r.batch} | {r.speedup:.2f} | {a:.2f} | {b:.2f} "
             f"| {'–' if t is None else f'{t:.2f}'} |"
         )
-    print("\n".join(lines))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return lines

@@ -1,44 +1,33 @@
-"""Score `specmoe advise --config`'s predictions against published SD measurements, held out by source.
+"""calibration.md and calibration.json: `advise --config`'s predictions scored against published
+SD measurements, held out by source (`specmoe calibrate heldout`).
 
-Every row of docs/results/calibration/published.csv is one measured speedup from a paper, a vendor
-blog, a model card or a docs page, priced from configs, a hardware file and an engine profile alone
-(`specmoe.perf.calibrate`). Three kinds of number come out:
+Every scored row of the catalog is priced from configs, a hardware file and an engine profile alone
+(`specmoe.calibration.pricing`). Three kinds of number come out:
 
-    in sample    the shipped profiles (runtimes.toml), whose refitted constants saw every row: a
+    in sample    the shipped profiles (constants.toml's fitted values, which saw every row): a
                  reconstruction, not a forecast
-    held out     leave-one-source-out (`specmoe.perf.heldout`): each source's rows predicted from
-                 constants refitted from the priors on the other sources alone; an engine with rows
-                 from one source only gets no held-out estimate
+    held out     leave-one-source-out (`specmoe.calibration.heldout`): each source's rows predicted
+                 from constants refitted from the priors on the other sources alone; an engine with
+                 rows from one source only gets no held-out estimate
     baselines    the bare roofline, c·τ (c fitted on the other sources), the sweep's anchor held
                  constant, and "always GO", on the same rows
 
 The error of a row is the factor max(predicted/measured, measured/predicted); go/no-go agrees when
 both are on the same side of 1× (rows measured within 0.95–1.05 are listed but not counted).
 
-    python benchmarks/calibration.py                                # tables to stdout
-    python benchmarks/calibration.py --out docs/results/calibration # calibration.md and .json
-    python benchmarks/calibration.py --fit                          # refit on every row, print TOML
-
-Each engine's band (`uncertainty` in runtimes.toml) is the 80th percentile of its held-out error
-factors where it has at least five, else the priors' 1.5; its `max_shortfall`, the largest measured
-÷ predicted among them, is what a NO-GO must survive (docs/results/calibration/nogo-rules.md).
-`--fit` prints both.
+Each engine's band (`uncertainty`) is the 80th percentile of its held-out error factors where it
+has at least five, else the priors' 1.5; its `max_shortfall`, the largest measured ÷ predicted among
+them, is what a NO-GO must survive (docs/results/calibration/nogo-rules.md). `calibrate fit`
+writes both beside the fitted constants.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from collections import Counter
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from specmoe.perf.breakeven import Verdict  # noqa: E402
-from specmoe.perf.calibrate import Measurement, is_moe, load_measurements  # noqa: E402
-from specmoe.perf.heldout import (  # noqa: E402
+from specmoe.calibration.catalog import Catalog
+from specmoe.calibration.fit import value_of
+from specmoe.calibration.heldout import (
     PRIOR_BAND,
     Scored,
     always_go,
@@ -46,7 +35,6 @@ from specmoe.perf.heldout import (  # noqa: E402
     band_of,
     c_tau,
     contradictions,
-    fit_all,
     held_out_verdicts,
     in_sample,
     leave_one_source_out,
@@ -55,11 +43,10 @@ from specmoe.perf.heldout import (  # noqa: E402
     summary,
     trivial,
 )
-from specmoe.perf.priors import fitted_keys, load_priors, value_of  # noqa: E402
-from specmoe.perf.runtimes import load_engines  # noqa: E402
+from specmoe.calibration.split import SPLITS, split_of
+from specmoe.perf.breakeven import Verdict
+from specmoe.perf.constants import fitted_keys
 
-DATA = ROOT / "docs" / "results" / "calibration" / "published.csv"
-EXAMPLES = ROOT / "docs" / "perf-examples"
 RULES = ("held out", "in sample", "roofline", "c·τ", "anchor", "trivial")
 
 
@@ -67,11 +54,13 @@ def _fmt(value, spec=".2f") -> str:
     return "–" if value is None else format(value, spec)
 
 
-def _row_sets(rows: list[Measurement]) -> list[tuple[str, set[str]]]:
-    scored = [r for r in rows if r.scored]
+def _row_sets(catalog: Catalog) -> list[tuple[str, set[str]]]:
+    scored = catalog.scored
     sets = [("all scored rows", {r.id for r in scored})]
-    sets.append(("  MoE targets", {r.id for r in scored if is_moe(r, EXAMPLES)}))
-    sets.append(("  dense targets", {r.id for r in scored if not is_moe(r, EXAMPLES)}))
+    sets.append(("  MoE targets", {r.id for r in scored if catalog.is_moe(r)}))
+    sets.append(("  dense targets", {r.id for r in scored if not catalog.is_moe(r)}))
+    for split in SPLITS:
+        sets.append((f"  {split}", {r.id for r in scored if split_of(r) == split}))
     for role in ("reported", "anchored"):
         sets.append((f"  {role} acceptance", {r.id for r in scored if r.role == role}))
     for engine in sorted({r.engine for r in scored}):
@@ -90,7 +79,7 @@ def _only(results: list[Scored], ids: set[str]) -> list[Scored]:
     return [s for s in results if s.row.id in ids]
 
 
-def accuracy_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) -> list[str]:
+def accuracy_table(catalog: Catalog, by_rule: dict[str, list[Scored]]) -> list[str]:
     """Median error factor of every rule on the rows the held-out model has an estimate for."""
     head = (
         "| rows | scored | held-out estimate | **model, held out** (median / p80 / worst) | within 1.25× "
@@ -98,7 +87,7 @@ def accuracy_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) ->
     )
     lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     held = {s.row.id for s in by_rule["held out"] if s.predicted is not None}
-    for label, ids in _row_sets(rows):
+    for label, ids in _row_sets(catalog):
         same = ids & held
         model = summary(_only(by_rule["held out"], same))
         cells = [label, str(len(ids)), str(len(same))]
@@ -114,12 +103,12 @@ def accuracy_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) ->
     return lines
 
 
-def in_sample_table(rows: list[Measurement], results: list[Scored]) -> list[str]:
+def in_sample_table(catalog: Catalog, results: list[Scored]) -> list[str]:
     lines = [
         "| rows | scored | median | p80 | worst | within 1.25× | go/no-go right |",
         "|---|---|---|---|---|---|---|",
     ]
-    for label, ids in _row_sets(rows):
+    for label, ids in _row_sets(catalog):
         s = summary(_only(results, ids))
         lines.append(
             f"| {label} | {s['rows']} | {_fmt(s['median_error_factor'])} | {_fmt(s['p80_error_factor'])} | "
@@ -129,14 +118,14 @@ def in_sample_table(rows: list[Measurement], results: list[Scored]) -> list[str]
     return lines
 
 
-def go_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) -> list[str]:
+def go_table(catalog: Catalog, by_rule: dict[str, list[Scored]]) -> list[str]:
     """Point estimates on the right side of 1×, on rows measured outside 0.95–1.05."""
     held = {s.row.id for s in by_rule["held out"] if s.predicted is not None}
     lines = [
         "| rows | model, held out | roofline | trivial | always GO | model, in sample |",
         "|---|---|---|---|---|---|",
     ]
-    for label, ids in _row_sets(rows)[:3]:
+    for label, ids in _row_sets(catalog)[:5]:
         same = ids & held
         cells = [label]
         for rule in ("held out", "roofline", "trivial"):
@@ -158,12 +147,17 @@ OUTCOMES = ("paid (≥ 1.10×)", "about even", "did not (< 0.95×)")
 
 
 def verdict_table(results: list[Scored]) -> list[str]:
-    """advise's verdict at each row's acceptance against what the row measured."""
+    """advise's verdict at each row's acceptance against what the row measured, over all rows and
+    then strict and design-time rows apart."""
     have = [s for s in results if s.verdict is not None]
-    counts = Counter((s.verdict, _outcome(s.row.speedup)) for s in have)
-    lines = ["| verdict | " + " | ".join(OUTCOMES) + " |", "|---|---|---|---|"]
-    for v in Verdict:
-        lines.append(f"| {v.value} | " + " | ".join(str(counts[(v, o)]) for o in OUTCOMES) + " |")
+    groups = [("all", have)] + [(split, [s for s in have if split_of(s.row) == split]) for split in SPLITS]
+    lines = ["| rows | verdict | " + " | ".join(OUTCOMES) + " | all |", "|---|---|---|---|---|---|"]
+    for label, group in groups:
+        counts = Counter((s.verdict, _outcome(s.row.speedup)) for s in group)
+        for v in Verdict:
+            cells = [str(counts[(v, o)]) for o in OUTCOMES]
+            total = sum(counts[(v, o)] for o in OUTCOMES)
+            lines.append(f"| {label} | {v.value} | " + " | ".join(cells) + f" | {total} |")
     return lines
 
 
@@ -209,21 +203,21 @@ def constants_table(held: list[Scored], fitted: dict, priors: dict) -> list[str]
     return lines[:-1]
 
 
-def rows_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) -> list[str]:
+def rows_table(catalog: Catalog, by_rule: dict[str, list[Scored]]) -> list[str]:
     index = {rule: {s.row.id: s for s in results} for rule, results in by_rule.items()}
     head = (
         "| row | source | engine | MoE | role | measured | held out | error | verdict held out "
         "| in sample | roofline | trivial |"
     )
     lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for row in sorted((r for r in rows if r.scored), key=lambda r: (r.engine, r.source, r.id)):
+    for row in sorted(catalog.scored, key=lambda r: (r.engine, r.source, r.id)):
         held = index["held out"][row.id]
         mark = " (ceiling)" if held.at_ceiling else ""
         cells = [
             row.id,
             row.source,
             row.engine,
-            "yes" if is_moe(row, EXAMPLES) else "",
+            "yes" if catalog.is_moe(row) else "",
             row.role,
             f"{row.speedup:.2f}",
             ("no held-out estimate" if held.predicted is None else f"{held.predicted:.2f}{mark}"),
@@ -237,13 +231,14 @@ def rows_table(rows: list[Measurement], by_rule: dict[str, list[Scored]]) -> lis
     return lines
 
 
-def evaluate(rows: list[Measurement], engines: dict, priors: dict) -> dict[str, list[Scored]]:
+def evaluate(catalog: Catalog, engines: dict, priors: dict) -> dict[str, list[Scored]]:
     """Every rule's results, each list in the CSV's order of scored rows."""
+    rows = list(catalog.rows)
     by_rule = {
-        "held out": leave_one_source_out(rows, engines, priors, EXAMPLES),
-        "in sample": in_sample(rows, engines, EXAMPLES),
-        "in sample, first rule": in_sample(rows, engines, EXAMPLES, worst_case=False),
-        "roofline": roofline(rows, engines, EXAMPLES),
+        "held out": leave_one_source_out(catalog, engines, priors),
+        "in sample": in_sample(catalog, engines),
+        "in sample, first rule": in_sample(catalog, engines, worst_case=False),
+        "roofline": roofline(catalog, engines),
         "c·τ": c_tau(rows),
         "anchor": anchor_constant(rows),
         "trivial": trivial(rows),
@@ -295,7 +290,9 @@ def verdict_sections(by_rule: dict) -> list[str]:
     return lines
 
 
-def report(rows: list[Measurement], by_rule: dict, engines: dict, fitted: dict, priors: dict) -> str:
+def report(catalog: Catalog, by_rule: dict, engines: dict, fitted: dict, priors: dict) -> str:
+    """calibration.md: accuracy, verdicts, bands, fitted constants and every row."""
+    rows = catalog.rows
     held = by_rule["held out"]
     sources = sorted({r.source for r in rows if r.scored})
     lines = ["# Calibration against published measurements, held out by source", ""]
@@ -305,19 +302,24 @@ def report(rows: list[Measurement], by_rule: dict, engines: dict, fitted: dict, 
         "max(predicted/measured, measured/predicted). Every column is scored on the rows the held-out "
         "model has an estimate for; (n) is how many of them the rule covers."
     )
-    lines += ["", "## Accuracy: the model held out, beside the baselines", "", *accuracy_table(rows, by_rule)]
+    lines += [
+        "",
+        "## Accuracy: the model held out, beside the baselines",
+        "",
+        *accuracy_table(catalog, by_rule),
+    ]
     lines += [
         "",
         "## In sample: the shipped profiles on every scored row (a reconstruction, not a forecast)",
         "",
     ]
-    lines += in_sample_table(rows, by_rule["in sample"])
+    lines += in_sample_table(catalog, by_rule["in sample"])
     lines += ["", "## Go/no-go: the point estimate on the measured side of 1× (rows outside 0.95–1.05×)", ""]
-    lines += go_table(rows, by_rule)
+    lines += go_table(catalog, by_rule)
     lines += verdict_sections(by_rule)
     lines += ["", "## Bands: the 80th percentile of each engine's own held-out error factors", ""]
     lines += [
-        "| engine | held-out rows | band | basis | in runtimes.toml | largest shortfall | in runtimes.toml |",
+        "| engine | held-out rows | band | basis | shipped | largest shortfall | shipped |",
         "|---|---|---|---|---|---|---|",
     ]
     for name, b in bands(held, engines).items():
@@ -326,19 +328,20 @@ def report(rows: list[Measurement], by_rule: dict, engines: dict, fitted: dict, 
             f"{_fmt(b['max_shortfall'])} | {_fmt(b['shipped_max_shortfall'])} |"
         )
     lines += ["", "## Refitted constants, per fold", "", *constants_table(held, fitted, priors)]
-    lines += ["", "## Every scored row", "", *rows_table(rows, by_rule)]
+    lines += ["", "## Every scored row", "", *rows_table(catalog, by_rule)]
     excluded = [r for r in rows if r.role == "excluded"]
     lines += ["", f"## Left out ({len(excluded)} rows)", "", "| row | why |", "|---|---|"]
     lines += [f"| {r.id} | {r.note.split('; ', 1)[-1]} |" for r in excluded]
     return "\n".join(lines) + "\n"
 
 
-def _payload(rows: list[Measurement], by_rule: dict, engines: dict) -> dict:
+def payload(catalog: Catalog, by_rule: dict, engines: dict) -> dict:
+    """calibration.json: every rule's summary per row set, the bands, and every scored row."""
     held = {s.row.id for s in by_rule["held out"] if s.predicted is not None}
     return {
         "summary": {
             label: {rule: summary(_only(by_rule[rule], ids & held)) for rule in RULES}
-            for label, ids in _row_sets(rows)
+            for label, ids in _row_sets(catalog)
         },
         "bands": bands(by_rule["held out"], engines),
         "rows": [
@@ -346,7 +349,7 @@ def _payload(rows: list[Measurement], by_rule: dict, engines: dict) -> dict:
                 "id": s.row.id,
                 "source": s.row.source,
                 "engine": s.row.engine,
-                "moe": is_moe(s.row, EXAMPLES),
+                "moe": catalog.is_moe(s.row),
                 "role": s.row.role.value,
                 "measured": s.row.speedup,
                 **{rule: by_rule[rule][i].predicted for rule in RULES},
@@ -358,37 +361,3 @@ def _payload(rows: list[Measurement], by_rule: dict, engines: dict) -> dict:
             for i, s in enumerate(by_rule["held out"])
         ],
     }
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=DATA)
-    parser.add_argument(
-        "--out", type=Path, default=None, help="write calibration.md and calibration.json here"
-    )
-    parser.add_argument(
-        "--fit", action="store_true", help="refit every engine on all its rows and print the values"
-    )
-    args = parser.parse_args(argv)
-    rows = load_measurements(args.data)
-    engines, priors = load_engines(), load_priors()
-    fitted = fit_all(rows, engines, priors, EXAMPLES)
-    if args.fit:
-        for name in sorted({r.engine for r in rows if r.scored}):
-            values = ", ".join(f"{k} = {value_of(fitted[name], k):.3g}" for k in fitted_keys(priors[name]))
-            print(f"[engines.{name}] {values}")
-    by_rule = evaluate(rows, engines, priors)
-    text = report(rows, by_rule, engines, fitted, priors)
-    print(text)
-    if args.fit:
-        print(json.dumps(bands(by_rule["held out"], engines), indent=1))
-    if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "calibration.md").write_text(text, encoding="utf-8")
-        payload = _payload(rows, by_rule, engines)
-        (args.out / "calibration.json").write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
