@@ -202,3 +202,50 @@ def test_generate_refuses_mtp_without_weights_in_one_line(capsys, tiny_zoo):
     err = capsys.readouterr().err
     assert code != 0 and "no MTP weights" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_benchmark_runs_and_stores_head_drafters(tiny_zoo, tmp_path, capsys):
+    """`bench quick` with --draft mtp and an EAGLE-3 head's directory: the suite runner measures
+    them as any draft, each round's draft time included."""
+    from specmoe.results.store import Store
+
+    model = load_model(tiny_zoo / "moe", dtype="float64").model
+    target = with_mtp(model, tiny_zoo / "moe", tmp_path / "moe-mtp")
+    head = eagle3_dir(model, tmp_path / "head", layers=[0, 1, 2], draft_vocab=1024)
+    db = tmp_path / "q.db"
+    argv = [
+        "bench", "quick", "--model", str(target), "--draft", "mtp", "--draft", str(head), "--gamma", "2",
+        "--num-prompts", "1", "--max-new-tokens", "6", "--warmup", "0", "--db", str(db), "--quiet",
+        "--threads", "1",
+    ]  # fmt: skip
+    assert main(argv) == 0, capsys.readouterr().err
+    with Store(db) as store:
+        rows = [r for r in store.rows() if r.arm == "sd"]
+    assert sorted(r.config["draft"] for r in rows) == sorted(["mtp", "head"])
+    assert all(r.audit_verdict == "pass" and r.times.draft_s > 0 for r in rows)
+    assert all("identical to plain greedy decoding" in r.audit_reason for r in rows)
+
+
+def test_a_suite_names_the_zoo_heads(tmp_path):
+    """`draft = "mtp"` needs no model of its own; an EAGLE-3 head is a zoo model of the presets that
+    train one, and of no other."""
+    from suite_files import write_suite, zoo_models
+
+    from specmoe.suite.expand import expand
+    from specmoe.suite.load import load_suite
+
+    group = {"name": "g", "target": ["moe"], "draft": ["mtp", "eagle3"], "gamma": [3]}
+    path = write_suite(
+        tmp_path, "heads", zoo={"preset": "trained"}, models=zoo_models("moe", "eagle3"), groups=[group]
+    )
+    specs = [s for s in expand(load_suite(path)) if s.arm == "sd"]
+    assert {str(s.draft): (s.draft_model.zoo if s.draft_model else None) for s in specs} == {
+        "mtp": None,
+        "eagle3": "eagle3",
+    }
+    assert len({s.cell_key for s in specs}) == 2  # the two drafts are two measured cells
+    tiny = write_suite(
+        tmp_path, "tiny", zoo={"preset": "tiny"}, models=zoo_models("moe", "eagle3"), groups=[group]
+    )
+    with pytest.raises(SpecmoeError, match="preset 'tiny' has no model 'eagle3'"):
+        load_suite(tiny)
