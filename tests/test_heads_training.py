@@ -31,7 +31,7 @@ WINDOW = 12
 
 def _plan(preset: str):
     zoo = PRESETS[preset]
-    plan = replace(zoo.training, steps=2, head_steps=2, batch_size=2, teacher_windows=1, teacher_prefix=4)
+    plan = replace(zoo.training, steps=2, batch_size=2, teacher_windows=1, teacher_prefix=4)
     return replace(zoo, training=replace(plan, seq_len=WINDOW))
 
 

@@ -140,8 +140,10 @@ class TrainingPlan:
     # Head drafters distilled from the teacher after it trains (`specmoe.zoo.train_heads`): "mtp",
     # saved inside the teacher's checkpoint (mtp.*), and "eagle3", saved as zoo model `eagle3`.
     heads: tuple[str, ...] = ()
-    head_steps: int = 150  # the first batches of the family's order; a shorter run is the family's
-    head_lr: float = 3e-3  # peak; the heads follow the family's schedule, over head_steps, scaled to it
+    # Peak learning rates of the heads, on the family's schedule: an MTP module starts as a copy of
+    # the target's last attention layer, an EAGLE-3 head's layer at random as the family's models do.
+    mtp_lr: float = 3e-3
+    eagle3_lr: float = 1e-2
     head_unroll: int = 3  # drafting steps every training position is unrolled through
     eagle3_draft_vocab: int = 1024  # the EAGLE-3 head's draft vocabulary: the most frequent tokens
 

@@ -7,7 +7,7 @@ A head's position q reads the target's state at q (features of its hidden states
 x_{q+1}, and is taught the target's own next-token distribution at q + 1 (the one that picks
 x_{q+2}): loss KL(target || head), on the drafts' mixture of windows (`distill`: of each batch of
 the family's order, `teacher_windows` are the target's own greedy continuation of the text, which
-is what a drafter reads when the target writes), for the first `head_steps` batches. Drafting
+is what a drafter reads when the target writes), the family's batches in its order. Drafting
 γ > 1 tokens runs the head on its own states, so training unrolls it as it drafts (EAGLE-3's
 "training-time test"):
 step s of position q reads the head's step s - 1 state at q - 1, and attends to step 1 at
@@ -21,13 +21,14 @@ the MTP module's layer and final norm start as a copy of the target's last full-
 final norm, its fusion as the sum of the two normed halves; the EAGLE-3 head's lm_head rows are the
 target's for its draft vocabulary (the target's most frequent training tokens), its fc reads the
 highest layer, its embeddings are a frozen copy of the target's, and its decoder layer is drawn
-at random. The target's embeddings and LM head stay frozen.
+at random; each on the family's learning-rate schedule scaled to its own peak (`mtp_lr`,
+`eagle3_lr`). The target's embeddings and LM head stay frozen.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -90,12 +91,11 @@ def train_head(
     `order` per step."""
     plan = zoo.training
     assert plan is not None and name in HEADS
-    steps = min(plan.head_steps, plan.steps)  # a shortened family (tests) shortens its heads too
-    schedule = replace(plan, steps=steps)
+    steps, peak = plan.steps, plan.mtp_lr if name == MTP else plan.eagle3_lr
     teacher.requires_grad_(False)
     parts = _mtp(teacher, seed) if name == MTP else _eagle3(teacher, shape, zoo, seed, data)
     trainable = [p for p in parts.model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(trainable, lr=plan.head_lr, betas=(0.9, 0.95), weight_decay=0.0, fused=True)
+    optimizer = torch.optim.AdamW(trainable, lr=peak, betas=(0.9, 0.95), weight_decay=0.0, fused=True)
     clock, teacher_clock = Clock(), Clock()
     text_rows = plan.batch_size - plan.teacher_windows
     with teacher_clock.timing():  # the drafts' mixture: windows the teacher wrote beside the text
@@ -103,7 +103,7 @@ def train_head(
         written = greedy_continuations(teacher, prefixes, plan.seq_len).view(steps, -1, plan.seq_len)
     for step, indices in enumerate(order[:steps]):
         with clock.timing():
-            set_lr(optimizer, learning_rate(step, schedule) * plan.head_lr / plan.lr)
+            set_lr(optimizer, learning_rate(step, plan) * peak / plan.lr)
             windows = torch.cat([data.train[indices[:text_rows]], written[step]])  # [batch_size, T]
             losses = _unrolled(parts, teacher, windows, plan.head_unroll)
             loss = sum(losses) / len(losses)
