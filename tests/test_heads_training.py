@@ -170,5 +170,6 @@ def test_a_build_writes_an_mtp_module_into_its_target(tmp_path, monkeypatch):
         == ["1", "2", "3", "4"]
     )
     assert any(row["name"] == "mtp" and row["arch"] == "mtp head in moe" for row in zoo_rows(zoo))
+    assert entry["active_params"] < entry["params"]  # 2 of its 32 routed experts per token
     target = load_model(zoo / "moe", dtype="float64")  # transformers leaves the module alone
     assert make_drafter(MtpDraft(), target).hidden_layers == (2,)

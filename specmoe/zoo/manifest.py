@@ -90,7 +90,7 @@ def zoo_rows(zoo_dir: Path) -> list[dict]:
             "experts": 0,
             "top_k": 0,
             "total_params": entry.get("params", 0),
-            "active_params": entry.get("params", 0),
+            "active_params": entry.get("active_params", entry.get("params", 0)),
             "bytes": entry.get("bytes_bf16", 0),
             "path": str(zoo_dir / entry["path"]),
         }

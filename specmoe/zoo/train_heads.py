@@ -55,7 +55,8 @@ class TrainedHead:
     name: str  # "mtp" or "eagle3"
     tensors: dict[str, torch.Tensor] = field(repr=False)  # bf16, checkpoint names
     config: dict | None  # an EAGLE-3 head's config.json; None for an MTP module (in the target's)
-    params: int
+    params: int  # its own parameters (an MTP module shares the target's embeddings and LM head)
+    active_params: int  # of which one token uses: an MoE layer's routed experts at top_k / experts
     train_s: float  # wall seconds of the head's steps (the teacher's forwards on each batch included)
     train_cpu_s: float
     teacher_s: float  # wall seconds the teacher spent writing its windows
@@ -64,6 +65,7 @@ class TrainedHead:
     def manifest(self) -> dict:
         return {
             "params": self.params,
+            "active_params": self.active_params,
             "bytes_bf16": 2 * self.params,
             "train_s": round(self.train_s, 2),
             "train_cpu_s": round(self.train_cpu_s, 2),
@@ -115,8 +117,12 @@ def train_head(
     agreement = _held_out_agreement(parts, teacher, data.held_out[:EVAL_WINDOWS], plan.head_unroll)
     tensors = _checkpoint(name, parts)
     config = eagle3_config(shape, zoo) if name == EAGLE3 else None
-    params = sum(t.numel() for key, t in tensors.items() if t.is_floating_point())
-    return TrainedHead(name, tensors, config, params, clock.wall, clock.cpu, teacher_clock.wall, agreement)
+    params = sum(t.numel() for t in tensors.values() if t.is_floating_point())
+    routed = sum(t.numel() for key, t in tensors.items() if ".mlp.experts." in key)
+    active = params - routed + routed * shape.top_k // max(shape.num_experts, 1)
+    return TrainedHead(
+        name, tensors, config, params, active, clock.wall, clock.cpu, teacher_clock.wall, agreement
+    )
 
 
 def _unrolled(
