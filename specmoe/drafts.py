@@ -7,6 +7,11 @@ is stored and keyed under (the results store's run keys contain it, so it must n
     ngram                      NgramDraft(1, 3)            "ngram:1-3"
     ngram:MIN-MAX              NgramDraft(MIN, MAX)        "ngram:MIN-MAX"
     oracle:P                   OracleDraft(P)              "oracle:" + repr(P), e.g. "oracle:0.6"
+    mtp                        MtpDraft()                  "mtp"
+
+An MTP draft is the target's own multi-token-prediction module, read from the target's checkpoint
+(`mtp.*`), so it names no model of its own. An EAGLE-3 head is a model directory like any draft
+model (a ModelDraft): what it is shows in its config.json when it loads (`specmoe.engine.make_drafter`).
 
 An oracle draft proposes the target's own continuation, each token accepted with probability P, and
 pays for the forward passes of a real model (a suite's `oracle_cost`): that cost model is a setting of
@@ -22,11 +27,12 @@ Each kind answers the questions a caller would otherwise ask of its type, so a n
 here (and in `specmoe.engine.make_drafter`) rather than in every module that handles drafts:
 
 - `model_name`: the model (a [models] entry or a path) the draft is: a ModelDraft's name, else None.
-- `runs_model`: whether drafting runs a model's forwards (a model or an oracle, not an n-gram).
+- `runs_model`: whether drafting runs a model's forwards (a model, an oracle or the target's MTP
+  module, not an n-gram).
 - `needs_cost_model`: whether a run names the model it pays for (an oracle's `oracle_cost`).
 - `dialed_acceptance`: the acceptance an oracle is set to; None where acceptance is measured.
-- `cost_model(oracle_cost)`: the model whose forwards drafting runs: a ModelDraft's name, an
-  oracle's `oracle_cost`, None for an n-gram.
+- `cost_model(oracle_cost)`: the separate model whose forwards drafting runs: a ModelDraft's name,
+  an oracle's `oracle_cost`, None for an n-gram or an MTP module (which lives in the target).
 - `key(model_identity)`: the draft's part of a run's key (stored: never change it).
 """
 
@@ -39,6 +45,7 @@ from typing import Any, ClassVar
 from specmoe.errors import SpecmoeError
 
 NGRAM = "ngram"
+MTP = "mtp"
 ORACLE_PREFIX = "oracle:"
 DEFAULT_MIN_N = 1  # n-gram lengths, in tokens, that "ngram" alone means
 DEFAULT_MAX_N = 3
@@ -135,12 +142,33 @@ class OracleDraft(_Spelled):
         return {"oracle": self.acceptance, "cost": model_identity, "draws": "per-unit"}
 
 
-DraftSpec = ModelDraft | NgramDraft | OracleDraft
+@dataclass(frozen=True, eq=False)
+class MtpDraft(_Spelled):
+    """The target's own multi-token-prediction module (one decoder layer and its fusion, sharing the
+    target's embeddings and LM head), run recursively for gamma > 1."""
+
+    model_name: ClassVar[str | None] = None
+    runs_model: ClassVar[bool] = True
+    needs_cost_model: ClassVar[bool] = False
+    dialed_acceptance: ClassVar[float | None] = None
+
+    def __str__(self) -> str:
+        return MTP
+
+    def cost_model(self, oracle_cost: str | None) -> None:
+        return None
+
+    def key(self, model_identity: Any) -> dict[str, str]:
+        # The module's weights are the target's checkpoint, which the run key names already.
+        return {"head": MTP}
+
+
+DraftSpec = ModelDraft | NgramDraft | OracleDraft | MtpDraft
 
 
 def is_reserved_name(name: str) -> bool:
     """Whether a model may not be called `name`: it reads as (or like) a draft spelling."""
-    return name.startswith("oracle") or name == NGRAM
+    return name.startswith("oracle") or name in (NGRAM, MTP)
 
 
 def parse_draft(text: str) -> DraftSpec:
@@ -150,6 +178,8 @@ def parse_draft(text: str) -> DraftSpec:
         return _parse_ngram(text)
     if text.startswith(ORACLE_PREFIX):
         return _parse_oracle(text)
+    if text == MTP:
+        return MtpDraft()
     return ModelDraft(text)
 
 

@@ -4,7 +4,15 @@ import pytest
 import torch
 
 from specmoe.backends.base import BackendBase
-from specmoe.drafts import ModelDraft, NgramDraft, OracleDraft, draft_of, is_reserved_name, parse_draft
+from specmoe.drafts import (
+    ModelDraft,
+    MtpDraft,
+    NgramDraft,
+    OracleDraft,
+    draft_of,
+    is_reserved_name,
+    parse_draft,
+)
 from specmoe.engine.drafters import ModelDrafter
 from specmoe.engine.make_drafter import make_drafter
 from specmoe.engine.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramDrafter
@@ -23,6 +31,7 @@ from specmoe.errors import SpecmoeError
         ("oracle:0.9", OracleDraft(0.9), "oracle:0.9"),
         ("oracle:0.60", OracleDraft(0.6), "oracle:0.6"),
         ("oracle:1", OracleDraft(1.0), "oracle:1.0"),
+        ("mtp", MtpDraft(), "mtp"),
     ],
 )
 def test_spellings_parse_to_one_value_with_a_stable_canonical_string(text, draft, canonical):
@@ -41,7 +50,7 @@ def test_bad_spellings_are_one_line_errors(text):
 
 def test_no_draft_and_reserved_names():
     assert draft_of(None) is None
-    assert is_reserved_name("ngram") and is_reserved_name("oracle-x")
+    assert is_reserved_name("ngram") and is_reserved_name("oracle-x") and is_reserved_name("mtp")
     assert not is_reserved_name("ngram2") and not is_reserved_name("draft-xs")
 
 
@@ -54,6 +63,7 @@ ORACLE_KEY = {"oracle": 0.6, "cost": "ID", "draws": "per-unit"}
         (ModelDraft("d"), ("d", True, False, None, "d"), "ID"),
         (NgramDraft(1, 3), (None, False, False, None, None), {"ngram": [1, 3]}),
         (OracleDraft(0.6), (None, True, True, 0.6, "cost"), ORACLE_KEY),
+        (MtpDraft(), (None, True, False, None, None), {"head": "mtp"}),
     ],
 )
 def test_each_kind_answers_what_callers_ask(draft, answers, key):
@@ -63,7 +73,7 @@ def test_each_kind_answers_what_callers_ask(draft, answers, key):
 
 
 class _Model(BackendBase):
-    vocab_size, max_context, device = 8, 64, torch.device("cpu")
+    name, vocab_size, max_context, device = "m", 8, 64, torch.device("cpu")
 
 
 def test_make_drafter_builds_each_kind():
@@ -73,3 +83,5 @@ def test_make_drafter_builds_each_kind():
     assert isinstance(make_drafter(OracleDraft(0.5), target, _Model(), [[1, 2]]), OracleDrafter)
     with pytest.raises(ValueError, match="needs a loaded model"):
         make_drafter(ModelDraft("d"), target)
+    with pytest.raises(SpecmoeError, match=r"^MTP through llama\.cpp: not in this build$"):
+        make_drafter(MtpDraft(), target)  # any target but a transformers one

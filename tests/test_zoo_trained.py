@@ -19,7 +19,7 @@ import torch
 from specmoe.bench.suite_zoo import default_zoo_dir
 from specmoe.errors import SpecmoeError
 from specmoe.suite.load import builtin_suite_path, load_suite
-from specmoe.zoo import build_zoo, load_manifest
+from specmoe.zoo import build_zoo, load_manifest, resolve_model
 from specmoe.zoo.agreement import greedy_acceptance
 from specmoe.zoo.build import zoo_model
 from specmoe.zoo.distill import greedy_continuations, train_drafts
@@ -264,6 +264,16 @@ def test_short_build_writes_a_trained_manifest(short_zoo):
         assert entry["teacher"] == ("moe" if name in training["plan"]["drafts"] else None)
         config = json.loads((short_zoo / name / "config.json").read_text())
         assert config["dtype"] == "bfloat16" and config["eos_token_id"] == 0
+    heads = manifest["heads"]  # the EAGLE-3 head, in a folder of its own; its acceptance beside draft-xs's
+    assert list(heads) == ["eagle3"] and heads["eagle3"]["target"] == "moe"
+    for entry in (heads["eagle3"], manifest["models"]["draft-xs"]):
+        assert list(entry["acceptance"]) == ["1", "2", "3", "4"]
+        assert all(0 <= rate <= 1 for rate in entry["acceptance"].values())
+    head = json.loads((short_zoo / "eagle3" / "config.json").read_text())
+    assert head["architectures"] == ["LlamaForCausalLMEagle3"] and head[
+        "eagle_aux_hidden_state_layer_ids"
+    ] == [0, 1, 2]
+    assert resolve_model("eagle3", short_zoo) == short_zoo / "eagle3"
     assert build_zoo("trained", short_zoo, train_steps=STEPS) == short_zoo  # reused, not retrained
     with pytest.raises(SpecmoeError, match=r"train_steps=2.*pick another --out.*preset=trained, seed=0$"):
         build_zoo("trained", short_zoo)
@@ -277,8 +287,18 @@ def test_two_builds_with_the_same_seed_are_identical(short_zoo, tiny_zoo, tmp_pa
         assert first["models"][name]["safetensors_sha256"] == second["models"][name]["safetensors_sha256"]
         assert first["models"][name]["held_out_loss"] == second["models"][name]["held_out_loss"]
     assert first["training"]["data"] == second["training"]["data"]
+    assert _sha256(again / "eagle3" / "model.safetensors") == _sha256(
+        short_zoo / "eagle3" / "model.safetensors"
+    )
+    assert first["heads"] == {**second["heads"], "eagle3": {**second["heads"]["eagle3"], **_timings(first)}}
     # ...and training changed the weights: they are not the random zoo's of the same shapes.
     assert _sha256(tiny_zoo / MOE / "model.safetensors") != _sha256(short_zoo / MOE / "model.safetensors")
+
+
+def _timings(manifest: dict) -> dict:
+    """The EAGLE-3 head's entry's seconds, which two identical builds need not share."""
+    entry = manifest["heads"]["eagle3"]
+    return {key: entry[key] for key in ("train_s", "train_cpu_s", "teacher_written_s")}
 
 
 def test_greedy_acceptance_is_reported_per_prompt_kind(short_zoo):

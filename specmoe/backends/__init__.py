@@ -9,6 +9,9 @@ The modules, one concept each:
   linear-attention state: checkpoint, log, rollback) and `gated_delta` (the state a gated-DeltaNet
   layer reaches over a prefix of logged inputs).
 - `slots`: the cache layout of both, decided on the host, and host values sent without waiting.
+- `hf_heads` (a head drafter's model: one layer over [state ; token embedding] vectors), `mtp_head`
+  (the target's own MTP module, read from its checkpoint), `eagle3_head` (EAGLE-3 heads in vLLM's
+  and SGLang's layout) and `hf_head_runtime` (a head bound to its target, with its backend).
 - `llamacpp`: GGUF models through llama-cpp-python (the `llamacpp` extra); `llamacpp_state`: a
   hybrid GGUF's recurrent state checkpointed per sequence and rolled back; `gguf_tokenizer`: the
   tokenizer inside a GGUF file; `llamacpp_check` and `llamacpp_probe`: its self-test in a child

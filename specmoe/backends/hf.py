@@ -35,11 +35,13 @@ import torch
 
 from specmoe.backends import hf_experts
 from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
+from specmoe.backends.eagle3_head import Eagle3Checkpoint, is_eagle3, load_eagle3
 from specmoe.backends.hf_mask import DeviceMask
 from specmoe.backends.hf_model import MOE_CONFIG_KEYS, hidden_request, set_model_facts, stacked_hidden
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
+from specmoe.backends.mtp_head import PREFIX as MTP_PREFIX
 from specmoe.backends.pickle_weights import from_pickle
-from specmoe.backends.slots import SlotMap, to_device
+from specmoe.backends.slots import SlotMap, left_padded, to_device
 from specmoe.backends.tokenizer_digest import tokenizer_digest
 from specmoe.backends.weights import check_safetensors_dir, read_config
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES, torch_dtype
@@ -134,12 +136,15 @@ def load_hf(
     moe_top_k: int | None = None,
     compile: bool = False,
     compile_mode: str | None = None,
-) -> HFBackend:
+) -> HFBackend | Eagle3Checkpoint:
     """Load a local Hugging Face causal LM. Never contacts a hub (HF_HUB_OFFLINE semantics).
 
     compile=True gives the compiled path (`hf_static.py`): a static KV cache and torch.compile'd
     fixed-shape forwards; compile_mode is torch.compile's mode, "reduce-overhead" (CUDA graphs) by
-    default on CUDA and inductor's default elsewhere."""
+    default on CUDA and inductor's default elsewhere.
+
+    An EAGLE-3 head's directory (its config.json names the architecture) loads as an
+    `Eagle3Checkpoint`: a draft that `make_drafter` binds to its target, run beside it."""
     path = Path(path)
     config = check_model_dir(path, allow_pickle)  # before importing transformers: seconds earlier
     os.environ["HF_HUB_OFFLINE"] = "1"
@@ -158,6 +163,8 @@ def load_hf(
     if dtype not in DTYPE_NAMES:
         raise SpecmoeError(f"unknown dtype '{dtype}'; use one of {', '.join(DTYPE_NAMES)}")
     torch_device = resolve_device(device)
+    if is_eagle3(config):  # a head, not a model: bound to its target when the drafter is made
+        return load_eagle3(path, config, torch_dtype(dtype), torch_device)
     kwargs: dict = {}
     if any(k in config for k in MOE_CONFIG_KEYS):
         kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(
@@ -232,7 +239,9 @@ def check_loading_info(path: Path, info: dict) -> None:
     initialised tensors where weights are missing or shaped differently from config.json, and
     every number measured on it would be wrong."""
     missing = sorted(info.get("missing_keys") or ())
-    unexpected = sorted(info.get("unexpected_keys") or ())
+    # An MTP module's tensors (mtp.*) are read apart by --draft mtp (`mtp_head`), as Qwen3.5's and
+    # Qwen3-Next's transformers classes leave them to be; any other family's loader would list them.
+    unexpected = sorted(k for k in info.get("unexpected_keys") or () if not k.startswith(MTP_PREFIX))
     mismatched = sorted(info.get("mismatched_keys") or (), key=str)  # (name, file shape, model shape)
     fix = "restore the model's own config.json and weights"
     if mismatched:
@@ -294,18 +303,39 @@ class HFBackend(BackendBase):
     # -- protocol -------------------------------------------------------------------------------
     @torch.inference_mode()
     def prefill(self, prompts: Sequence[Sequence[int]]) -> None:
+        width = max((len(p) for p in prompts), default=0)
+        ids = np.zeros((len(prompts), width), dtype=np.int64)  # [B, W] left-padded; pads never seen
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt) :] = prompt
+        self._prefill([len(p) for p in prompts], {"input_ids": to_device(ids, self.device)})
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self._forward({"input_ids": tokens}, tokens.shape[1])  # tokens [B, t]
+
+    # -- input vectors instead of token ids (a head drafter's model, `hf_heads`) ---------------
+    @torch.inference_mode()
+    def prefill_embeds(self, rows: Sequence[torch.Tensor]) -> None:
+        """`prefill` of input vectors: row i's [n_i, E] (n_i may be 0), left-padded with zeros."""
+        width = max((len(r) for r in rows), default=0)
+        embeds = left_padded(rows, width, self.device)  # [B, W, E]
+        self._prefill([len(r) for r in rows], {"inputs_embeds": embeds})
+
+    @torch.inference_mode()
+    def forward_embeds(self, embeds: torch.Tensor) -> torch.Tensor:
+        """`forward` of input vectors: embeds [B, t, E] -> logits [B, t, V]."""
+        return self._forward({"inputs_embeds": embeds}, embeds.shape[1])
+
+    def _prefill(self, lengths: list[int], inputs: dict[str, torch.Tensor]) -> None:
         self._cache = self._new_cache()
-        self._slots.reset([len(p) for p in prompts])
+        self._slots.reset(lengths)
         width = self._slots.width
-        self._hidden = self._no_hidden(len(prompts))
+        self._hidden = self._no_hidden(len(lengths))
         if width:
-            ids = np.zeros((len(prompts), width), dtype=np.int64)  # [B, W] left-padded; pads never seen
-            for row, prompt in enumerate(prompts):
-                ids[row, width - len(prompt) :] = prompt
             valid = self._slots.valid
             positions = np.maximum(np.cumsum(valid, axis=1) - 1, 0)  # [B, W]
             out = self.model(
-                input_ids=to_device(ids, self.device),
+                **inputs,
                 attention_mask=to_device(valid.copy(), self.device),
                 position_ids=to_device(positions, self.device),
                 past_key_values=self._cache,
@@ -315,17 +345,15 @@ class HFBackend(BackendBase):
             )
             self._hidden = self._right_aligned(stacked_hidden(out, self._capture), valid)
         if self._linear is not None:
-            self._linear.begin(self._cache, len(prompts), self.device)
+            self._linear.begin(self._cache, len(lengths), self.device)
 
-    @torch.inference_mode()
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        t = tokens.shape[1]  # tokens [B, t]
+    def _forward(self, inputs: dict[str, torch.Tensor], t: int) -> torch.Tensor:
         if self._linear is not None:
             self._linear.reserve(t)
         positions = to_device(self._slots.positions(t), self.device)  # [B, t]
         start = self._slots.append(t)
         out = self.model(
-            input_ids=tokens,
+            **inputs,
             attention_mask=self._masks.for_block(start, t),
             position_ids=positions,
             past_key_values=self._cache,

@@ -52,7 +52,7 @@ import torch
 from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
 from specmoe.backends.hf_model import hidden_request, set_model_facts, stacked_hidden
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
-from specmoe.backends.slots import SlotMap, to_device
+from specmoe.backends.slots import SlotMap, left_padded, to_device
 from specmoe.errors import SpecmoeError
 
 SLOT_STEP = 256  # the smallest static cache; larger ones double it (256, 512, 1024, ...)
@@ -97,6 +97,7 @@ class StaticHFBackend(BackendBase):
         self._kv_layers = layout.kv_layers
         self._linear = LinearStates(model, layout) if layout.is_hybrid else None
         self.compiled = compile
+        self.mode, self.compiler = mode, compiler  # a head drafter's backend is compiled alike
         self.compile_s = 0.0  # seconds spent compiling new shapes, summed over the backend's life
         self._clone_logits = mode == "reduce-overhead"  # a CUDA graph overwrites its output buffer
         # CUDA graph trees run a new shape eagerly, record it on the next call, then replay it.
@@ -118,8 +119,9 @@ class StaticHFBackend(BackendBase):
         self._valid = torch.zeros(0, 0, dtype=torch.bool, device=device)  # [S, L] its device copy
 
     def _build_step(self):
-        """The forward over a block: [S, t] ids and positions, [S, L] valid -> [S, t, V] logits, and
-        the hidden states at `layers` ([S, t, K, H]; None when none are asked for)."""
+        """The forward over a block: [S, t] ids (or [S, t, E] input vectors) and positions, [S, L]
+        valid -> [S, t, V] logits, and the hidden states at `layers` ([S, t, K, H]; None when none
+        are asked for)."""
         model, fmin = self.model, torch.finfo(self.dtype).min
 
         first_kv = self._kv_layers[0]
@@ -127,10 +129,11 @@ class StaticHFBackend(BackendBase):
         def step(
             ids: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor, cache, padding=None, layers=()
         ):
-            # ids, positions [S, t]; valid [S, L]. Slot k is visible to query j of row r when it is
-            # valid for r and not past the query's own slot (pointer + j). padding [S, t] (prefill of
-            # a hybrid model only): which block positions are real tokens, for the linear layers.
-            # layers is a constant of each graph (part of its shape key).
+            # ids, positions [S, t] (ids [S, t, E]: a head's input vectors); valid [S, L]. Slot k is
+            # visible to query j of row r when it is valid for r and not past the query's own slot
+            # (pointer + j). padding [S, t] (prefill of a hybrid model only): which block positions
+            # are real tokens, for the linear layers. layers is a constant of each graph (part of
+            # its shape key).
             t, slots = ids.shape[1], valid.shape[1]
             query_slot = cache.layers[first_kv].cumulative_length + torch.arange(t, device=ids.device)  # [t]
             causal = torch.arange(slots, device=ids.device)[None, :] <= query_slot[:, None]  # [t, L]
@@ -139,8 +142,9 @@ class StaticHFBackend(BackendBase):
             mask = torch.where(allowed, zero, torch.full_like(zero, fmin))  # additive, finite
             if padding is not None:  # a 4D mask alone would leave left padding in the linear states
                 mask = {"full_attention": mask, "linear_attention": padding}
+            inputs = {"inputs_embeds" if ids.is_floating_point() else "input_ids": ids}  # fixed per graph
             out = model(
-                input_ids=ids,
+                **inputs,
                 attention_mask=mask,
                 position_ids=positions,
                 past_key_values=cache,
@@ -173,16 +177,29 @@ class StaticHFBackend(BackendBase):
     @torch.inference_mode()
     def prefill(self, prompts: Sequence[Sequence[int]]) -> None:
         width = max((len(p) for p in prompts), default=0)
-        rows = _bucket(len(prompts))
+        ids = np.zeros((_bucket(len(prompts)), width), dtype=np.int64)  # [S, W] left-padded
+        for row, prompt in enumerate(prompts):
+            ids[row, width - len(prompt) :] = prompt
+        self._prefill([len(p) for p in prompts], to_device(ids, self.device))
+
+    @torch.inference_mode()
+    def prefill_embeds(self, rows: Sequence[torch.Tensor]) -> None:
+        """`prefill` of input vectors: row i's [n_i, E] (n_i may be 0), left-padded with zeros."""
+        width = max((len(r) for r in rows), default=0)
+        embeds = left_padded(rows, width, self.device)  # [B, W, E]
+        padded = _bucket(len(rows)) - len(rows)
+        self._prefill([len(r) for r in rows], torch.nn.functional.pad(embeds, (0, 0, 0, 0, 0, padded)))
+
+    def _prefill(self, lengths: list[int], inputs: torch.Tensor) -> None:
+        """A new batch of left-padded rows (inputs [S, W] ids or [S, W, E] vectors), prefilled eagerly."""
+        width = max(lengths, default=0)
+        rows = _bucket(len(lengths))
         # L never shrinks for the same S: a new L is a new graph.
         needed = max(width + SLOT_STEP // 2, self._horizon)
         self._allocate(rows, max(_rung(needed), self._slots if rows == self._rows else 0))
         self._horizon = 0
-        self._live = len(prompts)
-        self._layout.reset([len(p) for p in prompts], rows=rows, capacity=self._slots)
-        ids = np.zeros((rows, width), dtype=np.int64)  # [S, W] left-padded
-        for row, prompt in enumerate(prompts):
-            ids[row, width - len(prompt) :] = prompt
+        self._live = len(lengths)
+        self._layout.reset(lengths, rows=rows, capacity=self._slots)
         self._send_valid()
         self._set_pointer(0)
         padding = None
@@ -190,28 +207,36 @@ class StaticHFBackend(BackendBase):
             for index in self._linear.layers:
                 self._cache.layers[index].reset()  # a reused cache still holds the last batch's states
             padding = self._valid[:, :width]
-        self._hidden = self._prefill_hidden(len(prompts), width, None)
+        self._hidden = self._prefill_hidden(len(lengths), width, None)
         if width:
             positions = np.maximum(np.cumsum(self._layout.valid, axis=1) - 1, 0)  # [S, W]
-            step_ids, step_positions = to_device(ids, self.device), to_device(positions, self.device)
             _, hidden = self._eager_step(
-                step_ids, step_positions, self._valid, self._cache, padding, self._capture
+                inputs, to_device(positions, self.device), self._valid, self._cache, padding, self._capture
             )
-            self._hidden = self._prefill_hidden(len(prompts), width, hidden)
+            self._hidden = self._prefill_hidden(len(lengths), width, hidden)
         self._set_pointer(width)
         if self._linear is not None:
             self._linear.begin(self._cache, self._rows, self.device, static=True)
 
     @torch.inference_mode()
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        live, t = tokens.shape  # [B, t]
+        return self._forward(tokens)  # tokens [B, t]
+
+    @torch.inference_mode()
+    def forward_embeds(self, embeds: torch.Tensor) -> torch.Tensor:
+        """`forward` of input vectors: embeds [B, t, E] -> logits [B, t, V]."""
+        return self._forward(embeds)
+
+    def _forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        live, t = inputs.shape[:2]  # [B, t] ids or [B, t, E] vectors
         if live != self._live:
             raise RuntimeError(f"forward got {live} rows, the batch has {self._live}")
         if self._layout.width + t > self._slots:
             self._make_room(t)
         if self._linear is not None:
             self._linear.reserve(t)
-        ids = tokens if live == self._rows else torch.nn.functional.pad(tokens, (0, 0, 0, self._rows - live))
+        rows = (0, 0) * (inputs.dim() - 1) + (0, self._rows - live)  # pad the batch dimension only
+        ids = inputs if live == self._rows else torch.nn.functional.pad(inputs, rows)
         positions = to_device(self._layout.positions(t), self.device)  # [S, t]
         key = _Shape(self._rows, t, self._slots, self._capture)
         compiled = self.compiled and self._admit(key)

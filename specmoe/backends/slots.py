@@ -159,3 +159,17 @@ def to_device(array: np.ndarray | Sequence, device: torch.device) -> torch.Tenso
     if device.type == "cuda":
         return host.pin_memory().to(device, non_blocking=True)
     return host.to(device)
+
+
+def left_padded(rows: Sequence[torch.Tensor], width: int, device: torch.device) -> torch.Tensor:
+    """[B, width, E] of per-row input vectors ([n_i, E] each, n_i <= width), each row's at its right
+    end and zeros before them: a prompt's left padding, for backends fed vectors, not token ids."""
+    dims = next((r.shape[1:] for r in rows if r.numel()), None)
+    if dims is None:  # nothing to feed: no row has a vector (every width is 0)
+        return torch.zeros(len(rows), width, 0, device=device)
+    like = next(r for r in rows if r.numel())
+    out = like.new_zeros(len(rows), width, *dims)
+    for index, row in enumerate(rows):
+        if len(row):
+            out[index, width - len(row) :] = row
+    return out

@@ -114,7 +114,8 @@ def add_bench_quick(bench) -> None:
         dest="drafts",
         action="append",
         required=True,
-        help="a draft: directory, .gguf file, hub ID, or ngram[:MIN-MAX]; repeatable",
+        help="a draft: directory, .gguf file, hub ID, ngram[:MIN-MAX] or mtp (the target's MTP module); "
+        "repeatable",
     )
     quick.add_argument("--gamma", default="4", help="tokens drafted per round, comma-separated (2,4,8)")
     quick.add_argument("--batch", default="1", help="batch sizes, comma-separated (1,8)")

@@ -16,8 +16,8 @@ def add_generate(commands) -> None:
     p.add_argument("--target", required=True, help="target model directory (or zoo name with --zoo)")
     p.add_argument(
         "--draft",
-        help="draft model directory, zoo name, or ngram[:MIN-MAX] (prompt lookup); "
-        "without it, plain decoding",
+        help="draft model directory or zoo name (an EAGLE-3 head's too: found by its config.json), "
+        "mtp (the target's own MTP module), or ngram[:MIN-MAX] (prompt lookup); without it, plain decoding",
     )
     p.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
     p.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (>= 1)")

@@ -224,4 +224,4 @@ def _tokenizer(ctx: SuiteContext, key: str, text: str) -> str:
 def _zoo_model_names(preset: str) -> tuple[str, ...]:
     from specmoe.zoo.presets import get_preset
 
-    return get_preset(preset).model_names
+    return get_preset(preset).zoo_names

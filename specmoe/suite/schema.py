@@ -26,7 +26,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from specmoe.drafts import NGRAM, DraftSpec, is_reserved_name, parse_draft
+from specmoe.drafts import MTP, NGRAM, DraftSpec, is_reserved_name, parse_draft
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
 from specmoe.errors import SpecmoeError
 from specmoe.serving.servers import ENGINES
@@ -209,7 +209,8 @@ def _env_name(value: str) -> str:
 
 def _model_name(name: str) -> str:
     if not _NAME_RE.fullmatch(name) or is_reserved_name(name):
-        fail(f"bad model name '{name}'; use letters, digits, '_', '.', '-' (not 'oracle...' or '{NGRAM}')")
+        reserved = f"not 'oracle...', '{NGRAM}' or '{MTP}'"
+        fail(f"bad model name '{name}'; use letters, digits, '_', '.', '-' ({reserved})")
     return name
 
 

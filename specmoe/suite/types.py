@@ -231,7 +231,7 @@ class RunSpec:
         models given by identity rather than by suite-local name."""
         draft: dict[str, Any] | None = None
         spec = self.draft
-        if spec is not None and (self.draft_model is not None or not spec.runs_model):
+        if spec is not None:  # a model or an oracle keys its model's identity; others their own
             draft = spec.key(None if self.draft_model is None else self.draft_model.identity)
         fields = {
             "arm": self.arm,

@@ -65,6 +65,34 @@ def greedy_acceptance(
     return rows
 
 
+def acceptance_by_gamma(
+    target: Path,
+    draft: str,
+    gammas: Sequence[int] = (1, 2, 3, 4),
+    max_new_tokens: int = 64,
+    dtype: str = "float32",
+) -> dict[str, float]:
+    """Greedy acceptance (accepted / drafted over every built-in prompt, decoded as one batch) of a
+    draft against its target at each γ: the draft a model directory, an EAGLE-3 head's directory,
+    or "mtp" (the target's own module). Keyed by γ as text, as the manifest stores it."""
+    from specmoe.drafts import parse_draft
+    from specmoe.engine.make_drafter import make_drafter
+
+    tokenizer = api.load_tokenizer(target)
+    target_model = api.load_model(target, dtype=dtype)
+    spec = parse_draft(draft)
+    model = None if spec.model_name is None else api.load_model(draft, dtype=dtype)
+    prompts = [
+        tokenizer.encode(p, add_special_tokens=False) for k in BUILTIN_PROMPT_SETS for p in load_prompt_set(k)
+    ]
+    rates = {}
+    for gamma in gammas:
+        config = api.DecodeConfig(max_new_tokens=max_new_tokens, gamma=gamma, ignore_eos=True)
+        count = totals(api.decode(target_model, prompts, config, make_drafter(spec, target_model, model)))
+        rates[str(gamma)] = round(acceptance_rate(count.accepted, count.drafted), 4)
+    return rates
+
+
 def overall_rate(rows: Sequence[KindAcceptance]) -> float:
     """Accepted / drafted over all kinds together (pooled counts, not a mean of rates)."""
     return acceptance_rate(sum(r.accepted for r in rows), sum(r.drafted for r in rows))

@@ -4,6 +4,8 @@ Layout of out_dir:
     zoo.json            written last; its presence means the build is complete
     .zoo-build.json     the build's arguments, present only while a build runs (or was interrupted)
     <model>/            config.json, generation_config.json, model.safetensors (bf16), tokenizer files
+    eagle3/             a trained preset's EAGLE-3 head (`zoo.heads`), when it has one; an MTP
+                        module is saved inside its target's model.safetensors (mtp.*)
 
 Each model is written into `<model>.partial/` and renamed into place when complete, so a model
 directory that exists is never half-written. Rebuilding with the same arguments is a no-op;
@@ -12,7 +14,6 @@ different arguments into a non-empty directory are refused rather than mixed.
 
 import fcntl
 import json
-import os
 import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,7 +29,8 @@ from transformers import AutoModelForCausalLM, GenerationConfig, PretrainedConfi
 import specmoe
 from specmoe.errors import SpecmoeError
 from specmoe.zoo.checkpoint import checkpoint_tensors
-from specmoe.zoo.files import sha256_file, write_json_atomic
+from specmoe.zoo.files import apply_umask, sha256_file, write_json_atomic
+from specmoe.zoo.heads import record_acceptance, write_heads
 from specmoe.zoo.hf_config import hf_config
 from specmoe.zoo.init import init_weights
 from specmoe.zoo.manifest import (
@@ -40,7 +42,7 @@ from specmoe.zoo.manifest import (
     load_manifest,
 )
 from specmoe.zoo.params import count_params
-from specmoe.zoo.presets import ModelShape, ZooPreset, get_preset
+from specmoe.zoo.presets import MTP, ModelShape, ZooPreset, get_preset
 from specmoe.zoo.tokenizer import EOS_TOKEN_ID, corpus_files, save_tokenizer, train_tokenizer
 
 if TYPE_CHECKING:
@@ -87,12 +89,16 @@ def build_zoo(
 
 
 def _holds_build(source: Path, out_dir: Path, build_args: dict, zoo: ZooPreset) -> bool:
-    """Whether source is another folder holding a finished build with exactly these arguments."""
+    """Whether source is another folder holding a finished build with exactly these arguments (and
+    the preset's heads: a build made before a preset had them is not one)."""
     if not (source / MANIFEST_NAME).is_file() or source.resolve() == out_dir.resolve():
         return False
     manifest = _read_json(source / MANIFEST_NAME) or {}
-    return {key: manifest.get(key) for key in build_args} == build_args and all(
-        (source / s.name / WEIGHTS_NAME).is_file() for s in zoo.models
+    heads = set(zoo.training.heads if zoo.training else ())
+    return (
+        {key: manifest.get(key) for key in build_args} == build_args
+        and all((source / s.name / WEIGHTS_NAME).is_file() for s in zoo.models)
+        and heads <= set(manifest.get("heads") or {})
     )
 
 
@@ -104,12 +110,12 @@ def _copy_build(
     claim_out_dir(out_dir, build_args)
     if progress is not None:
         progress(f"copying the {_describe(build_args)} zoo already built in {source} (no training)")
-    for shape in zoo.models:
-        final, staging = out_dir / shape.name, out_dir / f"{shape.name}.partial"
+    for name in zoo.model_names + zoo.head_models:
+        final, staging = out_dir / name, out_dir / f"{name}.partial"
         for stale in (staging, final):
             if stale.exists():
                 shutil.rmtree(stale)
-        shutil.copytree(source / shape.name, staging)
+        shutil.copytree(source / name, staging)
         staging.rename(final)
     write_json_atomic(out_dir / MANIFEST_NAME, load_manifest(source))
     (out_dir / IN_PROGRESS_NAME).unlink()
@@ -160,17 +166,23 @@ def _build(
 
         family = train_family(zoo, seed, tokenizer, progress)
     models = {}
+    heads = {} if family is None else family.heads
     for shape in zoo.models:
         if progress is not None:
             count = count_params(shape, zoo.vocab_size)
             size = f"{format_count(count.total)} parameters, {format_bytes(count.bf16_bytes)}"
             progress(f"writing {shape.name} ({size})")
-        models[shape.name] = _write_model(shape, zoo, _weights(shape, zoo, seed, family), tokenizer, out_dir)
+        carried = heads[MTP].tensors if MTP in heads and shape.name == zoo.training.teacher else {}
+        weights = _weights(shape, zoo, seed, family)
+        models[shape.name] = _write_model(shape, zoo, weights, tokenizer, out_dir, carried)
         if family is not None:
             models[shape.name].update(family.models[shape.name].manifest())
     manifest = _manifest(build_args, zoo, models, out_dir)
     if family is not None:
         manifest["training"] = family.manifest()
+    if heads:
+        manifest["heads"] = write_heads(heads, zoo, tokenizer, out_dir)
+        record_acceptance(manifest, zoo, out_dir, progress)
     write_json_atomic(out_dir / MANIFEST_NAME, manifest)
     (out_dir / IN_PROGRESS_NAME).unlink()
     return out_dir
@@ -294,7 +306,10 @@ def _write_model(
     weights: Iterator[tuple[str, torch.Tensor]],
     tokenizer: tokenizers.Tokenizer,
     out_dir: Path,
+    carried: dict[str, torch.Tensor] | None = None,
 ) -> dict:
+    """Write one model's folder; `carried`: tensors its checkpoint holds beyond the model's own
+    (an MTP module's mtp.*), counted apart."""
     final, staging = out_dir / shape.name, out_dir / f"{shape.name}.partial"
     for stale in (staging, final):  # leftovers of an interrupted build with the same arguments
         if stale.exists():
@@ -311,6 +326,7 @@ def _write_model(
     written = sum(t.numel() for t in tensors.values())
     if written != count.total:
         raise AssertionError(f"{shape.name}: wrote {written} parameters, the analytic count is {count.total}")
+    tensors.update(carried or {})
     save_file(tensors, staging / WEIGHTS_NAME, metadata={"format": "pt"})
     del tensors
     apply_umask(staging / WEIGHTS_NAME)
@@ -327,11 +343,3 @@ def _write_model(
         "top_k": shape.top_k,
         "safetensors_sha256": sha256_file(final / WEIGHTS_NAME),
     }
-
-
-def apply_umask(path: Path) -> None:
-    # safetensors writes through a private temporary file (mode 0600); a zoo is often built once
-    # and read by other users or containers, so give it the permissions a plain write would.
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(path, 0o666 & ~umask)

@@ -23,3 +23,11 @@ def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     os.replace(tmp, path)
+
+
+def apply_umask(path: Path) -> None:
+    # safetensors writes through a private temporary file (mode 0600); a zoo is often built once
+    # and read by other users or containers, so give it the permissions a plain write would.
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(path, 0o666 & ~umask)

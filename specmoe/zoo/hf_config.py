@@ -8,7 +8,7 @@ from transformers import (
     Qwen3MoeConfig,
 )
 
-from specmoe.zoo.presets import ModelShape, ZooPreset
+from specmoe.zoo.presets import MTP, ModelShape, ZooPreset
 from specmoe.zoo.tokenizer import EOS_TOKEN_ID
 
 
@@ -34,6 +34,14 @@ def hf_config(shape: ModelShape, preset: ZooPreset) -> PretrainedConfig:
         pad_token_id=EOS_TOKEN_ID,
         dtype="bfloat16",
     )
+    config = _config(shape, common)
+    plan = preset.training
+    if plan is not None and MTP in plan.heads and shape.name == plan.teacher:
+        config.mtp_num_hidden_layers = 1  # Qwen3.5's key: the checkpoint carries mtp.* too
+    return config
+
+
+def _config(shape: ModelShape, common: dict) -> PretrainedConfig:
     if shape.is_hybrid:
         return _hybrid_config(shape, common)
     if not shape.is_moe:

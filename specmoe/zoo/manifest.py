@@ -58,6 +58,11 @@ def load_manifest(zoo_dir: Path) -> dict:
         raise SpecmoeError(
             f"{manifest_path}: models is not a table of model entries (path, {', '.join(_ROW_KEYS)}); {fix}"
         )
+    heads = manifest.get("heads", {})
+    if not isinstance(heads, dict) or not all(
+        isinstance(entry, dict) and isinstance(entry.get("path"), str) for entry in heads.values()
+    ):
+        raise SpecmoeError(f"{manifest_path}: heads is not a table of head entries (path, ...); {fix}")
     return manifest
 
 
@@ -77,6 +82,19 @@ def zoo_rows(zoo_dir: Path) -> list[dict]:
             "path": str(zoo_dir / entry["path"]),
         }
         for name, entry in manifest["models"].items()
+    ] + [
+        {
+            "name": name,
+            "arch": f"{entry.get('kind', name)} head"
+            + (f" in {entry['path']}" if entry["path"] != name else ""),
+            "experts": 0,
+            "top_k": 0,
+            "total_params": entry.get("params", 0),
+            "active_params": entry.get("active_params", entry.get("params", 0)),
+            "bytes": entry.get("bytes_bf16", 0),
+            "path": str(zoo_dir / entry["path"]),
+        }
+        for name, entry in manifest.get("heads", {}).items()
     ]
 
 
@@ -143,9 +161,14 @@ def resolve_model(spec: str, zoo_dir: Path | None) -> Path:
         return resolve_hub_id(spec)
     zoo_dir = None if zoo_dir is None else Path(zoo_dir)
     if zoo_dir is not None and (zoo_dir / MANIFEST_NAME).is_file():
-        models = load_manifest(zoo_dir)["models"]
+        manifest = load_manifest(zoo_dir)
+        models = manifest["models"]
         if spec in models:
             return zoo_dir / models[spec]["path"]
+        heads = manifest.get("heads", {})
+        if spec in heads and heads[spec]["path"] == spec:  # a head in a folder of its own (EAGLE-3)
+            return zoo_dir / spec
+        models = {**models, **{name: e for name, e in heads.items() if e["path"] == name}}
         where = f"not a model directory and not in the zoo at {zoo_dir} (has: {', '.join(models)})"
     elif zoo_dir is not None:
         where = f"not a model directory, and {zoo_dir} holds no built zoo"

@@ -8,7 +8,9 @@ absolute sizes are chosen so `tiny` builds in seconds for tests and the `bench` 
 bf16, big enough for its expert weights to dominate memory traffic on real hardware.
 
 `trained` has tiny's shapes, trained on text instead of left random (`TrainingPlan`, and
-`specmoe.zoo.train`): its drafts agree with its targets the way a real family's do.
+`specmoe.zoo.train`): its drafts agree with its targets the way a real family's do. It also
+distils an EAGLE-3 head for its MoE (zoo model `eagle3`), and `hybrid-trained` an MTP module that
+its MoE's checkpoint carries as Qwen3.5's do (`specmoe.zoo.train_heads`).
 
 `hybrid` (random) and `hybrid-trained` are the study's own architecture at tiny scale: Qwen3.5's
 hybrid layers (three gated-DeltaNet linear-attention layers to one gated full-attention layer), a
@@ -21,6 +23,7 @@ from dataclasses import dataclass, replace
 from specmoe.errors import SpecmoeError
 
 MOE = "moe"
+MTP, EAGLE3 = "mtp", "eagle3"  # head drafters a trained preset may distil (`TrainingPlan.heads`)
 
 # The real family the presets imitate, as ratios:
 #   moe      total / active                   (35B / 3B, ~10x; 8-12x accepted)
@@ -134,6 +137,15 @@ class TrainingPlan:
     stdlib_docs_tokens: int = 20_000  # tokens of the standard library's reference text
     stdlib_code_tokens: int = 30_000  # tokens of standard-library Python sources
     held_out_every: int = 10  # every n-th window of each source is held out, never trained on
+    # Head drafters distilled from the teacher after it trains (`specmoe.zoo.train_heads`): "mtp",
+    # saved inside the teacher's checkpoint (mtp.*), and "eagle3", saved as zoo model `eagle3`.
+    heads: tuple[str, ...] = ()
+    # Peak learning rates of the heads, on the family's schedule: an MTP module starts as a copy of
+    # the target's last attention layer, an EAGLE-3 head's layer at random as the family's models do.
+    mtp_lr: float = 3e-3
+    eagle3_lr: float = 1e-2
+    head_unroll: int = 3  # drafting steps every training position is unrolled through
+    eagle3_draft_vocab: int = 1024  # the EAGLE-3 head's draft vocabulary: the most frequent tokens
 
 
 @dataclass(frozen=True)
@@ -161,6 +173,18 @@ class ZooPreset:
     @property
     def model_names(self) -> tuple[str, ...]:
         return tuple(shape.name for shape in self.models)
+
+    @property
+    def head_models(self) -> tuple[str, ...]:
+        """Zoo names of the head drafters saved as models of their own (an EAGLE-3 head; an MTP
+        module lives inside its target's checkpoint and is drafted with as `mtp`)."""
+        heads = self.training.heads if self.training is not None else ()
+        return tuple(head for head in heads if head == EAGLE3)
+
+    @property
+    def zoo_names(self) -> tuple[str, ...]:
+        """Every name a suite may give as `zoo = ...`: the models and the heads saved apart."""
+        return self.model_names + self.head_models
 
 
 def _dense(name: str, hidden: int, layers: int, q_heads: int, kv_heads: int, head_dim: int) -> ModelShape:
@@ -213,7 +237,7 @@ BENCH = ZooPreset(
 
 # tiny's shapes, so every ratio tiny keeps holds here too; the budget (steps x batch x seq_len
 # tokens per model) is set so the whole family trains in under five minutes on one CPU core.
-TRAINED = ZooPreset(name="trained", models=TINY.models, training=TrainingPlan(steps=300))
+TRAINED = ZooPreset(name="trained", models=TINY.models, training=TrainingPlan(steps=300, heads=(EAGLE3,)))
 
 
 def _hybrid_dense(name: str, hidden: int, layers: int, linear: LinearAttention) -> ModelShape:
@@ -249,7 +273,7 @@ HYBRID = ZooPreset(
 HYBRID_TRAINED = ZooPreset(
     name="hybrid-trained",
     models=HYBRID.models,
-    training=TrainingPlan(steps=300, drafts=("draft-s", "draft-xs")),
+    training=TrainingPlan(steps=300, drafts=("draft-s", "draft-xs"), heads=(MTP,)),
 )
 
 # The demo's two families (`specmoe demo`), each built in well under two minutes on two cores:

@@ -13,16 +13,19 @@ How (the numbers are the preset's `TrainingPlan`):
    distillation: mostly KL(teacher || draft) on every position, some cross-entropy, on the text and
    on the teacher's own greedy continuations of it (what a draft must guess when the target
    writes). They train side by side, so each batch costs one teacher forward for all of them.
+4. The preset's head drafters (an MTP module, an EAGLE-3 head) learn from the frozen teacher's
+   hidden states and next-token distributions (`train_heads`).
 
 Reproducibility: one intra-op thread, deterministic algorithms, no dropout, and the only random
 draws (the init, the batch order) from explicit generators seeded by the zoo seed; the same seed,
 text and library versions on the same machine give bit-identical weights. The thread count and the
 deterministic flag are restored on exit.
 
-Two cores train two models at once: the targets other than the teacher train in a second process
-(each model still on one thread, from its own seeded generators, so its weights are the same bits)
-while this one trains the teacher and then the drafts. With one CPU available (`taskset`, a
-container's quota) everything trains here, one model after another.
+Two cores train two models at once: the targets other than the teacher, then the heads (once the
+teacher is trained), train in a second process (each model still on one thread, from its own
+seeded generators, so its weights are the same bits) while this one trains the teacher and then
+the drafts. With one CPU available (`taskset`, a container's quota) everything trains here, one
+model after another.
 
 Modules: train_data (the text), train_loop (one model's optimisation, targets), distill (drafts),
 train_experts (the MoE's training forward), synthetic (generated text).
@@ -41,7 +44,8 @@ from tokenizers import Tokenizer
 from specmoe.zoo.distill import train_drafts
 from specmoe.zoo.presets import ModelShape, TrainingPlan, ZooPreset
 from specmoe.zoo.train_data import TrainingData, batch_order, training_data
-from specmoe.zoo.train_loop import Clock, TrainedModel, train_target
+from specmoe.zoo.train_heads import TrainedHead, train_head
+from specmoe.zoo.train_loop import Clock, TrainedModel, as_saved, initial_model, train_target
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class TrainedFamily:
     teacher_cpu_s: float
     total_s: float  # the whole training, data preparation and held-out evaluation included
     total_cpu_s: float
+    heads: dict[str, TrainedHead] = field(default_factory=dict)
 
     def manifest(self) -> dict:
         """The manifest's "training" entry (per-model numbers go in each model's entry)."""
@@ -93,7 +98,7 @@ def train_family(
     total = Clock()
     trained: dict[str, TrainedModel] = {}
     others = [s for s in zoo.models if s.name not in plan.drafts and s.name != plan.teacher]
-    with reproducible(), total.timing(), _second_process(others) as pool:
+    with reproducible(), total.timing(), _second_process(others or plan.heads) as pool:
         data = training_data(plan, tokenizer)
         order = batch_order(data.train.shape[0], plan.steps, plan.batch_size, seed)
         elsewhere: Future | None = None
@@ -101,6 +106,9 @@ def train_family(
             elsewhere = pool.submit(_train_targets, others, zoo, seed, data, order)
         trained[plan.teacher] = train_target(zoo.model(plan.teacher), zoo, seed, data, order)
         _report(progress, trained[plan.teacher])
+        heads_elsewhere: Future | None = None
+        if pool is not None and plan.heads:  # queued behind the other targets
+            heads_elsewhere = pool.submit(_train_heads, trained[plan.teacher], zoo, seed, data, order)
         if elsewhere is None:  # one CPU: the other targets here, before the drafts
             for shape in others:
                 trained[shape.name] = train_target(shape, zoo, seed, data, order)
@@ -116,10 +124,19 @@ def train_family(
             for model in models:
                 _report(progress, model)
                 trained[model.name] = model
+        if heads_elsewhere is not None:
+            heads, heads_cpu = heads_elsewhere.result()
+            worker_cpu += heads_cpu
+        else:
+            heads, _ = _train_heads(trained[plan.teacher], zoo, seed, data, order)
+        for head in heads.values():
+            _report_head(progress, head)
     ordered = {name: trained[name] for name in zoo.model_names}
     # CPU seconds of both processes: this one's clock cannot see the worker's.
     total_cpu = total.cpu + worker_cpu
-    return TrainedFamily(ordered, plan, data, teacher_clock.wall, teacher_clock.cpu, total.wall, total_cpu)
+    return TrainedFamily(
+        ordered, plan, data, teacher_clock.wall, teacher_clock.cpu, total.wall, total_cpu, heads
+    )
 
 
 @contextmanager
@@ -148,6 +165,28 @@ def _train_targets(
     with reproducible(), clock.timing():
         models = [train_target(shape, zoo, seed, data, order) for shape in shapes]
     return models, clock.cpu
+
+
+def _train_heads(
+    teacher: TrainedModel, zoo: ZooPreset, seed: int, data: TrainingData, order: torch.Tensor
+) -> tuple[dict[str, TrainedHead], float]:
+    """The preset's heads distilled from the teacher as saved (bf16), one after another, and the
+    CPU seconds they took (wherever they ran)."""
+    clock = Clock()
+    plan = zoo.training
+    shape = zoo.model(plan.teacher)
+    with reproducible(), clock.timing():
+        model = as_saved(initial_model(shape, zoo, seed, plan), teacher.weights)
+        heads = {name: train_head(name, model, shape, zoo, seed, data, order) for name in plan.heads}
+    return heads, clock.cpu
+
+
+def _report_head(progress: Callable[[str], None] | None, head: TrainedHead) -> None:
+    if progress is not None:
+        agreement = ", ".join(f"{a:.2f}" for a in head.held_out_agreement)
+        progress(
+            f"distilled the {head.name} head: {head.train_s:.0f} s, held-out agreement by step {agreement}"
+        )
 
 
 def _report(progress: Callable[[str], None] | None, model: TrainedModel) -> None:
