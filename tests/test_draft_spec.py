@@ -83,5 +83,5 @@ def test_make_drafter_builds_each_kind():
     assert isinstance(make_drafter(OracleDraft(0.5), target, _Model(), [[1, 2]]), OracleDrafter)
     with pytest.raises(ValueError, match="needs a loaded model"):
         make_drafter(ModelDraft("d"), target)
-    with pytest.raises(SpecmoeError, match=r"^MTP through llama\.cpp: not in this build$"):
-        make_drafter(MtpDraft(), target)  # any target but a transformers one
+    with pytest.raises(SpecmoeError, match=r"^this MTP drafter runs llama\.cpp's MTP context and needs a"):
+        make_drafter(MtpDraft(), target)  # neither a transformers nor a llama.cpp target

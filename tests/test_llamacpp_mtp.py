@@ -23,9 +23,11 @@ from test_gguf import require
 from test_llamacpp import PROMPTS
 
 from specmoe.api import load_model
+from specmoe.drafts import MtpDraft
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import Proposal
 from specmoe.engine.llamacpp_mtp import LlamaCppMtpDrafter, llamacpp_mtp_drafter
+from specmoe.engine.make_drafter import make_drafter
 from specmoe.engine.sampling import SamplingParams, probabilities
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import invariant_violations, totals
@@ -160,7 +162,9 @@ def test_rows_that_finish_early_leave_the_mtp_batch(agreeing):
     target.eos_token_ids = frozenset({stop})
     config = DecodeConfig(max_new_tokens=24, gamma=3)
     expected = [decode(target, [p], config).outputs[0].token_ids for p in PROMPTS]
-    result = decode(target, PROMPTS, config, llamacpp_mtp_drafter(target))
+    drafter = make_drafter(MtpDraft(), target)  # what `--draft mtp` builds for a .gguf target
+    assert isinstance(drafter, LlamaCppMtpDrafter)
+    result = decode(target, PROMPTS, config, drafter)
     assert [o.token_ids for o in result.outputs] == expected
     assert [o.finish_reason for o in result.outputs].count("eos") >= 1
     assert len(result.rounds[-1].rows) < 3

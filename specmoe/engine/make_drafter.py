@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from specmoe.backends.base import Backend
 from specmoe.backends.eagle3_head import Eagle3Checkpoint
 from specmoe.drafts import DraftSpec, MtpDraft, NgramDraft, OracleDraft
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.drafters import Drafter, ModelDrafter
 from specmoe.engine.heads import HeadDrafter
+from specmoe.engine.llamacpp_mtp import llamacpp_mtp_drafter
 from specmoe.engine.ngram import NgramDrafter
 from specmoe.engine.oracle import OracleDrafter
 from specmoe.errors import SpecmoeError
@@ -20,7 +21,7 @@ def make_drafter(
     model: Backend | Eagle3Checkpoint | None = None,
     continuations: Sequence[Sequence[int]] | None = None,
     seed: int = 0,
-) -> ModelDrafter | NgramDrafter | OracleDrafter | HeadDrafter:
+) -> Drafter:
     """The drafter for `draft` against `target`. `model` is the draft model for a ModelDraft (an
     EAGLE-3 head's directory loads as an `Eagle3Checkpoint`, drafted from the target's hidden
     states) and the cost model for an OracleDraft; `continuations` (the target's greedy
@@ -30,8 +31,8 @@ def make_drafter(
     if isinstance(draft, NgramDraft):
         return NgramDrafter(target, draft.min_n, draft.max_n)
     if isinstance(draft, MtpDraft):
-        if not is_transformers(target):  # a llama.cpp target
-            raise SpecmoeError("MTP through llama.cpp: not in this build")
+        if not is_transformers(target):  # a .gguf target: llama.cpp's own MTP context
+            return llamacpp_mtp_drafter(target)
         return HeadDrafter(*mtp_for(target), target.vocab_size, target.max_context)
     if model is None:
         raise ValueError(f"draft '{draft}' needs a loaded model")
