@@ -128,8 +128,11 @@ def runs_line(rows: Sequence) -> str:
     units = sorted({c.repeats for c in cells(rows)})
     loads = [float(r.measure["load_avg"]) for r in rows if r.measure.get("load_avg") is not None]
     audit = Counter(r.audit_verdict for r in rows)
+    # The CPU part can change between sessions; a prediction priced on one part is read against
+    # runs on another only with both named.
+    cpus = "/".join(sorted({str(r.env.get("cpu")) for r in rows}))
     line = (
-        f"{len(rows)} runs, audit {audit.get('pass', 0)} pass / {audit.get('fail', 0)} fail, "
+        f"on {cpus}, {len(rows)} runs, audit {audit.get('pass', 0)} pass / {audit.get('fail', 0)} fail, "
         f"{left_out(noisy, arms)}, paired units per cell "
         + (f"{units[0]}–{units[-1]}" if len(units) > 1 else str(units[0]) if units else "–")
         + f", {'/'.join(sorted({str(r.env.get('torch_threads')) for r in rows}))} thread(s)"
@@ -189,7 +192,8 @@ def wide_values(out: Path, items: Sequence[Cell], rows: Sequence, hardware: dict
     record = read_predictions(out, STEP)
     prices = predicted(record)
     made = (
-        f"made {record['made_at'][:10]} from {record['hardware_file']} (rules `{record['rules']}`)"
+        f"made {record['made_at'][:10]} from {record['hardware_file']}, measured on "
+        f"{record['hardware'].get('name', 'an unnamed machine')} (rules `{record['rules']}`)"
         if record
         else "no prediction file"
     )
