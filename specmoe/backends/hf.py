@@ -20,7 +20,8 @@ hole (`hf_mask.py`).
 Hybrid models (Qwen3-Next, Qwen3.5) also keep a linear-attention state per row that no mask can
 edit; `hf_recurrent.LinearStates` checkpoints it and re-advances rows that dropped tokens, and its
 seconds are this backend's `state_s`. A model whose cache can neither be masked nor rolled back is
-refused when it loads (`hf_recurrent.cache_layout`).
+refused when it loads (`hf_recurrent.cache_layout`). Sliding-window layers keep their whole past
+like full attention, and the window is applied by the mask (`hf_sliding`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from specmoe.backends.eagle3_head import Eagle3Checkpoint, is_eagle3, load_eagle
 from specmoe.backends.hf_mask import DeviceMask
 from specmoe.backends.hf_model import MOE_CONFIG_KEYS, hidden_request, set_model_facts, stacked_hidden
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
+from specmoe.backends.hf_sliding import keep_whole_past, sliding_window
 from specmoe.backends.mtp_head import PREFIX as MTP_PREFIX
 from specmoe.backends.pickle_weights import from_pickle
 from specmoe.backends.slots import SlotMap, left_padded, to_device
@@ -292,10 +294,10 @@ class HFBackend(BackendBase):
         config = model.config
         layout = cache_layout(model, name)  # refuses a cache that cannot drop a rejected suffix
         self._linear = LinearStates(model, layout) if layout.is_hybrid else None
-        self._new_cache = lambda: DynamicCache(config=config)
+        self._new_cache = lambda: keep_whole_past(DynamicCache(config=config), layout.sliding_layers)
         self._cache = self._new_cache()
         self._slots = SlotMap()  # the layout of live slots, on the host: no step reads the device
-        self._masks = DeviceMask(self._slots, model, device)
+        self._masks = DeviceMask(self._slots, model, device, sliding_window(config))
         self._trace = None
         self._capture: tuple[int, ...] = ()  # hidden-state layers every forward keeps
         self._hidden: torch.Tensor | None = None  # [B, t, K, H] of the last prefill or forward

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import torch
 
 from specmoe.backends.gated_delta import replay
+from specmoe.backends.hf_sliding import sliding_layers
 from specmoe.backends.slots import to_device
 from specmoe.errors import SpecmoeError
 
@@ -59,8 +60,7 @@ LOG_CAPACITY = 64  # logged positions; a longer run of forwards without a rollba
 
 # transformers cache layer classes -> what they are, for the refusal line.
 _LAYER_KINDS = {
-    "DynamicSlidingWindowLayer": "sliding-window attention (old keys are dropped by position)",
-    "StaticSlidingWindowLayer": "sliding-window attention (old keys are dropped by position)",
+    "DynamicSlidingWindowLayer": "chunked attention (old keys are dropped chunk by chunk)",
     "LinearAttentionLayer": "a recurrent or convolution state",
     "LinearAttentionAndFullAttentionLayer": "a recurrent state beside attention",
     "LinearAttentionAndSlidingWindowAttentionLayer": "a recurrent state beside sliding-window attention",
@@ -75,6 +75,7 @@ class CacheLayout:
 
     kv_layers: tuple[int, ...]
     linear_layers: tuple[int, ...]
+    sliding_layers: tuple[int, ...] = ()  # of kv_layers, kept whole and windowed by the mask (`hf_sliding`)
 
     @property
     def is_hybrid(self) -> bool:
@@ -85,7 +86,7 @@ def cache_layout(model, name: str) -> CacheLayout:
     """The model's cache layout, or a one-line refusal when some layer's cache cannot drop a
     rejected suffix: SD on it would be silently wrong, so it never runs."""
     from transformers import DynamicCache
-    from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, LinearAttentionLayer
 
     model_type = getattr(model.config, "model_type", "?")
     fix = f"use a transformer or a supported hybrid ({SUPPORTED_HYBRIDS}), or its GGUF through llama.cpp"
@@ -95,9 +96,9 @@ def cache_layout(model, name: str) -> CacheLayout:
             f"cannot drop rejected draft tokens from it, so it is refused (SD would be silently wrong); {fix}"
         )
     mixers = {m.layer_idx: m for m in model.modules() if type(m).__name__ in LINEAR_MIXERS}
-    kv, linear = [], []
+    kv, linear, sliding = [], [], sliding_layers(model.config)
     for index, layer in enumerate(DynamicCache(config=model.config).layers):
-        if type(layer) is DynamicLayer:
+        if type(layer) is DynamicLayer or (type(layer) is DynamicSlidingWindowLayer and index in sliding):
             kv.append(index)
         elif type(layer) is LinearAttentionLayer and index in mixers:
             linear.append(index)
@@ -107,7 +108,7 @@ def cache_layout(model, name: str) -> CacheLayout:
                 f"'{name}' is a {model_type} model whose layer {index} keeps {kind}, which specmoe's "
                 f"transformers backend cannot roll back; it is refused (SD would be silently wrong); {fix}"
             )
-    return CacheLayout(tuple(kv), tuple(linear))
+    return CacheLayout(tuple(kv), tuple(linear), sliding)
 
 
 class LinearStates:

@@ -30,6 +30,9 @@ Between forwards the layout of live slots is kept on the host (`slots.SlotMap`):
 retain sends the new mask to the device and moves the pointer without reading anything back, so
 the host queues the next graph while the GPU still runs the last.
 
+Sliding-window layers keep every slot like full attention; the graph applies their window in its
+mask, counted in each row's tokens (`hf_sliding`).
+
 Hybrid models' linear-attention layers keep a state per row, not slots: `hf_recurrent.LinearStates`
 logs their inputs into static buffers from inside the graphs and rolls rows back outside them;
 the warm-up calls' writes into those states are undone from a copy.
@@ -52,6 +55,7 @@ import torch
 from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
 from specmoe.backends.hf_model import hidden_request, set_model_facts, stacked_hidden
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
+from specmoe.backends.hf_sliding import keep_whole_past, key_positions, sliding_window, windowed
 from specmoe.backends.slots import SlotMap, left_padded, to_device
 from specmoe.errors import SpecmoeError
 
@@ -95,6 +99,7 @@ class StaticHFBackend(BackendBase):
         set_model_facts(self, model, name, device)
         layout = cache_layout(model, name)  # refuses a cache that cannot drop a rejected suffix
         self._kv_layers = layout.kv_layers
+        self._sliding_layers = layout.sliding_layers  # kept whole; the mask applies the window
         self._linear = LinearStates(model, layout) if layout.is_hybrid else None
         self.compiled = compile
         self.mode, self.compiler = mode, compiler  # a head drafter's backend is compiled alike
@@ -123,7 +128,7 @@ class StaticHFBackend(BackendBase):
         valid -> [S, t, V] logits, and the hidden states at `layers` ([S, t, K, H]; None when none
         are asked for)."""
         model, fmin = self.model, torch.finfo(self.dtype).min
-
+        window = sliding_window(model.config)
         first_kv = self._kv_layers[0]
 
         def step(
@@ -139,9 +144,19 @@ class StaticHFBackend(BackendBase):
             causal = torch.arange(slots, device=ids.device)[None, :] <= query_slot[:, None]  # [t, L]
             allowed = valid[:, None, None, :] & causal[None, None]  # [S, 1, t, L]
             zero = torch.zeros((), dtype=self.dtype, device=ids.device)
-            mask = torch.where(allowed, zero, torch.full_like(zero, fmin))  # additive, finite
+
+            def additive(allowed: torch.Tensor) -> torch.Tensor:  # finite, so no row is all -inf
+                return torch.where(allowed, zero, torch.full_like(zero, fmin))
+
+            mask = additive(allowed)
+            if window is not None:  # counted in tokens, not slots: holes and padding sit between
+                sliding = windowed(allowed, key_positions(valid), positions, window.size)
+                mask = window.masks(mask, additive(sliding))
             if padding is not None:  # a 4D mask alone would leave left padding in the linear states
-                mask = {"full_attention": mask, "linear_attention": padding}
+                mask = {
+                    **(mask if isinstance(mask, dict) else {"full_attention": mask}),
+                    "linear_attention": padding,
+                }
             inputs = {"inputs_embeds" if ids.is_floating_point() else "input_ids": ids}  # fixed per graph
             out = model(
                 **inputs,
@@ -363,7 +378,7 @@ class StaticHFBackend(BackendBase):
         from transformers import StaticCache
 
         config = self.model.config
-        cache = StaticCache(config=config, max_cache_len=slots)
+        cache = keep_whole_past(StaticCache(config=config, max_cache_len=slots), self._sliding_layers, slots)
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         cache.early_initialization(rows, config.num_key_value_heads, head_dim, self.dtype, self.device)
         old, old_valid = self._cache, self._valid
