@@ -229,7 +229,6 @@ def _tiny(family: str, **fields):
             lambda: _tiny("mamba2", num_heads=4, head_dim=16, state_size=8, n_groups=1, expand=2),
             "keeps its past outside transformers' Cache",
         ),
-        (lambda: _tiny("mistral", sliding_window=16), "sliding-window attention"),
         (
             lambda: _tiny(
                 "jamba",
@@ -245,7 +244,7 @@ def _tiny(family: str, **fields):
             "a recurrent or convolution state",
         ),
     ],
-    ids=["mamba2", "sliding-window", "jamba"],
+    ids=["mamba2", "jamba"],
 )
 def test_a_model_whose_cache_cannot_roll_back_is_refused_in_one_line(tmp_path, config, says):
     path = _random(config(), tmp_path / "m", seed=0)

@@ -1,0 +1,165 @@
+"""SD is lossless on sliding-window models: gpt-oss (sliding and full layers alternating, attention
+sinks, MoE) and Mistral with a sliding window (every layer slides), eager and through the static
+cache, with a window (8 tokens) far shorter than prompt + decode.
+
+The drafts are their targets with noise on every weight, so they agree often but not always: rows
+reject at different positions, roll back by different counts and leave holes in the batch's
+slots, which the window must be counted across (`hf_sliding`).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specmoe.api import load_model
+from specmoe.backends import hf_sliding
+from specmoe.backends.hf_static import StaticHFBackend
+from specmoe.engine.decode import DecodeConfig, decode
+from specmoe.engine.drafters import ModelDrafter
+from specmoe.metrics import acceptance_rate, invariant_violations, totals
+
+VOCAB = 96
+WINDOW = 8
+NEW = 32
+PROMPTS = [[11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21], [40, 41], [90, 91, 92, 93, 94]]  # ragged
+NOISE = {"gpt_oss": 0.01, "mistral": 0.01}  # draft = target + N(0, NOISE²) on every matrix
+FAMILIES = list(NOISE)
+
+
+def sliding_config(family: str):
+    from transformers import AutoConfig
+
+    base = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+        sliding_window=WINDOW,
+    )
+    if family == "gpt_oss":
+        extra = dict(
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        )
+        return AutoConfig.for_model("gpt_oss", **base, **extra)
+    return AutoConfig.for_model(family, **base)
+
+
+def save_sliding(family: str, path, noise: float = 0.0, seed: int = 0):
+    """A random model of the family (seeded); noise > 0 perturbs it into a draft of the seed-0 one."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(sliding_config(family))
+    weights, perturbation = torch.Generator().manual_seed(0), torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() > 1:  # matrices; norms, biases and sinks keep transformers' init
+                param.normal_(std=1.0 if "embed" in name else 0.3, generator=weights)
+                param.add_(noise * torch.randn(param.shape, generator=perturbation))
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sliding")
+    return {
+        family: (
+            save_sliding(family, root / family),
+            save_sliding(family, root / f"{family}-draft", NOISE[family], seed=1),
+        )
+        for family in FAMILIES
+    }
+
+
+def _plain(target, prompts):
+    """Each prompt alone, plain greedy decoding: no padding, no hole, no draft."""
+    config = DecodeConfig(max_new_tokens=NEW, ignore_eos=True)
+    return [list(decode(target, [p], config).outputs[0].token_ids) for p in prompts]
+
+
+def _static(path, compiled: bool = False):
+    eager = load_model(path, dtype="float64")
+    return StaticHFBackend(eager.model, eager.name, eager.device, compile=compiled, compiler="eager")
+
+
+def _sd(target, draft, prompts):
+    return decode(
+        target, prompts, DecodeConfig(max_new_tokens=NEW, gamma=3, ignore_eos=True), ModelDrafter(draft)
+    )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_plain_decoding_is_the_models_own(model_dirs, family):
+    """specmoe's plain decoding equals transformers' `generate` (its own sliding caches and masks)."""
+    target = load_model(model_dirs[family][0], dtype="float64")
+    for prompt in PROMPTS:
+        ids = torch.tensor([prompt])
+        out = target.model.generate(ids, max_new_tokens=NEW, min_new_tokens=NEW, do_sample=False)
+        assert list(_plain(target, [prompt])[0]) == out[0, len(prompt) :].tolist()
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_greedy_sd_is_exact_with_a_sliding_window(model_dirs, family, batch):
+    target_dir, draft_dir = model_dirs[family]
+    target, draft = load_model(target_dir, dtype="float64"), load_model(draft_dir, dtype="float64")
+    prompts = PROMPTS[:batch]
+    expected = _plain(target, prompts)
+    result = _sd(target, draft, prompts)
+    assert [list(o.token_ids) for o in result.outputs] == expected
+    counts = totals(result)
+    assert 0.2 <= acceptance_rate(counts.accepted, counts.drafted) <= 0.9  # drafts sometimes rejected
+    assert invariant_violations(result) == []
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_greedy_sd_is_exact_through_the_static_cache(model_dirs, family):
+    target_dir, draft_dir = model_dirs[family]
+    expected = _plain(load_model(target_dir, dtype="float64"), PROMPTS)
+    result = _sd(_static(target_dir), _static(draft_dir), PROMPTS)
+    assert [list(o.token_ids) for o in result.outputs] == expected
+
+
+def test_greedy_sd_is_exact_through_compiled_graphs(model_dirs):
+    target_dir, draft_dir = model_dirs["gpt_oss"]
+    expected = _plain(load_model(target_dir, dtype="float64"), PROMPTS)
+    result = _sd(_static(target_dir, compiled=True), _static(draft_dir, compiled=True), PROMPTS)
+    assert [list(o.token_ids) for o in result.outputs] == expected
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static"])
+def test_a_window_counted_in_slots_would_differ(model_dirs, monkeypatch, static):
+    """The negative control: counting the window in physical slots (holes and padding included)
+    instead of each row's tokens lets SD diverge from plain decoding, so the tests above can fail."""
+    target_dir, draft_dir = model_dirs["gpt_oss"]
+    expected = _plain(load_model(target_dir, dtype="float64"), PROMPTS)
+    monkeypatch.setattr(hf_sliding, "key_positions", lambda valid: _slot_index(valid))
+    for module in ("specmoe.backends.hf_mask", "specmoe.backends.hf_static"):
+        monkeypatch.setattr(f"{module}.key_positions", lambda valid: _slot_index(valid))
+    load = _static if static else (lambda path: load_model(path, dtype="float64"))
+    result = _sd(load(target_dir), load(draft_dir), PROMPTS)
+    assert [list(o.token_ids) for o in result.outputs] != expected
+
+
+def test_without_the_window_sd_would_differ(model_dirs, monkeypatch):
+    """The other negative control: with the window dropped from the mask, every layer attends to the
+    whole past, and decoding is no longer the model's."""
+    target_dir, draft_dir = model_dirs["gpt_oss"]
+    expected = _plain(load_model(target_dir, dtype="float64"), PROMPTS)
+    monkeypatch.setattr("specmoe.backends.hf_mask.windowed", lambda allowed, keys, queries, window: allowed)
+    result = _sd(load_model(target_dir, dtype="float64"), load_model(draft_dir, dtype="float64"), PROMPTS)
+    assert [list(o.token_ids) for o in result.outputs] != expected
+
+
+def _slot_index(valid: torch.Tensor) -> torch.Tensor:
+    return torch.arange(valid.shape[-1], device=valid.device).expand(valid.shape)
