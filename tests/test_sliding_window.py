@@ -14,9 +14,12 @@ import torch
 
 from specmoe.api import load_model
 from specmoe.backends import hf_sliding
+from specmoe.backends.hf_mask import DeviceMask
 from specmoe.backends.hf_static import StaticHFBackend
+from specmoe.backends.slots import SlotMap
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
+from specmoe.errors import SpecmoeError
 from specmoe.metrics import acceptance_rate, invariant_violations, totals
 
 VOCAB = 96
@@ -27,7 +30,7 @@ NOISE = {"gpt_oss": 0.01, "mistral": 0.01}  # draft = target + N(0, NOISE²) on 
 FAMILIES = list(NOISE)
 
 
-def sliding_config(family: str):
+def sliding_config(family: str, **fields):
     from transformers import AutoConfig
 
     base = dict(
@@ -42,6 +45,7 @@ def sliding_config(family: str):
         tie_word_embeddings=False,
         sliding_window=WINDOW,
     )
+    base.update(fields)
     if family == "gpt_oss":
         extra = dict(
             num_local_experts=4,
@@ -163,3 +167,35 @@ def test_without_the_window_sd_would_differ(model_dirs, monkeypatch):
 
 def _slot_index(valid: torch.Tensor) -> torch.Tensor:
     return torch.arange(valid.shape[-1], device=valid.device).expand(valid.shape)
+
+
+def test_the_window_is_counted_in_tokens_across_holes():
+    """Row 0 holds tokens at slots 0, 1, 3, 4 (slot 2 is a hole); with a window of 3 the query at
+    slot 4 (its fourth token) sees its second, third and fourth tokens: slots 1, 3 and 4."""
+    valid = torch.tensor([[True, True, False, True, True]])  # [B, W]
+    allowed = valid[:, None, None, :].clone()  # [B, 1, t, W], t = 1
+    keys = hf_sliding.key_positions(valid)
+    sliding = hf_sliding.windowed(allowed, keys, keys[:, 4:5], window=3)
+    assert sliding[0, 0, 0].tolist() == [False, True, False, True, True]
+
+
+def test_a_chunked_attention_model_is_still_refused(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    config = sliding_config("mistral", sliding_window=None)
+    config.attention_chunk_size = 4  # transformers' caches then drop keys chunk by chunk
+    path = tmp_path / "chunked"
+    AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    with pytest.raises(SpecmoeError) as refused:
+        load_model(path, dtype="float64")
+    message = str(refused.value)
+    assert "chunked attention" in message and "refused" in message and "\n" not in message
+
+
+def test_an_attention_kernel_that_takes_no_mask_is_refused(model_dirs):
+    """flash and flex attention would get a padding mask and slide over slots: refused in one line."""
+    target = load_model(model_dirs["gpt_oss"][0], dtype="float64")
+    target.model.config._attn_implementation = "flex_attention"
+    with pytest.raises(SpecmoeError, match="sdpa or eager attention") as refused:
+        DeviceMask(SlotMap(), target.model, target.device, hf_sliding.sliding_window(target.model.config))
+    assert "\n" not in str(refused.value)
