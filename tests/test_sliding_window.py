@@ -1,6 +1,7 @@
 """SD is lossless on sliding-window models: gpt-oss (sliding and full layers alternating, attention
-sinks, MoE) and Mistral with a sliding window (every layer slides), eager and through the static
-cache, with a window (8 tokens) far shorter than prompt + decode.
+sinks, MoE, eager attention), Mistral with a sliding window (every layer slides) and Cohere 2
+(sliding and full layers, sdpa attention), eager and through the static cache, with a window
+(8 tokens) far shorter than prompt + decode.
 
 The drafts are their targets with noise on every weight, so they agree often but not always: rows
 reject at different positions, roll back by different counts and leave holes in the batch's
@@ -26,7 +27,7 @@ VOCAB = 96
 WINDOW = 8
 NEW = 32
 PROMPTS = [[11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21], [40, 41], [90, 91, 92, 93, 94]]  # ragged
-NOISE = {"gpt_oss": 0.01, "mistral": 0.01}  # draft = target + N(0, NOISE²) on every matrix
+NOISE = {"gpt_oss": 0.01, "mistral": 0.01, "cohere2": 0.01}  # draft = target + N(0, NOISE²) on every matrix
 FAMILIES = list(NOISE)
 
 
@@ -54,6 +55,11 @@ def sliding_config(family: str, **fields):
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
         )
         return AutoConfig.for_model("gpt_oss", **base, **extra)
+    if family == "cohere2":  # sdpa attention over sliding and full layers
+        mixed = dict(
+            layer_types=["sliding_attention", "full_attention"], bos_token_id=None, eos_token_id=None
+        )
+        return AutoConfig.for_model("cohere2", **base, **mixed)
     return AutoConfig.for_model(family, **base)
 
 
