@@ -1,6 +1,6 @@
 """Sliding-window attention layers (gpt-oss, Mistral, Gemma 2/3, Cohere 2) in the transformers backends.
 
-Shape legend: B rows, t tokens in one block, W physical cache slots, T logical positions.
+Shape legend: B rows, t tokens in one block, W physical cache slots.
 
 A sliding-window layer lets the query at position q see the keys at positions q - window + 1 .. q.
 transformers' own caches for such a layer (`DynamicSlidingWindowLayer`, `StaticSlidingWindowLayer`)
@@ -17,10 +17,11 @@ which is transformers' own rule (`masking_utils.sliding_window_overlay`: kv > q 
 no row has padding or a hole the backends pass no mask and transformers builds the window itself
 from slot indices, which are then the positions shifted by a constant.
 
-Cost: the sliding layers' cache holds every token instead of the last `window` (memory as for a
-full-attention layer); attention reads stay as before for the eager path's dense kernels, since the
-mask is what limits them. gpt-oss's attention sinks live inside its attention function, which
-receives the same mask, so they need nothing here.
+Cost: the sliding layers keep every token of a row, as full-attention layers do, where
+transformers' sliding caches keep `window`; and their attention reads the whole past with the
+keys outside the window masked, so a step's work in those layers grows with the context instead of
+stopping at `window`. gpt-oss's attention sinks live inside its attention function, which receives
+the same mask, so they need nothing here.
 """
 
 from __future__ import annotations
