@@ -30,7 +30,9 @@ def _prediction(cells: dict, draft: str, gamma: int, batch: int) -> str:
     found = cells.get((draft, gamma, batch))
     if found is None:
         return ""
-    return f"model {found['speedup']:.2f}× at {pct(found['rate'])}"
+    even = found["breakeven_rate"]
+    pays = f"break-even {pct(even)}" if even is not None else "never pays"
+    return f"model {found['speedup']:.2f}× at {pct(found['rate'])}, {pays}"
 
 
 def arm_table(items: Sequence[Cell], predicted: dict) -> str:
@@ -145,7 +147,8 @@ def mtp_values(out, items: Sequence[Cell], rows: Sequence) -> dict[str, str]:
     found = {
         "mtp.parity": f"{PARITY:g}",
         "mtp.predicted_when": (
-            f"made {record['made_at'][:10]} from {record['hardware_file']} (rules `{record['rules']}`)"
+            f"made {record['made_at'][:10]} from {record['hardware_file']}, measured on "
+            f"{record['hardware'].get('name', 'an unnamed machine')}; rules `{record['rules']}`"
             if record
             else "no prediction file"
         ),
