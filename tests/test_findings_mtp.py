@@ -47,6 +47,10 @@ def test_a_rules_file_that_only_adds_sections_judges_earlier_passes_as_before(tm
         check_rules(tmp_path, False, ("moesd-wide",))
 
 
+def arm(spec) -> str:
+    return spec.draft_model.zoo if spec.draft_model is not None else str(spec.draft)
+
+
 def test_the_step_is_a_pass_with_a_smoke_version_of_the_same_suite():
     from specmoe.findings.plan import pass_step, plan
     from specmoe.suite.expand import expand
@@ -56,9 +60,10 @@ def test_the_step_is_a_pass_with_a_smoke_version_of_the_same_suite():
     assert full.suite == smoke.suite == "study-hybrid-mtp" and full.threads == 1
     assert "study-hybrid-mtp" in {s.name for s in plan("cpu")}
     specs = expand(load_suite(builtin_suite_path(full.suite), full.overrides))
-    sd = {(str(s.draft), s.gamma, s.batch_size) for s in specs if s.arm == "sd"}
-    assert sd == {(d, g, b) for d in ("mtp", "draft-xs", "draft-s") for g in (1, 2, 3, 4) for b in (1, 4)}
-    assert len(specs) == 195
+    sd = {(s.target_model.backend, arm(s), s.gamma, s.batch_size) for s in specs if s.arm == "sd"}
+    arms = ("mtp", "draft-xs", "draft-s")
+    assert sd == {(k, d, g, b) for k in ("hf", "llamacpp") for d in arms for g in (1, 2, 3, 4) for b in (1, 4)}
+    assert len(specs) == 390
 
 
 def test_the_shipped_prediction_prices_every_sd_cell_of_the_pass():
@@ -73,7 +78,8 @@ def test_the_shipped_prediction_prices_every_sd_cell_of_the_pass():
     suite = load_suite(builtin_suite_path(step.suite), step.overrides)
     cells = {(s.target, str(s.draft), s.gamma, s.batch_size) for s in expand(suite) if s.arm == "sd"}
     assert {(c["target"], c["draft"], c["gamma"], c["batch"]) for c in record["cells"]} == cells
-    assert set(record["verdicts"]) == {"B1", "B4"}
+    assert set(record["verdicts"]) == {"hf B1", "hf B4", "llamacpp B1", "llamacpp B4"}
+    assert {c["engine"] for c in record["cells"]} == {"hf-eager-cpu", "llamacpp-cpu"}
 
 
 def test_the_section_says_not_measured_without_runs(tmp_path):
@@ -82,7 +88,8 @@ def test_the_section_says_not_measured_without_runs(tmp_path):
     found = mtp_values(tmp_path, [], [])
     assert found["mtp.runs"] == found["mtp.cost"] == "not measured"
     assert "| transformers float32 | 1, 4 | – | – | – | not measured |" in found["mtp.calls"]
-    assert "| mtp | 4 | not measured | not measured |" in found["mtp.table"]
+    assert "| llama.cpp | mtp | 4 | not measured | not measured |" in found["mtp.table"]
+    assert found["mtp.rollback"] == "not measured"
     assert found["mtp.model_verdicts"] == "none"
 
 
@@ -139,5 +146,6 @@ def test_the_section_renders_from_a_tiny_export(tmp_path):
     assert "| 1.33 (95% CI, n=5) |" in line  # 2.0 / 1.5, paired by unit
     assert "| transformers float32 | 4 |" in found["mtp.calls"]
     assert "| llama.cpp | 1, 4 | – | – | – | not measured |" in found["mtp.calls"]
-    assert "| 1 | mtp, γ=1 |" in found["mtp.cost"] and "state" in found["mtp.cost"]
+    assert "| transformers float32 | 1 | mtp, γ=1 |" in found["mtp.cost"] and "state" in found["mtp.cost"]
+    assert found["mtp.rollback"] == "not measured"  # no llama.cpp runs
     assert "5 runs" not in found["mtp.runs"] and "20 runs" in found["mtp.runs"]

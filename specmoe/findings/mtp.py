@@ -11,7 +11,7 @@ speed beyond its interval, i.e. that SD does something measurable there at all.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specmoe.findings.cells import Cell, select
 from specmoe.findings.rules import RULES
@@ -52,6 +52,23 @@ def backend_of(row: RunRow) -> str:
     return str(row.settings.target_field("backend") or "hf")
 
 
+def arm_of(row: RunRow) -> str:
+    """An SD row's arm by the zoo model its drafter runs ("mtp" for the target's own module): the
+    suite names the llama.cpp copies of a draft apart, the rules name the zoo's drafts."""
+    return str(row.settings.draft_field("zoo") or row.settings.draft_name)
+
+
+def on_backend(
+    items: Sequence[Cell], rows: Sequence[RunRow], backend: str
+) -> tuple[list[Cell], list[RunRow]]:
+    """One backend's cells, each named by its arm (`arm_of`), and its rows."""
+    mine = [r for r in rows if backend_of(r) == backend]
+    targets = {str(r.settings.target) for r in mine}
+    arms = {str(r.settings.draft_name): arm_of(r) for r in mine if r.arm == "sd"}
+    cells = [replace(c, draft=arms.get(c.draft, c.draft)) for c in items if c.target in targets]
+    return cells, mine
+
+
 def best_gamma(items: Sequence[Cell], draft: str, batch: int) -> Cell | None:
     """The draft's cell of highest point speedup at this batch size, over its γ."""
     found = select(items, draft=draft, batch=batch)
@@ -72,7 +89,7 @@ def _units(rows: Sequence[RunRow], cell: Cell) -> dict[tuple[str, int], float]:
         if r.arm == "sd"
         and not r.noisy
         and str(r.settings.target) == cell.target
-        and str(r.settings.draft_name) == cell.draft
+        and arm_of(r) == cell.draft
         and r.settings.gamma == cell.gamma
         and r.settings.batch_size == cell.batch
     }
@@ -107,7 +124,8 @@ def prefer(ratio: Estimate | None, gate: bool) -> tuple[str, str]:
 
 
 def call(items: Sequence[Cell], rows: Sequence[RunRow], backend: str, batch: int) -> Call:
-    """The rules' call at one backend (`items`, `rows`: that backend's cells and runs) and batch."""
+    """The rules' call at one backend (`items`, `rows`: that backend's cells by arm, `on_backend`,
+    and its runs) and batch size."""
     mtp, draft = best_gamma(items, MTP, batch), best_draft(items, batch)
     ratio = throughput_ratio(rows, mtp, draft) if mtp and draft else None
     gate = excludes_one(mtp) or excludes_one(draft)

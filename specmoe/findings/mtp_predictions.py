@@ -3,7 +3,8 @@
 Each SD configuration is priced as `specmoe advise` prices it from configs (`perf.setup.configured_setup`
 and `perf.advise.advise_setup`): the hybrid-trained target's Hugging Face config, its own MTP module
 (`--draft mtp`: one decoder layer of the target beside its embeddings and head) or a separate draft's
-config (draft-xs, draft-s), the transformers CPU engine profile, and a hardware file (the shipped
+config (draft-xs, draft-s), the backend's CPU engine profile (`hf-eager-cpu`, `llamacpp-cpu`), and a
+hardware file (the shipped
 `hw.json` unless probed). Acceptance is the one input the configs do not give: each arm's greedy
 acceptance rate at each γ as the zoo's build records it (`ZOO_ACCEPTANCE`, docs/zoo.md; never a run
 of this pass), read as a per-position α at that γ.
@@ -11,6 +12,7 @@ of this pass), read as a per-position α at that γ.
 
 from __future__ import annotations
 
+from specmoe.errors import SpecmoeError
 from specmoe.findings.mtp import MTP, predicted_call
 
 # Greedy acceptance rate (accepted / drafted) by γ of the hybrid-trained build, as zoo.json records it
@@ -21,7 +23,6 @@ ZOO_ACCEPTANCE: dict[str, dict[int, float]] = {
     "draft-xs": {1: 0.77, 2: 0.67, 3: 0.59, 4: 0.53},
     "draft-s": {1: 0.79, 2: 0.71, 3: 0.63, 4: 0.58},
 }
-ENGINE = "hf-eager-cpu"  # the shipped profile of transformers on a CPU (perf/runtimes.toml)
 PROMPT_TOKENS = 32  # cached tokens before decoding, as `report.predicted` prices a suite's runs
 
 
@@ -40,10 +41,15 @@ def price(spec, hardware) -> dict:
     from specmoe.perf.drafts import DraftMethod
     from specmoe.perf.runtimes import engine_profile
     from specmoe.perf.setup import configured_setup
+    from specmoe.report.predicted import engine_for
     from specmoe.theory.speedup import per_token_alpha
 
     draft = str(spec.draft)
-    engine = engine_profile(ENGINE, hardware.device)
+    arm = spec.draft_model.zoo if spec.draft_model is not None else draft
+    name = engine_for(spec)
+    if name is None:
+        raise SpecmoeError(f"no shipped engine profile prices '{spec.target}' on {spec.device}")
+    engine = engine_profile(name, hardware.device)
     target = _architecture(spec.target_model, spec.dtype)
     if draft == MTP:
         method, model = DraftMethod.MTP, None
@@ -58,7 +64,7 @@ def price(spec, hardware) -> dict:
         context=PROMPT_TOKENS + spec.max_new_tokens / 2,
         new_tokens=spec.max_new_tokens,
     )
-    rate = ZOO_ACCEPTANCE[draft][spec.gamma]
+    rate = ZOO_ACCEPTANCE[arm][spec.gamma]
     alpha = per_token_alpha(rate, spec.gamma)
     gamma, batch = spec.gamma, spec.batch_size
     speedup = setup.speedup(alpha, gamma, batch)
@@ -68,7 +74,9 @@ def price(spec, hardware) -> dict:
     found = breakeven_alpha(lambda a: setup.speedup(a, gamma, batch))
     return {
         "target": str(spec.target),
-        "draft": draft,
+        "draft": draft,  # as the suite names it
+        "arm": arm,  # the zoo model it runs ("mtp": the target's own module)
+        "backend": spec.target_model.backend,
         "gamma": gamma,
         "batch": batch,
         "alpha": round(alpha, 4),
@@ -76,7 +84,7 @@ def price(spec, hardware) -> dict:
         "speedup": round(float(speedup), 4),
         "at_full": round(float(at_full), 4),
         "breakeven_rate": None if found is None else round(from_alpha(found, gamma).rate, 4),
-        "engine": ENGINE,
+        "engine": name,
     }
 
 
@@ -97,7 +105,12 @@ def predict_mtp_step(suite, hardware: dict, where: str) -> list[dict]:
 def mtp_predicted_verdicts(cells: list[dict]) -> dict[str, str]:
     """The rules read on the point predictions, per batch size: what the model expects them to decide."""
     found: dict[str, str] = {}
-    for batch in sorted({c["batch"] for c in cells}):
-        prices = {(c["draft"], c["gamma"]): c["speedup"] for c in cells if c["batch"] == batch}
-        found[f"B{batch}"] = predicted_call(prices)
+    for backend in sorted({c["backend"] for c in cells}):
+        for batch in sorted({c["batch"] for c in cells}):
+            prices = {
+                (c["arm"], c["gamma"]): c["speedup"]
+                for c in cells
+                if c["batch"] == batch and c["backend"] == backend
+            }
+            found[f"{backend} B{batch}"] = predicted_call(prices)
     return found

@@ -245,14 +245,20 @@ MOESD_WIDE_SMOKE = replace(
         groups=("sweep-B1", "sweep-B2", "sweep-B4", "acceptance-B1"),
     ),
 )
-# MTP against separate drafts on the hybrid zoo (`suites/study-hybrid-mtp.toml` says what it cuts to fit
-# 20 minutes on two cores, zoo build included; transformers only), at one thread as moesd-wide.
+# MTP against separate drafts on the hybrid zoo through transformers and llama.cpp
+# (`suites/study-hybrid-mtp.toml` says what it cuts to fit 20 minutes on two cores, zoo build
+# included), at one thread as moesd-wide and the llama.cpp passes.
 STUDY_HYBRID_MTP = Step("study-hybrid-mtp", "study-hybrid-mtp", engine=HYBRID.name, threads=1)
 # Its code path end to end in a few minutes, never shipped: 8 new tokens, γ 1 and 4, five units at B 1.
 STUDY_HYBRID_MTP_SMOKE = replace(
     STUDY_HYBRID_MTP,
     overrides=SuiteOverrides(
-        settings=(("max_new_tokens", 8), ("gamma", [1, 4]), ("mtp-B1.prompts", 5)),
+        settings=(
+            ("max_new_tokens", 8),
+            ("gamma", [1, 4]),
+            ("mtp-B1.prompts", 5),
+            ("llamacpp-B1.prompts", 5),
+        ),
     ),
 )
 _CPU = (
