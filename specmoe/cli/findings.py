@@ -36,8 +36,8 @@ def add_findings(commands) -> None:
         "--pass",
         dest="pass_name",
         metavar="NAME",
-        help="measure this pass alone (moesd-wide): its zoo, runs, report and the document, printing "
-        "its wall time; it needs its predictions first (--predict)",
+        help="measure this pass alone (moesd-wide or study-hybrid-mtp): its zoo, runs, report and the "
+        "document, printing its wall time; it needs its predictions first (--predict)",
     )
     p.add_argument(
         "--predict",

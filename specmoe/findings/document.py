@@ -34,6 +34,8 @@ from specmoe.findings.claims import (
 )
 from specmoe.findings.hybrid import STEP as HYBRID_STEP
 from specmoe.findings.hybrid import hybrid_values
+from specmoe.findings.mtp import STEP as MTP_STEP
+from specmoe.findings.mtp_doc import mtp_values
 from specmoe.findings.notes import notes_values
 from specmoe.findings.plan import ENGINES, SCALES
 from specmoe.findings.predictions import fitted_predictor, study_setup_table, unfitted_table
@@ -268,6 +270,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     found.update(real_values(out.parent / "real"))
     found.update(hybrid_values(*_step_cells(out, HYBRID_STEP)))
     found.update(wide_values(out, wide, wide_rows, floor_hardware(out)))
+    found.update(mtp_values(out, *_step_cells(out, MTP_STEP)))
     found["elsewhere.table"] = unfitted_table(examples)
     found["elsewhere.study"] = study_setup_table(examples)
     wall = json.loads((out / "wall_time.json").read_text()) if (out / "wall_time.json").is_file() else {}

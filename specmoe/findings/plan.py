@@ -245,12 +245,29 @@ MOESD_WIDE_SMOKE = replace(
         groups=("sweep-B1", "sweep-B2", "sweep-B4", "acceptance-B1"),
     ),
 )
+# MTP against separate drafts on the hybrid zoo through transformers and llama.cpp
+# (`suites/study-hybrid-mtp.toml` says what it cuts to fit 20 minutes on two cores, zoo build
+# included), at one thread as moesd-wide and the llama.cpp passes.
+STUDY_HYBRID_MTP = Step("study-hybrid-mtp", "study-hybrid-mtp", engine=HYBRID.name, threads=1)
+# Its code path end to end in a few minutes, never shipped: 8 new tokens, γ 1 and 4, five units at B 1.
+STUDY_HYBRID_MTP_SMOKE = replace(
+    STUDY_HYBRID_MTP,
+    overrides=SuiteOverrides(
+        settings=(
+            ("max_new_tokens", 8),
+            ("gamma", [1, 4]),
+            ("mtp-B1.prompts", 5),
+            ("llamacpp-B1.prompts", 5),
+        ),
+    ),
+)
 _CPU = (
     *_CPU,
     *(study_on_llamacpp(_CPU[1], quant) for quant in ("q8_0", "q4_k_m")),
     _MOESD_LLAMACPP,
     _STUDY_HYBRID,
     MOESD_WIDE,
+    STUDY_HYBRID_MTP,
 )
 
 _FULL = (Step("moesd", "moesd"), Step("study", "study"), Step("family", "family"))
@@ -260,7 +277,10 @@ SCALES: dict[str, tuple[Step, ...]] = {"cpu": _CPU, "full": _FULL}
 
 
 # Passes `specmoe findings --pass NAME` measures alone: (the step, its smoke version).
-PASSES: dict[str, tuple[Step, Step]] = {MOESD_WIDE.name: (MOESD_WIDE, MOESD_WIDE_SMOKE)}
+PASSES: dict[str, tuple[Step, Step]] = {
+    MOESD_WIDE.name: (MOESD_WIDE, MOESD_WIDE_SMOKE),
+    STUDY_HYBRID_MTP.name: (STUDY_HYBRID_MTP, STUDY_HYBRID_MTP_SMOKE),
+}
 
 
 def pass_step(name: str, smoke: bool = False) -> Step:

@@ -85,6 +85,15 @@ def _changed_sections(rules: dict | None) -> list[str]:
     return sorted(k for k in set(rules) | set(RULES) if rules.get(k) != RULES.get(k))
 
 
+def _only_added(rules: dict | None) -> bool:
+    """Whether the file differs from a record only by sections the record lacks (a later pass's
+    rules): every section the pass was judged by parses as it did, so it is judged as before. The
+    document still names the added sections; comments inside the record's sections are not compared
+    (the record keeps the parsed rules, not the text)."""
+    changed = _changed_sections(rules)
+    return rules is not None and bool(changed) and all(name not in rules for name in changed)
+
+
 def _pass_rules(step: str, record: dict | None, now: str) -> str:
     """What one pass was measured under, as the document says it."""
     if record is None:
@@ -100,11 +109,14 @@ def _pass_rules(step: str, record: dict | None, now: str) -> str:
 
 def check_rules(out: Path, allow_change: bool, steps: tuple[str, ...] = ()) -> str:
     """The document's line on the rules each pass in `steps` was measured under; refuses a pass
-    recorded when it was measured under other rules than the file's unless `allow_change`."""
+    recorded when it was measured under other rules than the file's unless `allow_change` (a file
+    that only adds sections the record lacks judges the pass as before, `_only_added`)."""
     now = rules_hash()
     records = {step: read_record(out, step) for step in steps}
     changed = [
-        step for step, r in records.items() if r is not None and r["how"] == MEASURED and r["hash"] != now
+        step
+        for step, r in records.items()
+        if r is not None and r["how"] == MEASURED and r["hash"] != now and not _only_added(r.get("rules"))
     ]
     if changed and not allow_change:
         step = changed[0]

@@ -153,11 +153,8 @@ def run_pass(name: str, out: Path, doc: Path, smoke: bool = False, progress: boo
 def predict_pass(name: str, out: Path, hardware_file: Path | None = None, smoke: bool = False) -> int:
     """The performance model's prediction of every cell of a pass, before it runs: from `hardware_file`
     or a probe of this machine now (written beside the results), into `<step>-predictions.json`."""
-    from specmoe.findings.wide_doc import predicted_verdicts
     from specmoe.findings.wide_predictions import (
         hardware_path,
-        predict_step,
-        predicted,
         probe_hardware,
         refuse_after_runs,
         write_predictions,
@@ -175,11 +172,29 @@ def predict_pass(name: str, out: Path, hardware_file: Path | None = None, smoke:
         hardware_file.write_text(json.dumps(hardware, indent=1) + "\n", encoding="utf-8")
     else:
         hardware = json.loads(Path(hardware_file).read_text(encoding="utf-8"))
-    cells = predict_step(suite, hardware, str(hardware_file))
-    verdicts = predicted_verdicts(predicted({"cells": cells}))
+    price, read = _PRICERS[step.name]()
+    cells = price(suite, hardware, str(hardware_file))
+    verdicts = read(cells)
     path = write_predictions(out, step.name, cells, hardware, Path(hardware_file).name, verdicts)
     print(f"wrote {path} ({len(cells)} SD configurations priced from {Path(hardware_file).name}): {verdicts}")
     return 0
+
+
+def _wide_pricer():
+    from specmoe.findings.wide_doc import predicted_verdicts
+    from specmoe.findings.wide_predictions import predict_step, predicted
+
+    return predict_step, lambda cells: predicted_verdicts(predicted({"cells": cells}))
+
+
+def _mtp_pricer():
+    from specmoe.findings.mtp_predictions import mtp_predicted_verdicts, predict_mtp_step
+
+    return predict_mtp_step, mtp_predicted_verdicts
+
+
+# Per pass: how its cells are priced before it runs, and what its rules read on the point predictions.
+_PRICERS = {"moesd-wide": _wide_pricer, "study-hybrid-mtp": _mtp_pricer}
 
 
 def add_pass_wall(out: Path, name: str, wall: dict[str, float]) -> None:

@@ -174,8 +174,8 @@ def _reason_kind(reason: str) -> str:
     return f"for {reason}" if reason else "for a reason not recorded"
 
 
-def wall_line(out: Path) -> str:
-    path = out / f"{STEP}-wall.json"
+def wall_line(out: Path, step: str = STEP) -> str:
+    path = out / f"{step}-wall.json"
     if not path.is_file():
         return NOT_MEASURED
     calls = json.loads(path.read_text(encoding="utf-8"))["calls"]
