@@ -22,7 +22,7 @@ import numpy as np
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.compose import expected_speedup
-from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, parse_counts, parse_fractions, read_json
+from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, check_context, parse_counts, parse_fractions, read_json
 from specmoe.perf.fit import KIND as FIT_KIND
 from specmoe.perf.fit import fitted_model, load_fit
 from specmoe.perf.model import Constants, MoEShape, check_counts, forward_time
@@ -276,9 +276,7 @@ def predict_unfitted(
 
     hardware = load_hardware(hardware_path)
     profile = engine_profile(engine, hardware.device) if engine else None
-    context = 512 if context is None else context
-    if context < 0:
-        raise SpecmoeError(f"--context must be >= 0 tokens, got {context}")
+    context = check_context(512 if context is None else context)
     models = []
     for path, fmt in ((config, dtype), (draft_config, draft_dtype or dtype)):
         if path is None:
