@@ -72,7 +72,7 @@ def _predict_fit(fit: str, *more: str) -> tuple[str, ...]:
 
 # probe -> (the file it writes, as text, or None; argv given that file's path; a part of the line)
 Probe = tuple[Callable[[], str] | None, Callable[[str], tuple[str, ...]], str]
-RATE = "'bandwidth_bytes_per_s' must be a number of units per second (per device) between 1 and 1e+18"
+RATE = "'bandwidth_bytes_per_s' must be a finite number > 0 per second (per device), between 1 and 1e+18"
 FIT_SHAPE = "'model' and 'shape' must be JSON objects"
 TOO_LARGE = "an integer of 401 digits, too large for any quantity"
 FIFO = "is not a regular file (a FIFO), so nothing to read"
@@ -98,12 +98,12 @@ PROBES: dict[str, Probe] = {
     "hw-flops-zero": (
         lambda: _json(HARDWARE, {"flops_per_s": {"bfloat16": 0}}),
         _advise,
-        "'bfloat16' must be a number of units per second",
+        "'bfloat16' must be a finite number > 0 per second",
     ),
     "hw-link-negative": (
         lambda: _json(HARDWARE, {"link_bandwidth_bytes_per_s": -1}),
         _advise,
-        "'link_bandwidth_bytes_per_s' must be a number of units per second",
+        "'link_bandwidth_bytes_per_s' must be a finite number > 0 per second",
     ),
     "hw-list-not-object": (lambda: json.dumps([1, 2]), _advise, "must hold a JSON object"),
     "hw-empty-path": (None, lambda _: _advise(""), "argument --hardware: an empty path"),
@@ -126,12 +126,12 @@ PROBES: dict[str, Probe] = {
     "predict-fit-constant-1e30": (
         lambda: _json(FIT, {"constants.dense_s": 1e30}),
         _predict_fit,
-        "constant dense_s must be a finite number of seconds in [0, 1e+06], got 1e+30",
+        "constant dense_s must be a finite number >= 0 seconds, at most 1e+06, got 1e+30",
     ),
     "predict-fit-constant-negative": (
         lambda: _json(FIT, {"constants.expert_s": -1.0}),
         _predict_fit,
-        "constant expert_s must be a finite number of seconds",
+        "constant expert_s must be a finite number >= 0 seconds",
     ),
     "predict-fit-constant-10e400": (
         lambda: _json(FIT, {"constants.dense_s": 7}, ('"dense_s": 7', f'"dense_s": {HUGE}')),

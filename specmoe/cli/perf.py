@@ -230,7 +230,7 @@ def run_check(args) -> int:
         args.batch or batches,
         args.tokens or tokens,
         context=int(fit.get("context", 64)),
-        dtype=None if typed else (args.dtype or fit["model"].get("dtype")),
+        dtype=None if typed else (args.dtype or fit.get("model", {}).get("dtype")),
         device=args.device,
         repeats=args.repeats,
         threads=args.threads,

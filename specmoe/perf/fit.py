@@ -255,11 +255,11 @@ def load_fit(path: Path) -> dict:
 
 
 def check_fit_shape(fit: dict, where: str) -> None:
-    """The fit's `model` and `shape` objects as a prediction reads them: mappings; E and K whole
+    """The fit's `model` (optional: a first-form fit has none) and `shape` objects: mappings; E and K whole
     numbers with (0, 0) a dense model and 1 <= K <= E an MoE one; an MoE model's fit with E > 0 (a
     shape of 0 experts would price it as dense: no prediction at all, so it is refused); byte
     counts whole and >= 0."""
-    model, shape = fit.get("model"), fit.get("shape")
+    model, shape = fit.get("model", {}), fit.get("shape")
     if not isinstance(model, dict) or not isinstance(shape, dict):
         raise SpecmoeError(f"{where}: 'model' and 'shape' must be JSON objects; {FIT_HINT}")
     experts, top_k = shape.get("num_experts"), shape.get("top_k")

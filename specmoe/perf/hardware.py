@@ -299,7 +299,7 @@ def _rate(data: dict, key: str, where: str) -> float:
     value = data.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not RATE_MIN <= value <= RATE_MAX:
         raise SpecmoeError(
-            f"{where}: '{key}' must be a number of units per second (per device) between "
+            f"{where}: '{key}' must be a finite number > 0 per second (per device), between "
             f"{RATE_MIN:g} and {RATE_MAX:g}, got {value!r}"
         )
     return float(value)

@@ -76,7 +76,7 @@ def _check_constant(name: str, value, where: str) -> None:
         and (value > 0 if positive else 0 <= value <= MAX_CONSTANT_S)
     )
     if not usable:
-        bound = "> 0" if positive else f"of seconds in [0, {MAX_CONSTANT_S:g}]"
+        bound = "> 0" if positive else f">= 0 seconds, at most {MAX_CONSTANT_S:g}"
         raise SpecmoeError(
             f"{where}: constant {name} must be a finite number {bound}, got {value!r}; "
             "fit the profile again (`specmoe model fit PROFILE --out FIT`)"

@@ -139,7 +139,7 @@ def fit_times(fit: dict, source: str, top_k: int | None = None) -> ModelTimes:
     constants, shape = fitted_model(fit, source)
     if top_k is not None:
         shape = with_top_k(shape, top_k, source)
-    label = fit["model"].get("name", source) + (f" (top-{top_k})" if top_k is not None else "")
+    label = fit.get("model", {}).get("name", source) + (f" (top-{top_k})" if top_k is not None else "")
     return ModelTimes(label, constants, shape, float(fit.get("context", 0)), True, fit["grid"])
 
 
