@@ -22,8 +22,8 @@ The rules above see only the machine's accounting; a process that slows the base
 two samples can slip past them. So the guard also checks each SD run against its own acceptance:
 no round emits more than accepted + 1 tokens per target pass, so its speedup over the baseline
 cannot exceed 1 + αγ (`specmoe.results.run_audit.impossible_speedup`, with that module's timing
-tolerance). A run beyond the bound is measured once more, with its baseline when the baseline is
-in the same block; if it is still beyond, it is stored flagged noisy with the reason (never
+tolerance). A run beyond the bound is measured once more with its block (its baseline included,
+when the block holds it); if it is still beyond, it is stored flagged noisy with the reason (never
 dropped), and summaries count such runs apart.
 
 Before a suite starts, `choose_threads` looks at the machine once: it warns when other processes

@@ -156,14 +156,17 @@ class Runner:
         self, block: Block, measured: dict[str, Measured], stored_baseline: RunRow | None
     ) -> dict[str, Measured]:
         """SD runs whose speedup breaks their own acceptance's bound (`noise.beyond_bound`) are
-        measured once more, with the block's baseline (the likelier disturbed arm: nothing makes a
-        decode faster); still beyond, they are flagged noisy with the reason, and kept."""
+        measured once more with the whole block, its baseline first among them (the likelier
+        disturbed arm: nothing makes a decode faster), so every pair stays measured back to back;
+        with a baseline stored by an earlier run, only those runs. Still beyond, they are flagged
+        noisy with the reason, and kept."""
         beyond = self._beyond_bound(block, measured, stored_baseline)
         if not beyond:
             return measured
         measured = dict(measured)
+        whole_block = any(spec.arm == "baseline" for spec in block.specs)
         for position, spec in enumerate(block.specs):
-            if spec.arm == "baseline" or spec.run_id in beyond:
+            if whole_block or spec.run_id in beyond:
                 log.debug("%s: %s; measuring again", spec.run_id, beyond.get(spec.run_id, "its SD arm"))
                 again = self.timed(spec, block.baseline_id, position)
                 attempts = measured[spec.run_id].measure["attempts"] + again.measure["attempts"]
