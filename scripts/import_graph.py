@@ -20,9 +20,10 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
     12 backends, serving        model runtimes: in this process, or behind an OpenAI-compatible server
     12 theory, extras, drafts   closed-form algebra; which optional extras are installed; the typed
                                 drafts, parsed once from their spelling
-    13 errors, stats, console, dtypes, canonical
-                                small shared modules that import no other specmoe module: the error
-                                type, interval statistics, terminal output, dtype names, canonical JSON
+    13 errors, stats, console, dtypes, canonical, user_files
+                                small shared modules that import no other specmoe module but errors:
+                                the error type, interval statistics, terminal output, dtype names,
+                                canonical JSON, reading a file a user names
 
 Every command's parser and run function live in specmoe/cli/, on the top floor, because a command
 line wires the layers together; no other package holds a command line. specmoe/__init__.py, which
@@ -77,6 +78,7 @@ LAYERS: dict[str, int] = {
     "console": 13,
     "dtypes": 13,
     "canonical": 13,
+    "user_files": 13,
 }
 
 # (importer, imported) -> why the arrow points up and what removes it. Empty: no arrow points up.

@@ -29,8 +29,25 @@ def json_value(text: str) -> Any:
     """json.loads, with a value nested deeper than Python's parser can follow reported as the parse
     error it is (a JSONDecodeError at its start) instead of a RecursionError: a hostile file can nest
     thousands of arrays, which no file specmoe reads has, and each reader already explains a
-    JSONDecodeError in one line."""
+    JSONDecodeError in one line. An integer too large for a float (10**400) is such an error too."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_float_sized_int)
     except RecursionError:
         raise json.JSONDecodeError("arrays or objects nested too deeply to read", text, 0) from None
+    except _TooLarge as err:
+        raise json.JSONDecodeError(str(err), text, 0) from None
+
+
+# No number a specmoe file holds comes near 1e300; past float's range (about 1.8e308) an integer
+# cannot even be compared with a float limit, so it is a parse error, where every reader explains it.
+_MAX_INT_DIGITS = 300
+
+
+class _TooLarge(ValueError):
+    pass
+
+
+def _float_sized_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > _MAX_INT_DIGITS:
+        raise _TooLarge(f"an integer of {len(digits.lstrip('-'))} digits, too large for any quantity")
+    return int(digits)

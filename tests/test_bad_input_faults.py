@@ -3,7 +3,7 @@ servers that break a response in new ways, Ctrl-C in the middle of a suite, a st
 holds locked, and inputs that are right and must stay accepted (a suite saved with a byte-order
 mark, a draft that is its own target, audit rows a spreadsheet wrote).
 
-Every fake server listens on 127.0.0.1 only, answers for a bounded while and stops by itself.
+Every fake server listens on 127.0.0.1 only, reads each request whole and stops when its test ends.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from audited import counts_pass
+from raw_http import read_request
 from test_bad_input import _served_suite, _stored_runs
 from test_bad_input_more import STUDY, VLLM, suite_text
 from tiny_suites import tiny_sd_suite
@@ -35,15 +36,26 @@ from specmoe.suite.load import load_suite
 
 
 class RawServer:
-    """Answers each connection on 127.0.0.1 with `answer(connection, request bytes)`, for at most
-    `lifetime_s`; every connection has a 5 s socket timeout, so no thread outlives the test for long."""
+    """Answers each connection on 127.0.0.1 with `answer(connection, request bytes)` until the test
+    leaves its `with` block. The whole request is read first (`raw_http.read_request`: answering
+    after a partial read resets the connection). A connection waits at most CONN_TIMEOUT_S for its
+    request, so a client that never sends one holds no thread for long; the server's life is the
+    test's, never a wall-clock allowance a loaded machine could outlast."""
 
-    def __init__(self, answer: Callable[[socket.socket, bytes], None], lifetime_s: float = 30.0) -> None:
-        self.answer, self.deadline = answer, time.monotonic() + lifetime_s
+    CONN_TIMEOUT_S = 60.0
+
+    def __init__(self, answer: Callable[[socket.socket, bytes], None]) -> None:
+        self.answer, self.stopped = answer, threading.Event()
         self.posts = 0
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def __enter__(self) -> RawServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
 
     @property
     def url(self) -> str:
@@ -51,7 +63,7 @@ class RawServer:
 
     def _accept(self) -> None:
         with self.sock:
-            while time.monotonic() < self.deadline:
+            while not self.stopped.is_set():
                 try:
                     conn, _ = self.sock.accept()
                 except TimeoutError:
@@ -60,9 +72,9 @@ class RawServer:
 
     def _one(self, conn: socket.socket) -> None:
         with conn:
-            conn.settimeout(5)
+            conn.settimeout(self.CONN_TIMEOUT_S)
             try:
-                request = conn.recv(65536)
+                request = read_request(conn)
                 self.posts += request.startswith(b"POST")
                 self.answer(conn, request)
             except OSError:  # the client hung up
@@ -142,11 +154,11 @@ def _bench(argv: list[str], capsys) -> tuple[int, list[str], str]:
 def test_a_broken_server_is_one_line_and_stores_nothing(name, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("SPECMOE_DEBUG", raising=False)
     answer, expect = SERVERS[name]
-    server = RawServer(answer)
     db = tmp_path / "served.db"
-    status, lines, _ = _bench(
-        ["bench", "run", _served_suite(tmp_path, server.url), "--db", str(db), "--quiet"], capsys
-    )
+    with RawServer(answer) as server:
+        status, lines, _ = _bench(
+            ["bench", "run", _served_suite(tmp_path, server.url), "--db", str(db), "--quiet"], capsys
+        )
     assert status == 2 and len(lines) == 1, lines
     assert "unexpected" not in lines[0] and "free disk space" not in lines[0], lines[0]
     assert expect in lines[0], lines[0]
@@ -159,19 +171,18 @@ def test_a_server_error_is_not_sent_again():
     from specmoe.serving import client
     from specmoe.serving.spec import ServerSpec
 
-    server = RawServer(_error_500)
-    with pytest.raises(SpecmoeError):
+    with RawServer(_error_500) as server, pytest.raises(SpecmoeError):
         client.stream(ServerSpec(url=server.url, model="m"), {"model": "m", "max_tokens": 4, "stream": True})
     assert server.posts == 1
 
 
 def test_a_stream_that_ends_without_done_is_stored_only_as_a_failed_audit(tmp_path, capsys):
-    server = RawServer(_ends_without_done)
     db = tmp_path / "served.db"
-    status, _, out = _bench(
-        ["bench", "run", _served_suite(tmp_path, server.url), "--db", str(db), "--quiet"], capsys
-    )
-    assert status == 0
+    with RawServer(_ends_without_done) as server:
+        status, lines, out = _bench(
+            ["bench", "run", _served_suite(tmp_path, server.url), "--db", str(db), "--quiet"], capsys
+        )
+    assert status == 0, lines
     with sqlite3.connect(db) as conn:
         (verdict, reason), *others = conn.execute("SELECT audit_verdict, audit_reason FROM runs").fetchall()
     conn.close()

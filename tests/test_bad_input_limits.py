@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from raw_http import read_request
 from test_bad_input import _closed_port, _served_suite, _stored_runs, _suite
 from test_gguf import require
 
@@ -106,14 +107,20 @@ def test_the_rate_limit_is_the_expected_span_of_the_arrivals(tmp_path, rate, req
 
 class EndlessServer:
     """Answers every request on 127.0.0.1 with 200 and a body that never ends: `chunk` bytes every
-    `gap_s` seconds. Each connection stops when the client hangs up or after `lifetime_s`, and the
-    server stops accepting after `lifetime_s`, so nothing outlives the test for long."""
+    `gap_s` seconds, until the client hangs up or the test leaves the server's `with` block (the
+    server's life is the test's, never a wall-clock allowance a loaded machine could outlast)."""
 
-    def __init__(self, chunk: bytes, gap_s: float = 0.0, lifetime_s: float = 30.0) -> None:
-        self.chunk, self.gap_s, self.deadline = chunk, gap_s, time.monotonic() + lifetime_s
+    def __init__(self, chunk: bytes, gap_s: float = 0.0) -> None:
+        self.chunk, self.gap_s, self.stopped = chunk, gap_s, threading.Event()
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         threading.Thread(target=self._accept, daemon=True).start()
+
+    def __enter__(self) -> EndlessServer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
 
     @property
     def url(self) -> str:
@@ -121,7 +128,7 @@ class EndlessServer:
 
     def _accept(self) -> None:
         with self.sock:
-            while time.monotonic() < self.deadline:
+            while not self.stopped.is_set():
                 try:
                     conn, _ = self.sock.accept()
                 except TimeoutError:
@@ -130,10 +137,10 @@ class EndlessServer:
 
     def _answer(self, conn: socket.socket) -> None:
         with conn:
-            conn.recv(65536)  # the request; its content does not matter
             try:
+                read_request(conn)  # all of it: a close with bytes unread would reset the connection
                 conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
-                while time.monotonic() < self.deadline:
+                while not self.stopped.is_set():
                     conn.sendall(self.chunk)
                     time.sleep(self.gap_s)
             except OSError:  # the client hung up: the bound worked
@@ -142,11 +149,9 @@ class EndlessServer:
 
 @pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
 def test_an_endless_answer_is_read_up_to_a_cap(path):
-    server = EndlessServer(b"x" * 65536)
-    spec = ServerSpec(url=server.url, model="m")
     read = client.served_models if path == "/v1/models" else client.metrics_text
-    with pytest.raises(SpecmoeError) as err:
-        read(spec)
+    with EndlessServer(b"x" * 65536) as server, pytest.raises(SpecmoeError) as err:
+        read(ServerSpec(url=server.url, model="m"))
     line = str(err.value)
     assert "\n" not in line
     assert line.startswith(f"{server.url}{path}: the response runs past {MAX_BODY_BYTES >> 20} MiB")
@@ -154,17 +159,21 @@ def test_an_endless_answer_is_read_up_to_a_cap(path):
 
 @pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
 def test_a_trickling_answer_ends_at_the_total_deadline(path):
-    server = EndlessServer(b"x", gap_s=0.01)
-    spec = ServerSpec(url=server.url, model="m", timeout_s=0.1)  # each byte arrives within the idle timeout
     read = client.served_models if path == "/v1/models" else client.metrics_text
-    with pytest.raises(SpecmoeError, match=r"the response went on past .* \(10 x timeout_s\) without ending"):
-        read(spec)
+    bound = r"the response went on past .* \(10 x timeout_s\) without ending"
+    with EndlessServer(b"x", gap_s=0.01) as server, pytest.raises(SpecmoeError, match=bound):
+        read(
+            ServerSpec(url=server.url, model="m", timeout_s=0.1)
+        )  # each byte arrives within the idle timeout
 
 
 def test_a_served_suite_against_an_endless_server_stores_nothing(tmp_path, capsys):
-    server = EndlessServer(b"x" * 65536)
-    suite, db = _served_suite(tmp_path, f"{server.url}/v1"), tmp_path / "served.db"
-    assert main(["bench", "run", suite, "--db", str(db), "--quiet"]) == 2
+    db = tmp_path / "served.db"
+    with EndlessServer(b"x" * 65536) as server:
+        status = main(
+            ["bench", "run", _served_suite(tmp_path, f"{server.url}/v1"), "--db", str(db), "--quiet"]
+        )
+    assert status == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "/v1/models: the response runs past" in err, err
     assert _stored_runs(db) == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from tiny_suites import tiny_sd_suite
 
@@ -121,3 +123,63 @@ def test_a_batch_shrinking_as_rows_finish_is_no_spread():
     assert step_spread(verify) > 0.5  # read as one population the tail looks like a disturbance
     # a disturbed round among peers still shows
     assert step_spread([1.0] * 5 + [3.0] * 3 + [0.6, 0.6], [128] * 8 + [64, 64]) > 0.5
+
+
+def slow_baselines(monkeypatch, count: int | None) -> list[str]:
+    """The first `count` timed baseline runs (every one when None) report 1000x their decode
+    seconds, as a baseline another process slowed would: a stubbed timing, no real one judged.
+    Returns the run ids slowed."""
+    timed, slowed = runner.Runner.timed, []
+
+    def slow(self, spec, block_id, position):
+        m = timed(self, spec, block_id, position)
+        if spec.arm == "baseline" and (count is None or len(slowed) < count):
+            slowed.append(spec.run_id)
+            m = replace(m, result=replace(m.result, decode_s=m.result.decode_s * 1000))
+        return m
+
+    monkeypatch.setattr(runner.Runner, "timed", slow)
+    return slowed
+
+
+def test_a_speedup_beyond_its_own_bound_is_measured_again_with_its_baseline(
+    guard_on, monkeypatch, tiny_zoo, tmp_path
+):
+    path = tiny_sd_suite(tmp_path, "impossible", {"prompts": 5, "max_new_tokens": 4})
+    fake_loads(monkeypatch, [QUIET])
+    slowed = slow_baselines(monkeypatch, 1)  # the first baseline only: its re-measure is undisturbed
+    rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
+    assert not any(r.noisy for r in rows)
+    (baseline,) = [r for r in rows if r.run_id == slowed[0]]
+    (sd,) = [r for r in rows if r.arm == "sd" and r.measure["block"] == baseline.run_id]
+    assert baseline.measure["attempts"] == 2 and sd.measure["attempts"] == 2  # measured again, both
+    assert sd.audit_verdict == "pass"  # against the baseline measured again
+
+
+def test_a_speedup_still_beyond_its_bound_is_flagged_noisy_and_counted(
+    guard_on, monkeypatch, tiny_zoo, tmp_path
+):
+    path = tiny_sd_suite(tmp_path, "impossible", {"prompts": 5, "max_new_tokens": 4})
+    fake_loads(monkeypatch, [QUIET])
+    slow_baselines(monkeypatch, None)
+    rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
+    sd = [r for r in rows if r.arm == "sd"]
+    assert len(sd) == 5 and all(r.noisy and r.measure["attempts"] == 2 for r in sd)  # stored, not dropped
+    for r in sd:
+        assert (
+            "exceeds 1 + alpha*gamma" in r.measure["beyond_bound"]
+            and r.measure["beyond_bound"] in r.measure["noise"]
+        )
+    assert not any(r.noisy for r in rows if r.arm == "baseline")
+    text = format_summary(rows)
+    assert "noise guard: 5 of 10 runs flagged noisy" in text
+    assert "5 of them with a speedup beyond 1 + alpha*gamma of their own acceptance" in text
+
+
+def test_the_bound_is_not_judged_with_the_guard_off(monkeypatch, tiny_zoo, tmp_path):
+    monkeypatch.setenv(noise.GUARD_ENV, "0")
+    path = tiny_sd_suite(tmp_path, "impossible", {"prompts": 2, "max_new_tokens": 4})
+    slow_baselines(monkeypatch, None)
+    rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
+    assert not any(r.noisy for r in rows) and all(r.measure["attempts"] == 1 for r in rows)
+    assert all(r.audit_verdict == "fail" for r in rows if r.arm == "sd")  # the audit still says so

@@ -200,7 +200,7 @@ def test_json_shape():
     assert set(data) == {"by", "columns", "fixed", "pooled", "split", "rows", "latency", "runs", "noise_fix"}
     assert data["noise_fix"] is None  # no run flagged
     assert data["by"] == ["config"] and data["columns"] == ["target", "draft", "gamma", "top_k"]
-    assert data["runs"] == {"total": 24, "noisy": 0, "audit_failed": 0}
+    assert data["runs"] == {"total": 24, "noisy": 0, "beyond_bound": 0, "audit_failed": 0}
     first = data["rows"][0]
     assert {"target", "draft", "gamma", "top_k", "units", "prompts", "baseline_tokens_per_s"} <= set(first)
     assert set(first["speedup"]) == {"value", "low", "high", "level", "n", "text"}

@@ -17,6 +17,7 @@ from pathlib import Path
 from specmoe.backends.config_shape import check_config_shape
 from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
+from specmoe.user_files import read_user_text
 
 _HEADER_LENGTH_BYTES = 8
 _MAX_HEADER_BYTES = 100 * 1024 * 1024  # the format's own limit (safetensors refuses larger headers)
@@ -89,7 +90,7 @@ def read_config(path: Path) -> dict:
     or its shape keys describe no network (`config_shape`)."""
     config_file = path / "config.json"
     try:
-        config = json_value(config_file.read_text(encoding="utf-8"))
+        config = json_value(read_user_text(config_file))
     except UnicodeDecodeError:
         raise SpecmoeError(f"'{config_file}' is not UTF-8 text; restore the model's config.json") from None
     except json.JSONDecodeError as err:

@@ -16,22 +16,38 @@ tokens/s shows this; only the machine's own accounting does. So every timed run 
 and a run that breaks a rule below (other processes using more than the cores its threads leave
 free, plus a quarter core) is measured again (at most `RETRIES` times); if it is still
 disturbed it is stored with `noisy` set and the reason, shown by every summary and export and left
-out of every interval and verdict. Before a suite starts, `choose_threads` looks at the machine once:
-it warns when other processes use the CPU and runs with fewer threads so ours do not spin against
-them.
+out of every interval and verdict.
+
+The rules above see only the machine's accounting; a process that slows the baseline arm between
+two samples can slip past them. So the guard also checks each SD run against its own acceptance:
+no round emits more than accepted + 1 tokens per target pass, so its speedup over the baseline
+cannot exceed 1 + αγ (`specmoe.results.run_audit.impossible_speedup`, with that module's timing
+tolerance). A run beyond the bound is measured once more with its block (its baseline included,
+when the block holds it); if it is still beyond, it is stored flagged noisy with the reason (never
+dropped), and summaries count such runs apart.
+
+Before a suite starts, `choose_threads` looks at the machine once: it warns when other processes
+use the CPU and runs with fewer threads so ours do not spin against them.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from specmoe.metrics import decode_tokens_per_s, totals
 from specmoe.results.noisy import GUARD_ENV, OTHER_CPU_LIMIT
+from specmoe.results.run_audit import impossible_speedup
+
+if TYPE_CHECKING:
+    from specmoe.engine.records import DecodeResult
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +166,18 @@ def disturbance(load: Load, spread: float | None, spare_cores: int = 0) -> str:
     if spread is not None and spread > STEP_SPREAD_LIMIT:
         reasons.append(f"its verify times spread {spread:.0%} (p75 - p25 over median)")
     return "; ".join(reasons)
+
+
+def beyond_bound(sd: DecodeResult, gamma: int, baseline_tokens_per_s: float) -> str:
+    """Why an SD run's speedup over its baseline is physically impossible given its own acceptance
+    (speedup > (1 + αγ) × (1 + tolerance)), in words; "" when it is possible, the baseline has no
+    usable rate, or the guard is off. Pure: the run's counts and seconds decide."""
+    if not guard_on() or not (math.isfinite(baseline_tokens_per_s) and baseline_tokens_per_s > 0):
+        return ""
+    counts = totals(sd)
+    speedup = decode_tokens_per_s(counts.emitted, sd.decode_s) / baseline_tokens_per_s
+    why = impossible_speedup(speedup, gamma, counts.accepted, counts.drafted)
+    return f"{why} of its own acceptance: its baseline was likely disturbed" if why else ""
 
 
 def machine_load(seconds: float = 0.5) -> Load:

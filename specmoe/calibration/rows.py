@@ -25,6 +25,7 @@ from pathlib import Path
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.breakeven import AcceptanceKind, acceptance
+from specmoe.user_files import check_regular
 
 _THROUGHPUTS = re.compile(r"[\d.]+ (?:vs|against) ([\d.]+) tok/s")  # with SD, then without
 
@@ -124,6 +125,7 @@ def parse_measurements(text: str, where: str) -> list[Measurement]:
 
 def load_measurements(path: Path) -> list[Measurement]:
     path = Path(path)
+    check_regular(path)  # a FIFO would block the read forever
     try:
         text = path.read_bytes().decode("utf-8")  # the csv module reads line ends itself
     except FileNotFoundError:

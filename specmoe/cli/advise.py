@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
-from specmoe.cli.options import count, non_negative_int, number_list
+from specmoe.cli.options import count, non_negative_int, number_list, path_arg
 
 
 def add_advise(commands) -> None:
@@ -22,7 +21,7 @@ def add_advise(commands) -> None:
 def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     """`specmoe advise`: from a fit (FIT --draft PROFILE --alpha A) or from configs, no timing
     (--config --hardware --engine [--draft-config | --draft METHOD])."""
-    p.add_argument("fit", type=Path, nargs="?", default=None, help="target fit (omit with --config)")
+    p.add_argument("fit", type=path_arg, nargs="?", default=None, help="target fit (omit with --config)")
     p.add_argument(
         "--draft",
         action="append",
@@ -37,11 +36,15 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--gamma-max", type=int, default=8, help="largest draft length considered")
     configs = p.add_argument_group("from configs (no timing: first principles + an engine profile)")
-    configs.add_argument("--config", type=Path, help="the target's Hugging Face config.json")
-    configs.add_argument("--draft-config", type=Path, help="the draft model's config.json")
-    configs.add_argument("--hardware", type=Path, help="hardware JSON (`specmoe hw`, docs/perf-examples/)")
+    configs.add_argument("--config", type=path_arg, help="the target's Hugging Face config.json")
+    configs.add_argument("--draft-config", type=path_arg, help="the draft model's config.json")
+    configs.add_argument(
+        "--hardware", type=path_arg, help="hardware JSON (`specmoe hw`, docs/perf-examples/)"
+    )
     configs.add_argument("--engine", help="engine profile: hf-eager, vllm, sglang, llamacpp-metal, ...")
-    configs.add_argument("--engines", type=Path, help="a TOML file of extra or replacement engine profiles")
+    configs.add_argument(
+        "--engines", type=path_arg, help="a TOML file of extra or replacement engine profiles"
+    )
     configs.add_argument("--dtype", help="target weight format: bfloat16, fp8, int4, q4_k_m, mlx-4bit, ...")
     configs.add_argument("--draft-dtype", help="draft weight format (default: the draft config's)")
     configs.add_argument("--kv-dtype", help="KV-cache format (default: 16-bit, or the weights' float dtype)")

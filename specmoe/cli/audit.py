@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
+from specmoe.cli.options import path_arg
 from specmoe.errors import SpecmoeError
 
 log = logging.getLogger(__name__)
@@ -20,13 +20,13 @@ def add_audit(commands) -> None:
     )
     p.add_argument(
         "path",
-        type=Path,
+        type=path_arg,
         help="a CSV shaped like the study's runs.csv; a vLLM `--save-result` JSON; an SGLang "
         "bench_speculative JSONL; a llama.cpp log; or a folder of them",
     )
     p.add_argument(
         "--baseline",
-        type=Path,
+        type=path_arg,
         default=None,
         help="the same tool's result without a draft, for SD runs the files cannot pair themselves "
         "(logs that do not print the model name, vLLM results without spec_decode counts or an arm "

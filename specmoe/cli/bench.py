@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from specmoe.cli.options import count, finite_float, non_negative_int
+from specmoe.cli.options import count, finite_float, non_negative_int, nonempty_text, path_arg
 from specmoe.cli.summary import CATEGORY, CONFIG, add_summary, print_summary
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
 
@@ -21,8 +21,10 @@ def add_bench(commands) -> None:
     run.add_argument(
         "suite", help=f"suite file, or the name of a shipped suite: {', '.join(shipped_suites())}"
     )
-    run.add_argument("--db", type=Path, default=Path("results.db"), help="results store (SQLite); resumes")
-    run.add_argument("--zoo", type=Path, default=None, help="zoo directory (default: a per-user cache)")
+    run.add_argument(
+        "--db", type=path_arg, default=Path("results.db"), help="results store (SQLite); resumes"
+    )
+    run.add_argument("--zoo", type=path_arg, default=None, help="zoo directory (default: a per-user cache)")
     run.add_argument(
         "--quiet", action="store_true", help="no progress (as `specmoe -q`, for this suite only)"
     )
@@ -64,10 +66,10 @@ def add_bench(commands) -> None:
     run.set_defaults(run=run_bench)
     add_bench_quick(bench)
     export = bench.add_parser("export", help="export a results store as CSV or Parquet")
-    export.add_argument("--db", type=Path, required=True, help="results store to export")
+    export.add_argument("--db", type=path_arg, required=True, help="results store to export")
     export.add_argument("--format", choices=["csv", "parquet"], default="csv", help="file format")
     export.add_argument(
-        "--out", type=Path, default=None, help="file to write, - for stdout (default: beside the store)"
+        "--out", type=path_arg, default=None, help="file to write, - for stdout (default: beside the store)"
     )
     export.add_argument(
         "--per-prompt",
@@ -80,18 +82,20 @@ def add_bench(commands) -> None:
     report = bench.add_parser(
         "report", help="write an HTML report (figures, tables, audit) of a results store"
     )
-    report.add_argument("--db", type=Path, required=True, help="results store to report on")
-    report.add_argument("--out", type=Path, required=True, help="folder for report.html, figures and tables")
+    report.add_argument("--db", type=path_arg, required=True, help="results store to report on")
+    report.add_argument(
+        "--out", type=path_arg, required=True, help="folder for report.html, figures and tables"
+    )
     report.add_argument(
         "--profile",
-        type=Path,
+        type=path_arg,
         action="append",
         default=[],
         help="a `specmoe profile` output to add the activated-experts view; repeatable",
     )
     report.add_argument(
         "--fit",
-        type=Path,
+        type=path_arg,
         action="append",
         default=[],
         help="a `specmoe model fit` output (target or draft) to add model curves; repeatable",
@@ -108,7 +112,9 @@ def add_bench_quick(bench) -> None:
         "DB.suite.toml (rerun or edit it with `specmoe bench run`), runs it and prints the summary. "
         "Models: a directory, a .gguf file or a hub ID (org/name) in the local Hugging Face cache.",
     )
-    quick.add_argument("--model", required=True, help="target: directory, .gguf file or hub ID")
+    quick.add_argument(
+        "--model", required=True, type=nonempty_text, help="target: directory, .gguf file or hub ID"
+    )
     quick.add_argument(
         "--draft",
         dest="drafts",
@@ -135,7 +141,7 @@ def add_bench_quick(bench) -> None:
     quick.add_argument("--repeats", type=count, default=1, help="timed runs of every configuration")
     quick.add_argument("--warmup", type=non_negative_int, default=1, help="untimed runs of each arm first")
     quick.add_argument("--chat", action="store_true", help="prompts through the target's chat template")
-    quick.add_argument("--db", type=Path, default=Path("results.db"), help="results store (SQLite)")
+    quick.add_argument("--db", type=path_arg, default=Path("results.db"), help="results store (SQLite)")
     quick.add_argument("--quiet", action="store_true", help="no progress line")
     quick.add_argument(
         "--threads",

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from specmoe.cli.options import utf8_text
+from specmoe.cli.options import path_arg, utf8_text
 
 DEFAULT_OUT = "docs/results/calibration"
 
@@ -42,7 +42,9 @@ def add_calibrate(commands) -> None:
         action="store_true",
         help="write the fitted constants and bands into the shipped specmoe/perf/constants.toml",
     )
-    what.add_argument("--out", type=Path, default=None, help="write the updated constants.toml here instead")
+    what.add_argument(
+        "--out", type=path_arg, default=None, help="write the updated constants.toml here instead"
+    )
     what.add_argument(
         "--intervals",
         action="store_true",
@@ -54,7 +56,7 @@ def add_calibrate(commands) -> None:
     _rows_options(heldout)
     heldout.add_argument(
         "--out",
-        type=Path,
+        type=path_arg,
         default=None,
         help=f"write calibration.md and calibration.json here ({DEFAULT_OUT})",
     )
@@ -113,25 +115,33 @@ def add_calibrate(commands) -> None:
     check.set_defaults(run=run_check)
 
     bundle = sub.add_parser("specbundle", help="rows and checks from the SpecBundle dashboard's data.json")
-    bundle.add_argument("data", type=Path, help="SpecForge's docs/spec_bundle/public/raw_data/data.json")
+    bundle.add_argument("data", type=path_arg, help="SpecForge's docs/spec_bundle/public/raw_data/data.json")
     bundle.add_argument(
         "--rule", choices=("primary", "sensitivity"), default="primary", help="GPU-count rule"
     )
-    bundle.add_argument("--merge", type=Path, default=None, help="replace the dashboard rows of this CSV")
+    bundle.add_argument("--merge", type=path_arg, default=None, help="replace the dashboard rows of this CSV")
     bundle.add_argument(
         "--score-above-tau", action="store_true", help="score rows whose speedup exceeds τ (as first fixed)"
     )
     checks = bundle.add_mutually_exclusive_group()
     checks.add_argument("--gamma-check", action="store_true", help="print the γ-choice check")
     checks.add_argument("--tree-check", action="store_true", help="print the tree check")
-    bundle.add_argument("--data-rows", type=Path, default=None, help="rows CSV (default: the shipped table)")
+    bundle.add_argument(
+        "--data-rows", type=path_arg, default=None, help="rows CSV (default: the shipped table)"
+    )
     bundle.set_defaults(run=run_specbundle)
 
 
 def _rows_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data", type=Path, default=None, help="rows CSV (default: the shipped published table)")
     p.add_argument(
-        "--extra", type=Path, action="append", default=[], help="more rows, priced after the table (repeat)"
+        "--data", type=path_arg, default=None, help="rows CSV (default: the shipped published table)"
+    )
+    p.add_argument(
+        "--extra",
+        type=path_arg,
+        action="append",
+        default=[],
+        help="more rows, priced after the table (repeat)",
     )
 
 
@@ -226,9 +236,10 @@ def run_heldout(args) -> int:
 def _read_json(path: Path, what: str) -> dict:
     from specmoe.canonical import json_value
     from specmoe.errors import SpecmoeError
+    from specmoe.user_files import read_user_text
 
     try:
-        data = json_value(path.read_text(encoding="utf-8"))
+        data = json_value(read_user_text(path))
     except FileNotFoundError:
         raise SpecmoeError(f"'{path}' not found; pass {what}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:

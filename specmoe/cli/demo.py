@@ -20,6 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from specmoe.cli.options import path_arg
 from specmoe.cli.summary import print_summary
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,7 @@ def add_demo(commands) -> None:
         help="where SD pays and where it loses on this machine: predictions, then measurements, why "
         "each configuration paid or lost, and the study audit (about 3 minutes the first time)",
     )
-    p.add_argument("--out", type=Path, default=Path("specmoe-demo"), help="folder for the results")
+    p.add_argument("--out", type=path_arg, default=Path("specmoe-demo"), help="folder for the results")
     p.add_argument(
         "--quick",
         action="store_true",

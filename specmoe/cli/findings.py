@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specmoe.cli.options import path_arg
+
 
 def add_findings(commands) -> None:
     p = commands.add_parser(
@@ -13,8 +15,8 @@ def add_findings(commands) -> None:
     p.add_argument(
         "--scale", default="cpu", help="cpu (about an hour on one core) or full (the suites as shipped)"
     )
-    p.add_argument("--out", type=Path, default=Path("docs/results/cpu/findings"), help="results folder")
-    p.add_argument("--doc", type=Path, default=Path("docs/findings.md"), help="the document to write")
+    p.add_argument("--out", type=path_arg, default=Path("docs/results/cpu/findings"), help="results folder")
+    p.add_argument("--doc", type=path_arg, default=Path("docs/findings.md"), help="the document to write")
     p.add_argument(
         "--render-only",
         action="store_true",
@@ -45,7 +47,7 @@ def add_findings(commands) -> None:
         help="with --pass: the performance model's prediction of every cell of the pass, before its "
         "runs, written beside the results (probes this machine unless --hw names a hardware file)",
     )
-    p.add_argument("--hw", type=Path, help="with --predict: a `specmoe hw` file instead of probing now")
+    p.add_argument("--hw", type=path_arg, help="with --predict: a `specmoe hw` file instead of probing now")
     p.add_argument(
         "--smoke",
         action="store_true",

@@ -4,9 +4,15 @@ the texts and the decode's counts and times."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from specmoe.cli.options import add_model_options, finite_float, non_negative_int, torch_seed, utf8_text
+from specmoe.cli.options import (
+    add_model_options,
+    finite_float,
+    non_negative_int,
+    path_arg,
+    torch_seed,
+    utf8_text,
+)
 
 DEFAULT_PROMPT = "The history of the printing press"
 
@@ -19,7 +25,7 @@ def add_generate(commands) -> None:
         help="draft model directory or zoo name (an EAGLE-3 head's too: found by its config.json), "
         "mtp (the target's own MTP module), or ngram[:MIN-MAX] (prompt lookup); without it, plain decoding",
     )
-    p.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
+    p.add_argument("--zoo", type=path_arg, default=None, help="zoo directory to resolve model names in")
     p.add_argument("--gamma", type=int, default=4, help="tokens drafted per round (>= 1)")
     p.add_argument("--temperature", type=finite_float, default=0.0, help="0 is greedy")
     p.add_argument(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import textwrap
+from pathlib import Path
 from typing import NoReturn
 
 from specmoe.dtypes import DEFAULT_DTYPE, DTYPE_NAMES
@@ -46,6 +47,19 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"must be a finite number, got {text!r}")
     return value
+
+
+def nonempty_text(text: str) -> str:
+    """A path or a name given on the command line: an empty one would read as the current folder
+    (Path("") is "."), so it is refused here, in one line."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; pass the file's or folder's path")
+    return text
+
+
+def path_arg(text: str) -> Path:
+    """A file or folder path given on the command line; an empty one is refused (`nonempty_text`)."""
+    return Path(nonempty_text(text))
 
 
 def utf8_text(text: str) -> str:

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 
-from specmoe.cli.options import add_model_options, count, mebibytes, non_negative_int, number_list
+from specmoe.cli.options import add_model_options, count, mebibytes, non_negative_int, number_list, path_arg
 from specmoe.dtypes import DTYPE_NAMES
 from specmoe.errors import SpecmoeError
 from specmoe.perf.files import write_json
@@ -29,14 +28,14 @@ def add_hw(commands) -> None:
         default=None,
         help="CPU threads the measurement uses (default: torch's); match the runs it will be held against",
     )
-    p.add_argument("--out", type=Path, default=None, help="write the hardware JSON here")
+    p.add_argument("--out", type=path_arg, default=None, help="write the hardware JSON here")
     p.set_defaults(run=run_hw)
 
 
 def add_profile(commands) -> None:
     p = commands.add_parser("profile", help="time single forward passes T(B, t) of a model over a grid")
     p.add_argument("--model", required=True, help="model directory (or zoo name with --zoo)")
-    p.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
+    p.add_argument("--zoo", type=path_arg, default=None, help="zoo directory to resolve model names in")
     p.add_argument("--batch", default="1,2,4,8,16", help="batch sizes B, comma-separated")
     p.add_argument("--tokens", default="1,2,3,4,5,8", help="tokens per sequence t, comma-separated")
     # Checked here so that the error names the option (the profiler's own check lists them all).
@@ -56,9 +55,9 @@ def add_profile(commands) -> None:
         "--threads", type=count, default=None, help="torch and llama.cpp threads (default: torch's)"
     )
     p.add_argument(
-        "--hw", type=Path, default=None, help="a `specmoe hw` file: record each step's bandwidth floor"
+        "--hw", type=path_arg, default=None, help="a `specmoe hw` file: record each step's bandwidth floor"
     )
-    p.add_argument("--out", type=Path, required=True, help="profile JSON to write")
+    p.add_argument("--out", type=path_arg, required=True, help="profile JSON to write")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     add_model_options(p)
     p.set_defaults(run=run_profile)
@@ -68,18 +67,18 @@ def add_model(commands) -> None:
     parent = commands.add_parser("model", help="fit the performance model, predict SD speedups")
     model = parent.add_subparsers(title="model")
     fit = model.add_parser("fit", help="fit the model's constants to a profile (at most 21 points)")
-    fit.add_argument("profile", type=Path, help="a `specmoe profile` output")
-    fit.add_argument("--out", type=Path, required=True, help="fit JSON to write")
+    fit.add_argument("profile", type=path_arg, help="a `specmoe profile` output")
+    fit.add_argument("--out", type=path_arg, required=True, help="fit JSON to write")
     fit.add_argument("--max-points", type=int, default=21, help="points used in the fit (<= 21)")
     fit.set_defaults(run=run_fit)
     check = model.add_parser(
         "check", help="does a fit still describe this machine? a few of its points timed again"
     )
-    check.add_argument("fit", type=Path, help="a `specmoe model fit` output")
+    check.add_argument("fit", type=path_arg, help="a `specmoe model fit` output")
     check.add_argument(
         "--model", required=True, help="the model the fit was made from (or zoo name with --zoo)"
     )
-    check.add_argument("--zoo", type=Path, default=None, help="zoo directory to resolve model names in")
+    check.add_argument("--zoo", type=path_arg, default=None, help="zoo directory to resolve model names in")
     check.add_argument(
         "--batch",
         type=number_list,
@@ -109,7 +108,7 @@ def add_model(commands) -> None:
     predict = model.add_parser(
         "predict", help="predicted target efficiency and SD speedup, from a fit or from first principles"
     )
-    predict.add_argument("fit", type=Path, nargs="?", default=None, help="a fit; omit with --config")
+    predict.add_argument("fit", type=path_arg, nargs="?", default=None, help="a fit; omit with --config")
     predict.add_argument(
         "--batch", type=number_list, default=None, help="batch sizes (default: the fit's, or 1..256)"
     )
@@ -117,10 +116,10 @@ def add_model(commands) -> None:
     predict.add_argument(
         "--alpha", default="0.6,0.8", help="per-token acceptance probabilities, comma-separated"
     )
-    predict.add_argument("--draft", type=Path, help="draft profile or fit (default: a free draft)")
-    predict.add_argument("--hardware", type=Path, help="hardware JSON (first principles)")
-    predict.add_argument("--config", type=Path, help="HF config.json (first principles)")
-    predict.add_argument("--draft-config", type=Path, help="draft HF config.json (first principles)")
+    predict.add_argument("--draft", type=path_arg, help="draft profile or fit (default: a free draft)")
+    predict.add_argument("--hardware", type=path_arg, help="hardware JSON (first principles)")
+    predict.add_argument("--config", type=path_arg, help="HF config.json (first principles)")
+    predict.add_argument("--draft-config", type=path_arg, help="draft HF config.json (first principles)")
     predict.add_argument("--context", type=int, help="cached tokens per sequence (first principles; 512)")
     predict.add_argument("--dtype", help="weight format: bfloat16, fp8, int4, q4_k_m, mlx-4bit, ...")
     predict.add_argument("--draft-dtype", help="the draft's weight format (default: --dtype)")
@@ -231,7 +230,7 @@ def run_check(args) -> int:
         args.batch or batches,
         args.tokens or tokens,
         context=int(fit.get("context", 64)),
-        dtype=None if typed else (args.dtype or fit["model"].get("dtype")),
+        dtype=None if typed else (args.dtype or fit.get("model", {}).get("dtype")),
         device=args.device,
         repeats=args.repeats,
         threads=args.threads,

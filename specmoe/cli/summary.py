@@ -7,9 +7,9 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specmoe.cli.options import path_arg
 from specmoe.console import is_terminal
 from specmoe.errors import SpecmoeError
 
@@ -48,7 +48,7 @@ def print_summary(
 def add_summary(bench) -> None:
     """`specmoe bench summary` on the `bench` subparsers."""
     p = bench.add_parser("summary", help="print the result table of a results store")
-    p.add_argument("--db", type=Path, required=True, help="results store to summarise")
+    p.add_argument("--db", type=path_arg, required=True, help="results store to summarise")
     p.add_argument(
         "--by",
         action="append",

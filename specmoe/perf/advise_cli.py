@@ -8,9 +8,10 @@ from specmoe.errors import SpecmoeError
 from specmoe.perf.advise import advise_setup, check_gamma_max, stated_alpha
 from specmoe.perf.breakeven import AcceptanceKind
 from specmoe.perf.drafts import Drafter, DraftMethod
-from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, parse_counts
+from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, check_context, parse_counts
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
+from specmoe.perf.model import MAX_CONSTANT_S
 from specmoe.perf.offload import ALL_LAYERS
 from specmoe.perf.predict import config_name
 from specmoe.perf.runtimes import engine_profile
@@ -64,8 +65,7 @@ def advise_from_configs(args) -> dict:
         raise SpecmoeError(
             "--config needs --hardware FILE and --engine NAME (e.g. docs/perf-examples/h100-sxm.json, sglang)"
         )
-    if args.context < 0:
-        raise SpecmoeError(f"--context must be >= 0 tokens, got {args.context}")
+    check_context(args.context)
     refuse_pipeline(getattr(args, "pp", None))
     hardware = load_hardware(args.hardware)
     engine = engine_profile(args.engine, hardware.device, args.engines)
@@ -106,8 +106,11 @@ def advise_from_configs(args) -> dict:
     )
     batches = parse_counts(args.batch or list(DEFAULT_BATCHES), "--batch", maximum=MAX_BATCH)
     if args.plain_step_ms is not None:
-        if not args.plain_step_ms > 0:
-            raise SpecmoeError(f"--plain-step-ms must be a positive number of ms, got {args.plain_step_ms}")
+        if not 0 < args.plain_step_ms <= MAX_CONSTANT_S * 1e3:
+            raise SpecmoeError(
+                f"--plain-step-ms must be a positive number of ms up to {MAX_CONSTANT_S * 1e3:g} "
+                f"(no decode step takes longer), got {args.plain_step_ms}"
+            )
         if len(batches) != 1:
             raise SpecmoeError(
                 "--plain-step-ms is the step measured at one batch size: pass exactly one --batch"

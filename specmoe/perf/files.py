@@ -11,6 +11,7 @@ from pathlib import Path
 
 from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
+from specmoe.user_files import read_user_text
 
 SCHEMA = 1
 # The longest draft a prediction or an advice scores, per round: far past any engine's draft length
@@ -21,13 +22,24 @@ MAX_GAMMA = 64
 # (vLLM's max_num_seqs defaults to 256, SGLang's running requests to a few thousand) and the suites'
 # own limit; a batch of millions has a KV cache no machine holds, so its roofline answers nothing.
 MAX_BATCH = 4096
+# The most cached tokens per sequence a prediction or an advice prices: ten times the longest
+# context any released model accepts (10M tokens); past it the KV cache of even one sequence
+# outgrows every machine, and at 1e30 the roofline's times overflow.
+MAX_CONTEXT = 100_000_000
+
+
+def check_context(context: int) -> int:
+    """--context: cached tokens per sequence, a whole number in [0, MAX_CONTEXT]."""
+    if not 0 <= context <= MAX_CONTEXT:
+        raise SpecmoeError(f"--context must be between 0 and {MAX_CONTEXT:,} tokens, got {context}")
+    return context
 
 
 def read_json(path: Path, kinds: tuple[str, ...], hint: str) -> dict:
     """The parsed file, which must be one of `kinds`; `hint` says how to make a good one."""
     path = Path(path)
     try:
-        data = json_value(path.read_text(encoding="utf-8"))
+        data = json_value(read_user_text(path))
     except FileNotFoundError:
         raise SpecmoeError(f"'{path}' not found; {hint}") from None
     except UnicodeDecodeError:

@@ -42,6 +42,7 @@ from specmoe.perf.hardware import Hardware
 from specmoe.perf.model import Constants, MoEShape
 from specmoe.perf.runtimes import EngineProfile
 from specmoe.perf.structure import Architecture, parse_architecture
+from specmoe.user_files import read_user_text
 
 _ACTIVATION_BYTES = 2  # hidden states travel between devices in 16 bits
 _NO_ENGINE = EngineProfile(name="roofline", description="the hardware alone", device="cuda")
@@ -119,7 +120,7 @@ def first_principles_constants(
 def load_config(path: Path, dtype: str | None = None, kv_dtype: str | None = None) -> Architecture:
     path = Path(path)
     try:
-        config = json_value(path.read_text(encoding="utf-8"))
+        config = json_value(read_user_text(path))
     except FileNotFoundError:
         raise SpecmoeError(f"config '{path}' not found; pass a Hugging Face config.json") from None
     except UnicodeDecodeError:

@@ -250,7 +250,39 @@ def load_fit(path: Path) -> dict:
     if not isinstance(constants, dict):
         raise SpecmoeError(f"'{path}' has no constants object; {FIT_HINT}")
     Constants.from_json(constants, f"'{path}'")  # every constant usable, checked before any formula
+    check_fit_shape(fit, f"'{path}'")
     return fit
+
+
+def check_fit_shape(fit: dict, where: str) -> None:
+    """The fit's `model` (optional: a first-form fit has none) and `shape` objects: mappings; E and K whole
+    numbers with (0, 0) a dense model and 1 <= K <= E an MoE one; an MoE model's fit with E > 0 (a
+    shape of 0 experts would price it as dense: no prediction at all, so it is refused); byte
+    counts whole and >= 0."""
+    model, shape = fit.get("model", {}), fit.get("shape")
+    if not isinstance(model, dict) or not isinstance(shape, dict):
+        raise SpecmoeError(f"{where}: 'model' and 'shape' must be JSON objects; {FIT_HINT}")
+    experts, top_k = shape.get("num_experts"), shape.get("top_k")
+    for name, value in (("num_experts", experts), ("top_k", top_k)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise SpecmoeError(
+                f"{where}: shape.{name} must be a whole number >= 0, got {value!r}; {FIT_HINT}"
+            )
+    if (experts == 0) != (top_k == 0) or top_k > experts:
+        raise SpecmoeError(
+            f"{where}: shape has {experts} experts and top_k {top_k}; an MoE model needs "
+            f"1 <= top_k <= num_experts, a dense one 0 and 0; {FIT_HINT}"
+        )
+    if experts == 0 and (model.get("is_moe") is True or (model.get("num_experts") or 0) != 0):
+        raise SpecmoeError(
+            f"{where}: the fit's model is an MoE model ({model.get('num_experts')} experts) but its "
+            f"shape has 0 experts, which would price it as dense; {FIT_HINT}"
+        )
+    for key, value in model.items():
+        if key.startswith("bytes_") and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise SpecmoeError(
+                f"{where}: model.{key} must be a whole number of bytes >= 0, got {value!r}; {FIT_HINT}"
+            )
 
 
 def fitted_model(fit: dict, where: str = "fit") -> tuple[Constants, MoEShape]:

@@ -24,7 +24,6 @@ cost (`link_latency_s`), with `source` saying where the numbers come from.
 from __future__ import annotations
 
 import json
-import math
 import platform
 import statistics
 import time
@@ -34,6 +33,7 @@ from pathlib import Path
 from specmoe.canonical import json_value
 from specmoe.dtypes import torch_dtype
 from specmoe.errors import SpecmoeError
+from specmoe.user_files import read_user_text
 
 SCHEMA = 1
 KIND = "specmoe-hardware"
@@ -226,7 +226,7 @@ def parse_hardware(data: dict, where: str) -> Hardware:
         raise SpecmoeError(
             f"{where}: schema {data['schema']!r} is not {SCHEMA}; regenerate it with `specmoe hw`"
         )
-    bandwidth = _positive(data, "bandwidth_bytes_per_s", where)
+    bandwidth = _rate(data, "bandwidth_bytes_per_s", where)
     raw_flops = data.get("flops_per_s")
     if isinstance(raw_flops, int | float) and not isinstance(raw_flops, bool):
         raw_flops = {dtype: raw_flops for dtype in ("float32", "bfloat16", "float16")}
@@ -234,13 +234,13 @@ def parse_hardware(data: dict, where: str) -> Hardware:
         raise SpecmoeError(
             f'{where}: flops_per_s must be a number or an object such as {{"bfloat16": 9.9e14}}'
         )
-    flops = {str(dtype): _positive(raw_flops, dtype, f"{where} flops_per_s") for dtype in raw_flops}
+    flops = {str(dtype): _rate(raw_flops, dtype, f"{where} flops_per_s") for dtype in raw_flops}
     count = data.get("device_count", 1)
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise SpecmoeError(f"{where}: device_count must be an integer >= 1, got {count!r}")
     link = None
     if data.get("link_bandwidth_bytes_per_s") is not None:
-        link = _positive(data, "link_bandwidth_bytes_per_s", where)
+        link = _rate(data, "link_bandwidth_bytes_per_s", where)
     latency = data.get("link_latency_s", 0.0)
     if isinstance(latency, bool) or not isinstance(latency, int | float) or not 0 <= latency < 1:
         raise SpecmoeError(f"{where}: 'link_latency_s' must be seconds in [0, 1), got {latency!r}")
@@ -281,31 +281,34 @@ def _host(raw, where: str) -> Host | None:
     latency = raw.get("link_latency_s", 0.0)
     if isinstance(latency, bool) or not isinstance(latency, int | float) or not 0 <= latency < 1:
         raise SpecmoeError(f"{here}: 'link_latency_s' must be seconds in [0, 1), got {latency!r}")
-    numbers = [_finite_positive(raw, key, here) for key in _HOST_RATES]
+    numbers = [_rate(raw, key, here) for key in _HOST_RATES]
     return Host(*numbers, float(latency), str(raw.get("source", "")))
 
 
 _HOST_RATES = ("bandwidth_bytes_per_s", "flops_per_s", "link_bandwidth_bytes_per_s")
 
 
-def _finite_positive(data: dict, key: str, where: str) -> float:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise SpecmoeError(f"{where}: '{key}' must be a finite number > 0 (per second), got {value!r}")
-    return float(value)
+# A rate (bytes or FLOPs per second) outside these is no device's: one per second is below any
+# machine, and 1e18 is a hundred times past the fastest accelerator's dense tensor rate (B200, ~9e15
+# FP4 FLOP/s) and its memory (~8e12 B/s). Beyond them the roofline's times underflow or overflow.
+RATE_MIN, RATE_MAX = 1.0, 1e18
 
 
-def _positive(data: dict, key: str, where: str) -> float:
+def _rate(data: dict, key: str, where: str) -> float:
+    """data[key] as a rate per second in [RATE_MIN, RATE_MAX] (NaN and infinity refused)."""
     value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise SpecmoeError(f"{where}: '{key}' must be a number > 0 (per device, per second), got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not RATE_MIN <= value <= RATE_MAX:
+        raise SpecmoeError(
+            f"{where}: '{key}' must be a finite number > 0 per second (per device), between "
+            f"{RATE_MIN:g} and {RATE_MAX:g}, got {value!r}"
+        )
     return float(value)
 
 
 def load_hardware(path: Path) -> Hardware:
     path = Path(path)
     try:
-        data = json_value(path.read_text(encoding="utf-8"))
+        data = json_value(read_user_text(path))
     except FileNotFoundError:
         raise SpecmoeError(
             f"hardware file '{path}' not found; write one with `specmoe hw --out FILE`"

@@ -59,6 +59,9 @@ class MoEShape:
 
 # Constants that scale a token count (a knee, a sharpness): > 0. The rest are seconds: >= 0.
 _POSITIVE_CONSTANTS = ("knee_tokens", "sharpness", "kv_knee_tokens", "reread_tokens")
+# No pass of any model takes a million seconds (11 days); a time past it is an edited or broken
+# file, and at 1e30 s the composed times overflow into speedups of NaN.
+MAX_CONSTANT_S = 1e6
 
 
 def _check_constant(name: str, value, where: str) -> None:
@@ -70,10 +73,10 @@ def _check_constant(name: str, value, where: str) -> None:
         and not isinstance(value, bool)
         and not math.isnan(value)
         and (math.isfinite(value) or (name == "sharpness" and value > 0))
-        and (value > 0 if positive else value >= 0)
+        and (value > 0 if positive else 0 <= value <= MAX_CONSTANT_S)
     )
     if not usable:
-        bound = "> 0" if positive else ">= 0 seconds"
+        bound = "> 0" if positive else f">= 0 seconds, at most {MAX_CONSTANT_S:g}"
         raise SpecmoeError(
             f"{where}: constant {name} must be a finite number {bound}, got {value!r}; "
             "fit the profile again (`specmoe model fit PROFILE --out FIT`)"

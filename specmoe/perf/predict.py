@@ -22,7 +22,7 @@ import numpy as np
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.compose import expected_speedup
-from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, parse_counts, parse_fractions, read_json
+from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, check_context, parse_counts, parse_fractions, read_json
 from specmoe.perf.fit import KIND as FIT_KIND
 from specmoe.perf.fit import fitted_model, load_fit
 from specmoe.perf.model import Constants, MoEShape, check_counts, forward_time
@@ -139,7 +139,7 @@ def fit_times(fit: dict, source: str, top_k: int | None = None) -> ModelTimes:
     constants, shape = fitted_model(fit, source)
     if top_k is not None:
         shape = with_top_k(shape, top_k, source)
-    label = fit["model"].get("name", source) + (f" (top-{top_k})" if top_k is not None else "")
+    label = fit.get("model", {}).get("name", source) + (f" (top-{top_k})" if top_k is not None else "")
     return ModelTimes(label, constants, shape, float(fit.get("context", 0)), True, fit["grid"])
 
 
@@ -276,9 +276,7 @@ def predict_unfitted(
 
     hardware = load_hardware(hardware_path)
     profile = engine_profile(engine, hardware.device) if engine else None
-    context = 512 if context is None else context
-    if context < 0:
-        raise SpecmoeError(f"--context must be >= 0 tokens, got {context}")
+    context = check_context(512 if context is None else context)
     models = []
     for path, fmt in ((config, dtype), (draft_config, draft_dtype or dtype)):
         if path is None:

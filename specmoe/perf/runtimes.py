@@ -64,6 +64,7 @@ from specmoe.perf.constants import load_constants, profile_values
 from specmoe.perf.drafts import DraftMethod
 from specmoe.perf.formats import WeightFormat
 from specmoe.perf.rollback import HybridRollback
+from specmoe.user_files import read_user_text
 
 DEVICES = ("cuda", "mps", "cpu")
 
@@ -182,7 +183,7 @@ def load_engines(extra: Path | None = None) -> dict[str, EngineProfile]:
     if extra is not None:
         path = Path(extra)
         try:
-            raw = tomllib.loads(path.read_text(encoding="utf-8"))
+            raw = tomllib.loads(read_user_text(path))
         except FileNotFoundError:
             raise SpecmoeError(
                 f"engine file '{path}' not found; pass a TOML file of [engines.NAME] tables"

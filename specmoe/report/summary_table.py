@@ -346,6 +346,7 @@ def note_lines(table: SummaryTable) -> list[str]:
             f"noise guard: {len(noisy)} of {len(rows)} runs flagged noisy (left out of every number"
             + (" but the BUSY rows'" if any(c.busy for c in table.comparisons) else "")
             + ")"
+            + _beyond_bound_note(noisy)
         )
         lines.extend(_first(flagged))
         if noisy:
@@ -360,6 +361,14 @@ def note_lines(table: SummaryTable) -> list[str]:
     lines.append(f"audit: {len(rows) - len(failed)} of {len(rows)} runs pass every invariant")
     lines.extend(_first([f"  FAIL {r.run_id[:12]} {r.group} {r.arm}: {r.audit_reason}" for r in failed]))
     return lines
+
+
+def _beyond_bound_note(noisy: list[RunRow]) -> str:
+    """How many flagged runs the guard flagged for a speedup beyond their own acceptance's bound."""
+    beyond = sum(1 for r in noisy if r.measure.get("beyond_bound"))
+    return (
+        f"; {beyond} of them with a speedup beyond 1 + alpha*gamma of their own acceptance" if beyond else ""
+    )
 
 
 def _noisy_note(c: Comparison) -> str:
@@ -490,7 +499,12 @@ def to_json(table: SummaryTable) -> dict[str, Any]:
         "split": list(table.split),  # identity columns rows are split by although --by did not name them
         "rows": rows,
         "latency": latency,
-        "runs": {"total": len(table.rows), "noisy": len(table.noisy), "audit_failed": len(table.failed)},
+        "runs": {
+            "total": len(table.rows),
+            "noisy": len(table.noisy),
+            "beyond_bound": sum(1 for r in table.noisy if r.measure.get("beyond_bound")),
+            "audit_failed": len(table.failed),
+        },
         "noise_fix": NOISE_FIX if table.noisy else None,
     }
 

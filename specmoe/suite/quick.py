@@ -26,6 +26,7 @@ from specmoe.suite.load import parse_suite
 from specmoe.suite.overrides import command_line_path
 from specmoe.suite.schema import SCHEMA_VERSION
 from specmoe.suite.types import Suite
+from specmoe.user_files import check_regular
 from specmoe.zoo.hub_cache import looks_like_hub_id, resolve_hub_id
 
 SUITE_NAME = "bench-quick"
@@ -78,12 +79,18 @@ def model_name(spec: str) -> str:
     return name
 
 
-def _model_source(spec: str) -> str:
+def _model_source(spec: str, option: str) -> str:
     """An absolute path, or a hub ID kept as written once the local cache is found to hold it (so
-    an absent model is one line before anything is written)."""
+    an absent model is one line, naming its option, before anything is written)."""
     source = command_line_path(spec)
     if source == spec and looks_like_hub_id(spec):
         resolve_hub_id(spec)
+    elif not Path(source).exists():
+        others = "ngram[:MIN-MAX], mtp or " if option == "--draft" else ""
+        raise SpecmoeError(
+            f"{option} {spec}: no such model directory or .gguf file ({source}); pass one, or "
+            f"{others}a hub ID (org/name) in the local Hugging Face cache"
+        )
     return source
 
 
@@ -93,6 +100,7 @@ def _dataset(text: str) -> str:
     if is_builtin(text):
         return text
     path = Path(text).expanduser()
+    check_regular(path)  # a FIFO would block the read forever
     if not path.is_file():
         raise SpecmoeError(
             f'--dataset {text}: no such file; give a .jsonl file of {{"prompt": ...}} or '
@@ -121,7 +129,7 @@ def quick_table(args: QuickArgs) -> dict[str, Any]:
         while name in models:
             name, count = f"{base}-{count}", count + 1
         names[spec] = name
-        models[name] = {"path": _model_source(spec)}
+        models[name] = {"path": _model_source(spec, "--model" if spec == args.model else "--draft")}
     drafts = [spec if parsed[spec].model_name is None else names[spec] for spec in args.drafts]
     group: dict[str, Any] = {
         "name": GROUP_NAME,
