@@ -62,7 +62,9 @@ def test_the_step_is_a_pass_with_a_smoke_version_of_the_same_suite():
     specs = expand(load_suite(builtin_suite_path(full.suite), full.overrides))
     sd = {(s.target_model.backend, arm(s), s.gamma, s.batch_size) for s in specs if s.arm == "sd"}
     arms = ("mtp", "draft-xs", "draft-s")
-    assert sd == {(k, d, g, b) for k in ("hf", "llamacpp") for d in arms for g in (1, 2, 3, 4) for b in (1, 4)}
+    assert sd == {
+        (k, d, g, b) for k in ("hf", "llamacpp") for d in arms for g in (1, 2, 3, 4) for b in (1, 4)
+    }
     assert len(specs) == 390
 
 
