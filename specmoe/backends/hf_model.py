@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
@@ -20,6 +22,12 @@ def set_model_facts(backend, model, name: str, device: torch.device) -> None:
     backend.eos_token_ids = eos_ids(model)
     backend.is_moe = any(getattr(config, k, None) for k in MOE_CONFIG_KEYS)
     backend.num_layers = int(config.get_text_config().num_hidden_layers)
+
+
+def keeps_cache(model) -> bool:
+    """Whether the model keeps its past in a transformers Cache (`past_key_values`); Mamba, RWKV,
+    xLSTM and some older models keep it in their own objects or not at all."""
+    return "past_key_values" in inspect.signature(model.forward).parameters
 
 
 def hidden_request(layers: tuple[int, ...]) -> dict:

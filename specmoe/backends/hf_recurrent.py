@@ -34,8 +34,9 @@ their verify kernels compute and pick each row's (no recompute, γ + 1 states of
 llama.cpp checkpoints a sequence's recurrent state and decodes the kept tokens again through the
 whole model (`llamacpp.py`).
 
-Only mixers whose layout `gated_delta` knows are accepted (`LINEAR_MIXERS`); any other cache layer
-that cannot drop a suffix is refused when the model loads (`cache_layout`).
+Only mixers whose layout `gated_delta` knows are accepted (`LINEAR_MIXERS`); a model with any other
+cache layer that cannot drop a suffix still decodes plainly, and SD on it is refused in one line
+(`cache_layout` says why, the backend's `rollback_refused`).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class CacheLayout:
 
     kv_layers: tuple[int, ...]
     linear_layers: tuple[int, ...]
+    rollback_refused: str | None = None  # why rejected draft tokens cannot be dropped (SD is refused)
 
     @property
     def is_hybrid(self) -> bool:
@@ -82,8 +84,10 @@ class CacheLayout:
 
 
 def cache_layout(model, name: str) -> CacheLayout:
-    """The model's cache layout, or a one-line refusal when some layer's cache cannot drop a
-    rejected suffix: SD on it would be silently wrong, so it never runs."""
+    """The model's cache layout. When some layer's cache cannot drop a rejected suffix the layout
+    carries the one-line reason instead of layer lists: plain decoding needs no rollback, and SD,
+    which would be silently wrong, is refused with that line. A model that keeps its past outside
+    transformers' Cache has no layout at all and is refused here (`hf_uncached` decodes it)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer, LinearAttentionLayer
 
@@ -103,11 +107,16 @@ def cache_layout(model, name: str) -> CacheLayout:
             linear.append(index)
         else:
             kind = _LAYER_KINDS.get(type(layer).__name__, type(layer).__name__)
-            raise SpecmoeError(
-                f"'{name}' is a {model_type} model whose layer {index} keeps {kind}, which specmoe's "
-                f"transformers backend cannot roll back; it is refused (SD would be silently wrong); {fix}"
-            )
+            return CacheLayout((), (), refused_sd(name, model_type, f"whose layer {index} keeps {kind}", fix))
     return CacheLayout(tuple(kv), tuple(linear))
+
+
+def refused_sd(name: str, model_type: str, why: str, fix: str) -> str:
+    """The one line that refuses SD on a model whose cache cannot drop rejected draft tokens."""
+    return (
+        f"'{name}' is a {model_type} model {why}, which specmoe cannot roll back, so speculative "
+        f"decoding on it is refused (it would be silently wrong; plain decoding works); {fix}"
+    )
 
 
 class LinearStates:
