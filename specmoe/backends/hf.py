@@ -39,7 +39,6 @@ from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
 from specmoe.backends.eagle3_head import Eagle3Checkpoint, is_eagle3, load_eagle3
 from specmoe.backends.hf_mask import DeviceMask
 from specmoe.backends.hf_model import (
-    MOE_CONFIG_KEYS,
     hidden_request,
     keeps_cache,
     set_model_facts,
@@ -173,13 +172,6 @@ def load_hf(
     torch_device = resolve_device(device)
     if is_eagle3(config):  # a head, not a model: bound to its target when the drafter is made
         return load_eagle3(path, config, torch_dtype(dtype), torch_device)
-    kwargs: dict = {}
-    if any(k in config for k in MOE_CONFIG_KEYS):
-        kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(
-            dtype, compile, device
-        )
-        if kwargs["experts_implementation"] in hf_experts.NAMES:
-            hf_experts.register()
     verbosity = hf_logging.get_verbosity()
     # transformers reports missing or unexpected weights as a multi-line notice and goes on with
     # random ones; that is an error here (`check_loading_info`), so the notice is not printed.
@@ -188,7 +180,6 @@ def load_hf(
         "dtype": torch_dtype(dtype),
         "output_loading_info": True,
         "ignore_mismatched_sizes": True,  # reported in `info` and refused below, with names
-        **kwargs,
     }
     try:
         # --allow-pickle promises to load a pickle checkpoint, not only what torch's weights-only
@@ -209,6 +200,8 @@ def load_hf(
     finally:
         hf_logging.set_verbosity(verbosity)
     check_loading_info(path, info)
+    default = default_experts_implementation(dtype, compile, device)
+    hf_experts.set_kernel(model, path.name, experts_implementation, default, torch_dtype(dtype))
     model.to(torch_device).eval()
     if moe_top_k is not None:
         set_moe_top_k(model, moe_top_k)

@@ -6,7 +6,8 @@ import inspect
 
 import torch
 
-MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+from specmoe.backends.config_shape import expert_count
+from specmoe.backends.hf_experts import experts_modules
 
 
 def set_model_facts(backend, model, name: str, device: torch.device) -> None:
@@ -20,7 +21,7 @@ def set_model_facts(backend, model, name: str, device: torch.device) -> None:
     backend.vocab_size = int(model.get_output_embeddings().weight.shape[0])
     backend.max_context = int(getattr(config, "max_position_embeddings", 1 << 30))
     backend.eos_token_ids = eos_ids(model)
-    backend.is_moe = any(getattr(config, k, None) for k in MOE_CONFIG_KEYS)
+    backend.is_moe = expert_count(config.to_dict()) > 0 or bool(experts_modules(model))
     backend.num_layers = int(config.get_text_config().num_hidden_layers)
 
 
