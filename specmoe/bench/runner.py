@@ -124,24 +124,42 @@ class Runner:
         """
         if block.specs[0].concurrency is not None:
             return self._served_block(block, stored_baseline)
-        for spec in block.specs:
+        specs, refused = self._runnable(block.specs)
+        for spec in specs:
             self.warm_up(spec)
         measured = {
-            spec.run_id: self.timed(spec, block.baseline_id, position)
-            for position, spec in enumerate(block.specs)
+            spec.run_id: self.timed(spec, block.baseline_id, position) for position, spec in enumerate(specs)
         }
         created_at = datetime.now(UTC).isoformat(timespec="seconds")
         baseline = stored_baseline
         rows = []
-        for spec in sorted(block.specs, key=lambda s: s.arm != "baseline"):
+        for spec in sorted(specs, key=lambda s: s.arm != "baseline"):
             m = measured[spec.run_id]
             if spec.arm == "baseline" and spec.temperature == 0.0:
                 self._remember_plain(spec, m.result)
             row = make_row(spec, m, baseline, created_at, self.lossless_note(spec, m.result))
-            row = replace(row, env={**row.env, "weights": self.pool.weights(spec.model_names)})
+            env = {**row.env, "weights": self.pool.weights(spec.model_names)}
+            if spec.arm == "baseline" and refused:  # stored with the baseline: its SD arms never ran
+                env["sd_refused"] = refused
+            row = replace(row, env=env)
             baseline = row if spec.arm == "baseline" else baseline
             rows.append(row)
         return rows
+
+    def _runnable(self, specs: tuple[RunSpec, ...]) -> tuple[list[RunSpec], str]:
+        """The block's runs less its SD arms when their target cannot drop rejected draft tokens
+        (`Backend.rollback_refused`): the baseline is still measured, and each skipped arm is logged
+        with the one-line reason, which is returned for the baseline's row."""
+        target = specs[0]
+        refused = self.pool.model(
+            target.target, target.dtype, target.device, target.moe_top_k, target.compile
+        ).rollback_refused
+        if refused is None or not any(spec.draft is not None for spec in specs):
+            return list(specs), ""
+        for spec in specs:
+            if spec.draft is not None:
+                log.warning("run %s (%s, draft %s) skipped: %s", spec.run_id, spec.arm, spec.draft, refused)
+        return [spec for spec in specs if spec.draft is None], refused
 
     def _served_block(self, block: Block, stored_baseline: RunRow | None) -> list[RunRow]:
         # A served SD arm's row is made against its baseline row, so servers run baseline first.
