@@ -39,6 +39,7 @@ from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
 from specmoe.backends.eagle3_head import Eagle3Checkpoint, is_eagle3, load_eagle3
 from specmoe.backends.hf_mask import DeviceMask
 from specmoe.backends.hf_model import (
+    check_causal,
     hidden_request,
     keeps_cache,
     set_model_facts,
@@ -203,6 +204,7 @@ def load_hf(
     default = default_experts_implementation(dtype, compile, device)
     hf_experts.set_kernel(model, path.name, experts_implementation, default, torch_dtype(dtype))
     model.to(torch_device).eval()
+    check_causal(model, path.name)
     if moe_top_k is not None:
         set_moe_top_k(model, moe_top_k)
     if compile:
