@@ -95,8 +95,8 @@ def cache_layout(model, name: str) -> CacheLayout:
     fix = f"use a transformer or a supported hybrid ({SUPPORTED_HYBRIDS}), or its GGUF through llama.cpp"
     if "past_key_values" not in inspect.signature(model.forward).parameters:
         raise SpecmoeError(
-            f"'{name}' is a {model_type} model, which keeps its past outside transformers' Cache; specmoe "
-            f"cannot drop rejected draft tokens from it, so it is refused (SD would be silently wrong); {fix}"
+            f"'{name}' is a {model_type} model, which keeps its past outside transformers' Cache, so "
+            "specmoe's cache backends cannot run it; drop --compile to decode it plainly (without a cache)"
         )
     mixers = {m.layer_idx: m for m in model.modules() if type(m).__name__ in LINEAR_MIXERS}
     kv, linear = [], []
