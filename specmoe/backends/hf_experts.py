@@ -103,7 +103,10 @@ def experts_modules(model) -> list[torch.nn.Module]:
     transformers' `use_experts_implementation` decorates (it gives each instance its weight-layout
     flags, read here). Found on the model, not from config keys, which every family spells its own
     way; a family with its own experts code (DBRX) has none."""
-    if not model._can_set_experts_implementation():
+    from transformers import PreTrainedModel
+
+    # a head drafter's module (EAGLE-3) is no PreTrainedModel: nothing of transformers dispatches it
+    if not isinstance(model, PreTrainedModel) or not model._can_set_experts_implementation():
         return []
     return [m for m in model.modules() if isinstance(vars(m).get("is_concatenated"), bool)]
 
