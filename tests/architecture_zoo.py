@@ -120,11 +120,15 @@ def causal_lm_types() -> list[str]:
 
 
 def tiny_config(model_type: str):
-    """The type's default config with every listed size it has shrunk (`SHRINK`), a text config too."""
+    """The type's default config with every listed size it has shrunk (`SHRINK`), a text config too,
+    then the family's own fields (`FAMILY_FIELDS`)."""
     from transformers import AutoConfig
 
     default = AutoConfig.for_model(model_type)
-    fields = {key: value for key, value in SHRINK.items() if key in default.to_dict()}
+    keys = default.to_dict()
+    fields = {key: value for key, value in SHRINK.items() if key in keys}
+    if keys.get("sliding_window") is None:  # null is no window (Mixtral, Phi-3): none is added
+        fields.pop("sliding_window", None)
     text = getattr(default, "text_config", None)
     if text is not None and hasattr(text, "to_dict"):
         fields["text_config"] = {
