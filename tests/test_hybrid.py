@@ -18,6 +18,7 @@ from specmoe.backends.hf_recurrent import LinearStates
 from specmoe.backends.hf_static import StaticHFBackend
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter
+from specmoe.engine.ngram import NgramDrafter
 from specmoe.engine.oracle import OracleDrafter
 from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
@@ -246,9 +247,16 @@ def _tiny(family: str, **fields):
     ],
     ids=["mamba2", "jamba"],
 )
-def test_a_model_whose_cache_cannot_roll_back_is_refused_in_one_line(tmp_path, config, says):
-    path = _random(config(), tmp_path / "m", seed=0)
-    with pytest.raises(SpecmoeError) as refused:
-        load_model(path, dtype="float64")
-    message = str(refused.value)
-    assert says in message and "refused" in message and "\n" not in message
+def test_a_model_whose_cache_cannot_roll_back_decodes_plainly_and_refuses_sd_in_one_line(
+    tmp_path, config, says
+):
+    target = load_model(_random(config(), tmp_path / "m", seed=0), dtype="float64")
+    prompts = [[3, 14, 15, 9], [35, 8], [7]]
+    plain = decode(target, prompts, DecodeConfig(max_new_tokens=5, ignore_eos=True))
+    alone = [decode(target, [p], DecodeConfig(max_new_tokens=5, ignore_eos=True)) for p in prompts]
+    assert [o.token_ids for o in plain.outputs] == [r.outputs[0].token_ids for r in alone]
+    for drafter in (ModelDrafter(target), NgramDrafter(target)):
+        with pytest.raises(SpecmoeError) as refused:
+            decode(target, prompts, DecodeConfig(max_new_tokens=5, gamma=2), drafter)
+        message = str(refused.value)
+        assert says in message and "refused" in message and "'m'" in message and "\n" not in message

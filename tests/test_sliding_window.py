@@ -185,16 +185,15 @@ def test_the_window_is_counted_in_tokens_across_holes():
     assert sliding[0, 0, 0].tolist() == [False, True, False, True, True]
 
 
-def test_a_chunked_attention_model_is_still_refused(tmp_path):
+def test_sd_on_a_chunked_attention_model_is_still_refused(tmp_path):
     from transformers import AutoModelForCausalLM
 
     config = sliding_config("mistral", sliding_window=None)
     config.attention_chunk_size = 4  # transformers' caches then drop keys chunk by chunk
     path = tmp_path / "chunked"
     AutoModelForCausalLM.from_config(config).save_pretrained(path)
-    with pytest.raises(SpecmoeError) as refused:
-        load_model(path, dtype="float64")
-    message = str(refused.value)
+    # Plain decoding needs no rollback, so the model loads; speculative decoding on it is refused.
+    message = load_model(path, dtype="float64").rollback_refused
     assert "chunked attention" in message and "refused" in message and "\n" not in message
 
 

@@ -9,7 +9,7 @@ the backend only caches, computes logits, and forgets what the engine tells it t
 
 Optional abilities are declared members, not probed: every backend has them, and `BackendBase`
 gives each its default (no digest, nothing compiled, no recurrent state, no hidden states, nothing
-to reserve, no rollback to choose). A backend that can do more overrides the member.
+to reserve, no rollback to choose, nothing that refuses SD). A backend that can do more overrides the member.
 """
 
 from __future__ import annotations
@@ -54,6 +54,8 @@ class Backend(Protocol):
     state_s: float  # seconds spent rolling back recurrent / linear-attention state (0: none)
     recurrent_rollback: str | None  # how a backend with a choice rolls recurrent state back (llama.cpp:
     # "snapshots" or "checkpoints"), recorded with each run; None where there is no choice
+    rollback_refused: str | None  # why this model's cache cannot drop rejected draft tokens, in one
+    # line naming the model: it decodes plainly, and SD on it is refused with this line; None: it can
 
     def reserve(self, tokens: int) -> None:
         """A row of the next batch may reach `tokens` tokens: a backend that sizes its cache ahead
@@ -105,6 +107,7 @@ class BackendBase:
     compile_s: float = 0.0
     state_s: float = 0.0
     recurrent_rollback: str | None = None
+    rollback_refused: str | None = None
 
     def reserve(self, tokens: int) -> None:
         return None

@@ -35,14 +35,25 @@ POSITIVE_KEYS = (
     "linear_value_head_dim",
 )
 NON_NEGATIVE_KEYS = ("n_shared_experts", "shared_expert_intermediate_size", "first_k_dense_replace")
-EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
-TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token")
+# The keys that state routed experts per MoE layer and experts per token, across the families
+# (ERNIE 4.5 spells them moe_num_experts and moe_k); DBRX nests its count in `ffn_config`.
+EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts")
+TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk", "moe_k")
 
 
 def language_config(config: dict) -> dict:
     """The keys that shape the language model: `text_config` (multimodal checkpoints) over the rest."""
     inner = config.get("text_config")
     return {**config, **inner} if isinstance(inner, dict) else config
+
+
+def expert_count(config: dict) -> int:
+    """Routed experts per MoE layer that a config.json object states; 0 for a dense model."""
+    config = language_config(config)
+    nested = config.get("ffn_config")
+    scopes = (config, nested) if isinstance(nested, dict) else (config,)
+    counts = (scope.get(key) for scope in scopes for key in EXPERT_COUNT_KEYS)
+    return next((count for count in counts if _is_int(count, minimum=1)), 0)
 
 
 def check_config_shape(config: Any, where: str, fix: str) -> None:

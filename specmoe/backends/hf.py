@@ -19,9 +19,11 @@ hole (`hf_mask.py`).
 
 Hybrid models (Qwen3-Next, Qwen3.5) also keep a linear-attention state per row that no mask can
 edit; `hf_recurrent.LinearStates` checkpoints it and re-advances rows that dropped tokens, and its
-seconds are this backend's `state_s`. A model whose cache can neither be masked nor rolled back is
-refused when it loads (`hf_recurrent.cache_layout`). Sliding-window layers keep their whole past
-like full attention, and the window is applied by the mask (`hf_sliding`).
+seconds are this backend's `state_s`. A model whose cache can neither be masked nor rolled back
+(`hf_recurrent.cache_layout`) decodes plainly, and SD on it is refused (`rollback_refused`); one
+that keeps its past outside transformers' Cache decodes without a cache (`hf_uncached`).
+Sliding-window layers keep their whole past like full attention, and the window is applied by the
+mask (`hf_sliding`).
 """
 
 from __future__ import annotations
@@ -38,9 +40,16 @@ from specmoe.backends import hf_experts
 from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
 from specmoe.backends.eagle3_head import Eagle3Checkpoint, is_eagle3, load_eagle3
 from specmoe.backends.hf_mask import DeviceMask
-from specmoe.backends.hf_model import MOE_CONFIG_KEYS, hidden_request, set_model_facts, stacked_hidden
+from specmoe.backends.hf_model import (
+    check_causal,
+    hidden_request,
+    keeps_cache,
+    set_model_facts,
+    stacked_hidden,
+)
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
 from specmoe.backends.hf_sliding import keep_whole_past, sliding_window
+from specmoe.backends.hf_uncached import UncachedHFBackend
 from specmoe.backends.mtp_head import PREFIX as MTP_PREFIX
 from specmoe.backends.pickle_weights import from_pickle
 from specmoe.backends.slots import SlotMap, left_padded, to_device
@@ -138,7 +147,7 @@ def load_hf(
     moe_top_k: int | None = None,
     compile: bool = False,
     compile_mode: str | None = None,
-) -> HFBackend | Eagle3Checkpoint:
+) -> HFBackend | UncachedHFBackend | Eagle3Checkpoint:
     """Load a local Hugging Face causal LM. Never contacts a hub (HF_HUB_OFFLINE semantics).
 
     compile=True gives the compiled path (`hf_static.py`): a static KV cache and torch.compile'd
@@ -167,13 +176,6 @@ def load_hf(
     torch_device = resolve_device(device)
     if is_eagle3(config):  # a head, not a model: bound to its target when the drafter is made
         return load_eagle3(path, config, torch_dtype(dtype), torch_device)
-    kwargs: dict = {}
-    if any(k in config for k in MOE_CONFIG_KEYS):
-        kwargs["experts_implementation"] = experts_implementation or default_experts_implementation(
-            dtype, compile, device
-        )
-        if kwargs["experts_implementation"] in hf_experts.NAMES:
-            hf_experts.register()
     verbosity = hf_logging.get_verbosity()
     # transformers reports missing or unexpected weights as a multi-line notice and goes on with
     # random ones; that is an error here (`check_loading_info`), so the notice is not printed.
@@ -182,7 +184,6 @@ def load_hf(
         "dtype": torch_dtype(dtype),
         "output_loading_info": True,
         "ignore_mismatched_sizes": True,  # reported in `info` and refused below, with names
-        **kwargs,
     }
     try:
         # --allow-pickle promises to load a pickle checkpoint, not only what torch's weights-only
@@ -203,11 +204,16 @@ def load_hf(
     finally:
         hf_logging.set_verbosity(verbosity)
     check_loading_info(path, info)
+    default = default_experts_implementation(dtype, compile, device)
+    hf_experts.set_kernel(model, path.name, experts_implementation, default, torch_dtype(dtype))
     model.to(torch_device).eval()
+    check_causal(model, path.name)
     if moe_top_k is not None:
         set_moe_top_k(model, moe_top_k)
     if compile:
         backend = compiled_backend(model, path.name, torch_device, compile_mode)
+    elif not keeps_cache(model):
+        backend = UncachedHFBackend(model, name=path.name, device=torch_device)
     else:
         backend = HFBackend(model, name=path.name, device=torch_device)
     backend.tokenizer_digest = tokenizer_digest(path)  # checked against its target's by `decode`
@@ -292,7 +298,8 @@ class HFBackend(BackendBase):
 
         set_model_facts(self, model, name, device)
         config = model.config
-        layout = cache_layout(model, name)  # refuses a cache that cannot drop a rejected suffix
+        layout = cache_layout(model, name)
+        self.rollback_refused = layout.rollback_refused  # a cache that cannot drop a rejected suffix
         self._linear = LinearStates(model, layout) if layout.is_hybrid else None
         self._new_cache = lambda: keep_whole_past(DynamicCache(config=config), layout.sliding_layers)
         self._cache = self._new_cache()
@@ -384,6 +391,8 @@ class HFBackend(BackendBase):
     @torch.inference_mode()
     def rollback(self, lengths: Sequence[int]) -> None:
         dropped = self._slots.keep(lengths)  # [B]
+        if self.rollback_refused is not None and dropped.any():  # the engine refuses SD first: a bug
+            raise RuntimeError(f"rollback asked of a cache that cannot roll back: {self.rollback_refused}")
         if self._linear is not None:
             self._linear.rollback(dropped.tolist())
         if dropped.any():
@@ -391,10 +400,15 @@ class HFBackend(BackendBase):
 
     def retain(self, rows: Sequence[int]) -> None:
         index = to_device(np.asarray(rows, dtype=np.int64), self.device)
+        self._slots.retain(rows)
+        if self.rollback_refused is not None:
+            # Layers this backend cannot edit (recurrent states, sliding windows) select their own
+            # rows; their slots are never cropped, as cropping is dropping positions.
+            self._cache.reorder_cache(index)
+            return
         self._apply(lambda kv: kv[index])
         if self._linear is not None:
             self._linear.retain(index, in_place=False)
-        self._slots.retain(rows)
         self._trim()
 
     def cached_lengths(self) -> list[int]:

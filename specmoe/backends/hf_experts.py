@@ -25,8 +25,14 @@ from __future__ import annotations
 
 import torch
 
+from specmoe.backends.config_shape import expert_count
+from specmoe.errors import SpecmoeError
+
 NAME = "specmoe_gathered"
 SIZED = "specmoe_sized"
+# Kernels with a float64 path: transformers' grouped_mm has none (torch's grouped matmul takes
+# float32, bfloat16 or float16 only), and SIZED runs it beyond decode-sized blocks.
+FLOAT64_KERNELS = ("eager", "batched_mm", NAME)
 
 
 def gathered_experts_forward(
@@ -89,6 +95,46 @@ def sized_experts_forward(
 
 
 NAMES = {NAME: gathered_experts_forward, SIZED: sized_experts_forward}
+KERNELS = ("eager", "batched_mm", "grouped_mm", NAME, SIZED)
+
+
+def experts_modules(model) -> list[torch.nn.Module]:
+    """The model's experts modules whose kernel `experts_implementation` picks: those of a class that
+    transformers' `use_experts_implementation` decorates (it gives each instance its weight-layout
+    flags, read here). Found on the model, not from config keys, which every family spells its own
+    way; a family with its own experts code (DBRX) has none."""
+    from transformers import PreTrainedModel
+
+    # a head drafter's module (EAGLE-3) is no PreTrainedModel: nothing of transformers dispatches it
+    if not isinstance(model, PreTrainedModel) or not model._can_set_experts_implementation():
+        return []
+    return [m for m in model.modules() if isinstance(vars(m).get("is_concatenated"), bool)]
+
+
+def set_kernel(model, name: str, requested: str | None, default: str, dtype: torch.dtype) -> None:
+    """Give the model's experts `requested` (--experts-implementation), or `default` when none was
+    asked for. Refused in one line: an MoE model whose experts run their own code (the option would
+    be silently ignored), an unknown kernel, a kernel with no path for the dtype. A dense model has
+    nothing to set (a run's options reach its dense draft too)."""
+    if not experts_modules(model):
+        if requested is not None and expert_count(model.config.to_dict()):
+            raise SpecmoeError(
+                f"--experts-implementation {requested} was given, but the experts of '{name}' "
+                f"({model.config.model_type}) run their own code, which transformers' kernels do not "
+                "replace; drop --experts-implementation for this model"
+            )
+        return
+    kernel = requested or default
+    if kernel not in KERNELS:
+        raise SpecmoeError(f"unknown experts implementation '{kernel}'; use one of {', '.join(KERNELS)}")
+    if dtype == torch.float64 and kernel not in FLOAT64_KERNELS:
+        raise SpecmoeError(
+            f"experts implementation '{kernel}' has no float64 kernel; for --dtype float64 use one of "
+            f"{', '.join(FLOAT64_KERNELS)}"
+        )
+    if kernel in NAMES:
+        register()
+    model.set_experts_implementation(kernel)
 
 
 def register() -> None:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
-MOE_CONFIG_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
+from specmoe.backends.config_shape import expert_count
+from specmoe.backends.hf_experts import experts_modules
+from specmoe.errors import SpecmoeError
 
 
 def set_model_facts(backend, model, name: str, device: torch.device) -> None:
@@ -16,10 +20,38 @@ def set_model_facts(backend, model, name: str, device: torch.device) -> None:
     backend.device = device
     backend.dtype = next(model.parameters()).dtype
     backend.vocab_size = int(model.get_output_embeddings().weight.shape[0])
-    backend.max_context = int(getattr(config, "max_position_embeddings", 1 << 30))
+    context = getattr(config, "max_position_embeddings", None)  # XLNet states -1: unbounded
+    backend.max_context = int(context) if isinstance(context, int) and context > 0 else 1 << 30
     backend.eos_token_ids = eos_ids(model)
-    backend.is_moe = any(getattr(config, k, None) for k in MOE_CONFIG_KEYS)
+    backend.is_moe = expert_count(config.to_dict()) > 0 or bool(experts_modules(model))
     backend.num_layers = int(config.get_text_config().num_hidden_layers)
+
+
+@torch.inference_mode()
+def check_causal(model, name: str) -> None:
+    """Refuse, in one line, a model whose logits at a position change with later tokens: an encoder
+    that transformers registers as a causal LM (BERT, RoBERTa, ELECTRA... with `is_decoder` false)
+    attends both ways, so neither its plain nor its speculative decoding would mean anything. Two
+    forwards of one and two tokens; the tolerance, relative to the largest logit, is far above the
+    rounding of the dtype's kernels (5% in 16-bit floats, 0.01% above) and below what attending to
+    a later token changes."""
+    parameter = next(model.parameters())
+    ids = torch.tensor([[1, 2]], device=parameter.device)
+    alone = model(input_ids=ids[:, :1]).logits[0, 0].double()  # [V]
+    followed = model(input_ids=ids).logits[0, 0].double()  # [V]
+    relative = 0.05 if parameter.element_size() <= 2 else 1e-4
+    if (alone - followed).abs().max() > relative * alone.abs().max() + 1e-9:
+        model_type = getattr(model.config, "model_type", "?")
+        raise SpecmoeError(
+            f"'{name}' is a {model_type} model whose logits at a position change with later tokens, so it "
+            "cannot generate text; an encoder needs is_decoder: true in its config.json to decode causally"
+        )
+
+
+def keeps_cache(model) -> bool:
+    """Whether the model keeps its past in a transformers Cache (`past_key_values`); Mamba, RWKV,
+    xLSTM and some older models keep it in their own objects or not at all."""
+    return "past_key_values" in inspect.signature(model.forward).parameters
 
 
 def hidden_request(layers: tuple[int, ...]) -> dict:

@@ -34,8 +34,9 @@ their verify kernels compute and pick each row's (no recompute, γ + 1 states of
 llama.cpp checkpoints a sequence's recurrent state and decodes the kept tokens again through the
 whole model (`llamacpp.py`).
 
-Only mixers whose layout `gated_delta` knows are accepted (`LINEAR_MIXERS`); any other cache layer
-that cannot drop a suffix is refused when the model loads (`cache_layout`).
+Only mixers whose layout `gated_delta` knows are accepted (`LINEAR_MIXERS`); a model with any other
+cache layer that cannot drop a suffix still decodes plainly, and SD on it is refused in one line
+(`cache_layout` says why, the backend's `rollback_refused`).
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ class CacheLayout:
     kv_layers: tuple[int, ...]
     linear_layers: tuple[int, ...]
     sliding_layers: tuple[int, ...] = ()  # of kv_layers, kept whole and windowed by the mask (`hf_sliding`)
+    rollback_refused: str | None = None  # why rejected draft tokens cannot be dropped (SD is refused)
 
     @property
     def is_hybrid(self) -> bool:
@@ -83,8 +85,10 @@ class CacheLayout:
 
 
 def cache_layout(model, name: str) -> CacheLayout:
-    """The model's cache layout, or a one-line refusal when some layer's cache cannot drop a
-    rejected suffix: SD on it would be silently wrong, so it never runs."""
+    """The model's cache layout. When some layer's cache cannot drop a rejected suffix the layout
+    carries the one-line reason instead of layer lists: plain decoding needs no rollback, and SD,
+    which would be silently wrong, is refused with that line. A model that keeps its past outside
+    transformers' Cache has no layout at all and is refused here (`hf_uncached` decodes it)."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer, LinearAttentionLayer
 
@@ -92,8 +96,8 @@ def cache_layout(model, name: str) -> CacheLayout:
     fix = f"use a transformer or a supported hybrid ({SUPPORTED_HYBRIDS}), or its GGUF through llama.cpp"
     if "past_key_values" not in inspect.signature(model.forward).parameters:
         raise SpecmoeError(
-            f"'{name}' is a {model_type} model, which keeps its past outside transformers' Cache; specmoe "
-            f"cannot drop rejected draft tokens from it, so it is refused (SD would be silently wrong); {fix}"
+            f"'{name}' is a {model_type} model, which keeps its past outside transformers' Cache, so "
+            "specmoe's cache backends cannot run it; drop --compile to decode it plainly (without a cache)"
         )
     mixers = {m.layer_idx: m for m in model.modules() if type(m).__name__ in LINEAR_MIXERS}
     kv, linear, sliding = [], [], sliding_layers(model.config)
@@ -104,11 +108,20 @@ def cache_layout(model, name: str) -> CacheLayout:
             linear.append(index)
         else:
             kind = _LAYER_KINDS.get(type(layer).__name__, type(layer).__name__)
-            raise SpecmoeError(
-                f"'{name}' is a {model_type} model whose layer {index} keeps {kind}, which specmoe's "
-                f"transformers backend cannot roll back; it is refused (SD would be silently wrong); {fix}"
+            return CacheLayout(
+                (),
+                (),
+                rollback_refused=refused_sd(name, model_type, f"whose layer {index} keeps {kind}", fix),
             )
     return CacheLayout(tuple(kv), tuple(linear), sliding)
+
+
+def refused_sd(name: str, model_type: str, why: str, fix: str) -> str:
+    """The one line that refuses SD on a model whose cache cannot drop rejected draft tokens."""
+    return (
+        f"'{name}' is a {model_type} model {why}, which specmoe cannot roll back, so speculative "
+        f"decoding on it is refused (it would be silently wrong; plain decoding works); {fix}"
+    )
 
 
 class LinearStates:

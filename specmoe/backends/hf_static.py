@@ -97,7 +97,10 @@ class StaticHFBackend(BackendBase):
         compiler: str = "inductor",
     ) -> None:
         set_model_facts(self, model, name, device)
-        layout = cache_layout(model, name)  # refuses a cache that cannot drop a rejected suffix
+        layout = cache_layout(model, name)
+        if layout.rollback_refused is not None:  # the static cache's slots are all it can edit
+            refused = layout.rollback_refused
+            raise SpecmoeError(f"--compile is for models whose cache can roll back: {refused}")
         self._kv_layers = layout.kv_layers
         self._sliding_layers = layout.sliding_layers  # kept whole; the mask applies the window
         self._linear = LinearStates(model, layout) if layout.is_hybrid else None

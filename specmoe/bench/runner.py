@@ -132,46 +132,53 @@ class Runner:
         """
         if block.specs[0].concurrency is not None:
             return self._served_block(block, stored_baseline)
-        for spec in block.specs:
+        specs, refused = self._runnable(block.specs)
+        for spec in specs:
             self.warm_up(spec)
         measured = {
-            spec.run_id: self.timed(spec, block.baseline_id, position)
-            for position, spec in enumerate(block.specs)
+            spec.run_id: self.timed(spec, block.baseline_id, position) for position, spec in enumerate(specs)
         }
-        measured = self._recheck_speedups(block, measured, stored_baseline)
+        measured = self._recheck_speedups(specs, block.baseline_id, measured, stored_baseline)
         created_at = datetime.now(UTC).isoformat(timespec="seconds")
         baseline = stored_baseline
         rows = []
-        for spec in sorted(block.specs, key=lambda s: s.arm != "baseline"):
+        for spec in sorted(specs, key=lambda s: s.arm != "baseline"):
             m = measured[spec.run_id]
             if spec.arm == "baseline" and spec.temperature == 0.0:
                 self._remember_plain(spec, m.result)
             row = make_row(spec, m, baseline, created_at, self.lossless_note(spec, m.result))
-            row = replace(row, env={**row.env, "weights": self.pool.weights(spec.model_names)})
+            env = {**row.env, "weights": self.pool.weights(spec.model_names)}
+            if spec.arm == "baseline" and refused:  # stored with the baseline: its SD arms never ran
+                env["sd_refused"] = refused
+            row = replace(row, env=env)
             baseline = row if spec.arm == "baseline" else baseline
             rows.append(row)
         return rows
 
     def _recheck_speedups(
-        self, block: Block, measured: dict[str, Measured], stored_baseline: RunRow | None
+        self,
+        specs: list[RunSpec],
+        baseline_id: str,
+        measured: dict[str, Measured],
+        stored_baseline: RunRow | None,
     ) -> dict[str, Measured]:
         """SD runs whose speedup breaks their own acceptance's bound (`noise.beyond_bound`) are
         measured once more with the whole block, its baseline first among them (the likelier
         disturbed arm: nothing makes a decode faster), so every pair stays measured back to back;
         with a baseline stored by an earlier run, only those runs. Still beyond, they are flagged
         noisy with the reason, and kept."""
-        beyond = self._beyond_bound(block, measured, stored_baseline)
+        beyond = self._beyond_bound(specs, measured, stored_baseline)
         if not beyond:
             return measured
         measured = dict(measured)
-        whole_block = any(spec.arm == "baseline" for spec in block.specs)
-        for position, spec in enumerate(block.specs):
+        whole_block = any(spec.arm == "baseline" for spec in specs)
+        for position, spec in enumerate(specs):
             if whole_block or spec.run_id in beyond:
                 log.debug("%s: %s; measuring again", spec.run_id, beyond.get(spec.run_id, "its SD arm"))
-                again = self.timed(spec, block.baseline_id, position)
+                again = self.timed(spec, baseline_id, position)
                 attempts = measured[spec.run_id].measure["attempts"] + again.measure["attempts"]
                 measured[spec.run_id] = replace(again, measure={**again.measure, "attempts": attempts})
-        for run_id, why in self._beyond_bound(block, measured, stored_baseline).items():
+        for run_id, why in self._beyond_bound(specs, measured, stored_baseline).items():
             m = measured[run_id]
             noise = "; ".join(filter(None, [m.measure["noise"], why]))
             measured[run_id] = replace(
@@ -181,10 +188,10 @@ class Runner:
 
     @staticmethod
     def _beyond_bound(
-        block: Block, measured: dict[str, Measured], stored_baseline: RunRow | None
+        specs: list[RunSpec], measured: dict[str, Measured], stored_baseline: RunRow | None
     ) -> dict[str, str]:
         """Why each SD run of the block is beyond its bound, by run id; only such runs."""
-        baseline = next((measured[s.run_id].result for s in block.specs if s.arm == "baseline"), None)
+        baseline = next((measured[s.run_id].result for s in specs if s.arm == "baseline"), None)
         if baseline is not None:
             rate = decode_tokens_per_s(totals(baseline).emitted, baseline.decode_s)
         elif stored_baseline is not None:
@@ -192,7 +199,7 @@ class Runner:
         else:
             return {}
         found = {}
-        for spec in block.specs:
+        for spec in specs:
             why = (
                 ""
                 if spec.arm != "sd" or not spec.gamma
@@ -201,6 +208,21 @@ class Runner:
             if why:
                 found[spec.run_id] = why
         return found
+
+    def _runnable(self, specs: tuple[RunSpec, ...]) -> tuple[list[RunSpec], str]:
+        """The block's runs less its SD arms when their target cannot drop rejected draft tokens
+        (`Backend.rollback_refused`): the baseline is still measured, and each skipped arm is logged
+        with the one-line reason, which is returned for the baseline's row."""
+        target = specs[0]
+        refused = self.pool.model(
+            target.target, target.dtype, target.device, target.moe_top_k, target.compile
+        ).rollback_refused
+        if refused is None or not any(spec.draft is not None for spec in specs):
+            return list(specs), ""
+        for spec in specs:
+            if spec.draft is not None:
+                log.warning("run %s (%s, draft %s) skipped: %s", spec.run_id, spec.arm, spec.draft, refused)
+        return [spec for spec in specs if spec.draft is None], refused
 
     def _served_block(self, block: Block, stored_baseline: RunRow | None) -> list[RunRow]:
         # A served SD arm's row is made against its baseline row, so servers run baseline first.

@@ -198,6 +198,10 @@ def _validate(target: Backend, prompts, config: DecodeConfig, drafter: Drafter |
     lookahead = 0
     context = target.max_context
     if drafter is not None:
+        # Any drafter: the target drops rejected proposals every round, a draft model its own.
+        for refused in (target.rollback_refused, drafter.rollback_refused):
+            if refused is not None:
+                raise SpecmoeError(refused)
         if config.gamma < 1:
             raise SpecmoeError(f"gamma must be >= 1 (tokens drafted per round), got {config.gamma}")
         if drafter.vocab_size != target.vocab_size:

@@ -55,6 +55,7 @@ class Drafter(Protocol):
     hidden_layers: tuple[int, ...]  # the target hidden states this drafter reads (`HiddenAccess`); ()
     compile_s: float  # seconds the drafter's backend spent compiling shapes
     state_s: float  # seconds it spent rolling back recurrent state
+    rollback_refused: str | None  # why its model cannot drop rejected proposals (`Backend`'s); None
 
     def reserve(self, tokens: int) -> None:
         """A row of the next batch may reach `tokens` tokens (for a backend that sizes its cache)."""
@@ -84,13 +85,14 @@ class Drafter(Protocol):
 
 class DrafterBase:
     """The declared abilities' defaults: no digest, no hidden states read, nothing compiled or rolled
-    back, nothing to reserve, nothing queued on a device."""
+    back, nothing to reserve, nothing queued on a device, no model that refuses rollback."""
 
     vocab_digest: str | None = None
     tokenizer_digest: str | None = None
     hidden_layers: tuple[int, ...] = ()
     compile_s: float = 0.0
     state_s: float = 0.0
+    rollback_refused: str | None = None
 
     def reserve(self, tokens: int) -> None:
         return None
@@ -117,6 +119,7 @@ class ModelDrafter(DrafterBase):
         self.vocab_digest = backend.vocab_digest  # checked against the target's
         self.tokenizer_digest = backend.tokenizer_digest  # likewise (HF models)
         self.max_context = backend.max_context
+        self.rollback_refused = backend.rollback_refused  # SD is refused with it (`decode`)
         self._committed: list[int] = []  # committed length per live row at the last propose
         self._kept: list[int] = []  # cached tokens per live row that the verifier committed
         self._fed = 0  # proposals fed to the backend in the last round (G - 1)

@@ -360,6 +360,11 @@ def note_lines(table: SummaryTable) -> list[str]:
     failed = table.failed
     lines.append(f"audit: {len(rows) - len(failed)} of {len(rows)} runs pass every invariant")
     lines.extend(_first([f"  FAIL {r.run_id[:12]} {r.group} {r.arm}: {r.audit_reason}" for r in failed]))
+    # A baseline whose target cannot roll back a cache was measured alone (`Runner._runnable`).
+    refused = sorted({r.env["sd_refused"] for r in rows if r.arm == "baseline" and r.env.get("sd_refused")})
+    if refused:
+        lines.append(f"SD skipped: {len(refused)} target(s) measured without their SD arms")
+        lines.extend(_first([f"  {reason}" for reason in refused]))
     return lines
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specmoe.backends.config_shape import EXPERT_COUNT_KEYS, TOP_K_KEYS
 from specmoe.canonical import short_key
 from specmoe.errors import SpecmoeError
 from specmoe.zoo.tokenizer import EOS_TOKEN_ID, VOCAB_SIZE
@@ -37,8 +38,6 @@ DROPPED_KEYS = ("quantization_config", "torch_dtype", "dtype")
 CORE_SIZES = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")
 # Other integer widths and counts: 0 can mean "none" (n_shared_experts = 0), a negative never does.
 _SIZE_KEY = re.compile(r"^(num_|n_)|(_size|_dim|_rank|_experts|_heads|_layers|_per_tok)$")
-EXPERT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
-TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
 
 
 @dataclass(frozen=True)
@@ -204,8 +203,8 @@ def _check_sizes(path: Path, raw: dict[str, Any]) -> None:
 
 def moe_fields(config: dict[str, Any]) -> tuple[int, int]:
     """(routed experts per MoE layer, experts per token) of a config's values; (0, 0) for a dense
-    model. The key names differ by architecture (EXPERT_KEYS, TOP_K_KEYS)."""
-    experts = next((config[k] for k in EXPERT_KEYS if isinstance(config.get(k), int) and config[k]), 0)
+    model. The key names differ by architecture (`config_shape.EXPERT_COUNT_KEYS`, `TOP_K_KEYS`)."""
+    experts = next((config[k] for k in EXPERT_COUNT_KEYS if isinstance(config.get(k), int) and config[k]), 0)
     top_k = next((config[k] for k in TOP_K_KEYS if isinstance(config.get(k), int) and config[k]), 0)
     return (experts, top_k) if experts else (0, 0)
 
