@@ -208,6 +208,7 @@ def eagle3_head(checkpoint: Eagle3Checkpoint, model: nn.Module) -> Head:
     layers = layer_ids(raw, int(text.num_hidden_layers), path)
     target_hidden, vocab = int(text.hidden_size), int(model.get_output_embeddings().weight.shape[0])
     _check_vocab(raw, vocab, path)
+    _check_target_hidden(raw, target_hidden, path)
     fields = {k: v for k, v in raw.items() if k not in ("architectures", "auto_map")}
     config = LlamaConfig.from_dict(fields)
     config._attn_implementation = "sdpa"
@@ -231,6 +232,17 @@ def _check_vocab(config: dict, vocab: int, path: Path) -> None:
         raise SpecmoeError(
             f"'{path}': the EAGLE-3 head is made for a vocabulary of {stated} tokens, the target has "
             f"{vocab}; use a head made for this target"
+        )
+
+
+def _check_target_hidden(config: dict, target_hidden: int, path: Path) -> None:
+    """vLLM and SGLang size the head's fc from `target_hidden_size` when the config states it: a head
+    whose config names another target's width is refused here even when its fc happens to fit."""
+    stated = config.get("target_hidden_size")
+    if stated is not None and stated != target_hidden:
+        raise SpecmoeError(
+            f"'{path}': the EAGLE-3 head's config.json says target_hidden_size {stated}, the target's "
+            f"hidden size is {target_hidden}; use a head made for this target"
         )
 
 

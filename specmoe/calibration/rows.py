@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,6 +28,11 @@ from specmoe.errors import SpecmoeError
 from specmoe.perf.breakeven import AcceptanceKind, acceptance
 from specmoe.user_files import check_regular
 
+_COLUMNS = (
+    "id", "source", "where", "role", "engine", "hardware", "target", "target_dtype", "method", "draft",
+    "draft_dtype", "batch", "gamma", "verify_tokens", "tree_width", "acceptance_kind", "acceptance",
+    "anchor", "context", "speedup", "note",
+)  # fmt: skip
 _THROUGHPUTS = re.compile(r"[\d.]+ (?:vs|against) ([\d.]+) tok/s")  # with SD, then without
 
 
@@ -118,9 +124,35 @@ def _parse(raw: dict, where: str) -> Measurement:
         raise SpecmoeError(f"{where}: row '{raw.get('id', '?')}': {err}; see the header's columns") from None
 
 
+def _check(row: Measurement, where: str) -> Measurement:
+    """A row's numbers are ones a measurement can have: the fit divides by the batch and takes the
+    log of the speedup, so a 0, a negative or a NaN would surface as a math error deep inside it."""
+    bad = None
+    if not (math.isfinite(row.speedup) and row.speedup > 0):
+        bad = f"speedup must be a finite number > 0 (measured ×), got {row.speedup}"
+    elif row.batch < 1 or row.tree_width < 1:
+        bad = f"batch and tree_width must be whole numbers >= 1, got {row.batch} and {row.tree_width}"
+    elif any(v is not None and v < 1 for v in (row.gamma, row.verify_tokens)):
+        bad = f"gamma and verify_tokens must be >= 1 when given, got {row.gamma} and {row.verify_tokens}"
+    elif row.acceptance is not None and not (math.isfinite(row.acceptance) and row.acceptance >= 0):
+        bad = f"acceptance must be a finite number >= 0, got {row.acceptance}"
+    elif not (math.isfinite(row.context) and row.context >= 0):
+        bad = f"context must be a finite number of tokens >= 0, got {row.context}"
+    if bad:
+        raise SpecmoeError(f"{where}: row '{row.id}': {bad}; fix the row or mark it excluded")
+    return row
+
+
 def parse_measurements(text: str, where: str) -> list[Measurement]:
     """The rows of a CSV's text (the header names the columns); `where` names it in errors."""
-    return [_parse(raw, where) for raw in csv.DictReader(io.StringIO(text, newline=""))]
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    missing = [c for c in _COLUMNS if c not in (reader.fieldnames or ())]
+    if reader.fieldnames and missing:
+        raise SpecmoeError(
+            f"{where}: no column {', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''} in its header; "
+            "pass a CSV with published.csv's columns"
+        )
+    return [_check(_parse(raw, where), where) for raw in reader]
 
 
 def load_measurements(path: Path) -> list[Measurement]:
@@ -134,4 +166,20 @@ def load_measurements(path: Path) -> list[Measurement]:
         raise SpecmoeError(
             f"rows file '{path}' is not UTF-8 text; pass a CSV with published.csv's columns"
         ) from None
-    return parse_measurements(text, str(path))
+    rows = parse_measurements(text, str(path))
+    if not rows:
+        raise SpecmoeError(f"rows file '{path}' holds no rows; pass a CSV with published.csv's columns")
+    _check_engines(rows, str(path))
+    return rows
+
+
+def _check_engines(rows: list[Measurement], where: str) -> None:
+    """Each row's engine is one the performance model has a profile for."""
+    from specmoe.perf.runtimes import load_engines
+
+    known = load_engines()
+    for row in rows:
+        if row.engine not in known:
+            raise SpecmoeError(
+                f"{where}: row '{row.id}': unknown engine '{row.engine}'; one of: {', '.join(sorted(known))}"
+            )

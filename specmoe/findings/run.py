@@ -163,21 +163,32 @@ def predict_pass(name: str, out: Path, hardware_file: Path | None = None, smoke:
     step = pass_step(name, smoke)
     _smoke_apart(out, smoke)
     suite = load_suite(builtin_suite_path(step.suite), step.overrides)
+    # A given file is checked before the output folder exists: a FIFO, a folder or a broken file is
+    # refused in one line and leaves nothing behind.
+    hardware = None if hardware_file is None else _hardware_file(Path(hardware_file))
     out.mkdir(parents=True, exist_ok=True)
     refuse_after_runs(out, step.name)  # before the probe
-    if hardware_file is None:
+    if hardware is None:
         log.info("probing this machine's read bandwidth and matmul rate (two threads, as `specmoe demo`)")
         hardware = probe_hardware()
         hardware_file = hardware_path(out, step.name)
         hardware_file.write_text(json.dumps(hardware, indent=1) + "\n", encoding="utf-8")
-    else:
-        hardware = json.loads(Path(hardware_file).read_text(encoding="utf-8"))
     price, read = _PRICERS[step.name]()
     cells = price(suite, hardware, str(hardware_file))
     verdicts = read(cells)
     path = write_predictions(out, step.name, cells, hardware, Path(hardware_file).name, verdicts)
     print(f"wrote {path} ({len(cells)} SD configurations priced from {Path(hardware_file).name}): {verdicts}")
     return 0
+
+
+def _hardware_file(path: Path) -> dict:
+    """A `specmoe hw` file's JSON, after the hardware loader's one-line checks (a regular file,
+    UTF-8 JSON, rates a device can have)."""
+    from specmoe.perf.hardware import load_hardware
+    from specmoe.user_files import read_user_text
+
+    load_hardware(path)
+    return json.loads(read_user_text(path))
 
 
 def _wide_pricer():
