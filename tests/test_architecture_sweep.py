@@ -43,19 +43,24 @@ SAMPLE = (
     "mamba2",
     "openai-gpt",
 )
-# Types the sweep shows wrong or failing, each with what was seen; marked expected to fail (not
-# strictly: a fix elsewhere turns them into passes) until the cause is fixed.
-_PADDED = "batched (left-padded) plain decoding differs from decoding one row at a time"
+# Types whose left-padded batch (B > 1) cannot decode as each row alone does, so a batch is refused
+# in one line and B = 1 is checked alone: positions counted in cache slots (no position_ids: ALiBi,
+# RoFormer), slots pooled with padding (DeepSeek-V4), or a float32 softmax that makes float64's
+# mask value -inf and padding NaN, in transformers' own forward too (Gemma 2, Granite, MPT).
+BATCH_REFUSED = {
+    "bloom",
+    "mpt",
+    "roformer",
+    "deepseek_v4",
+    "gemma2",
+    "vaultgemma",
+    "granite_swa",
+    "granitemoe_swa",
+}
+# Types the sweep shows failing, each with what was seen; marked expected to fail (not strictly: a
+# fix elsewhere turns them into passes) until the cause is fixed.
 KNOWN = {
-    "bloom": "ALiBi is built from a 2-D mask, and a verify block's mask is 4-D (ValueError)",
-    "mpt": f"{_PADDED} (ALiBi positions)",
-    "gemma2": f"{_PADDED} (sliding-window layers)",
-    "vaultgemma": f"{_PADDED} (sliding-window layers)",
-    "granite_swa": f"{_PADDED} (sliding-window layers)",
-    "granitemoe_swa": f"{_PADDED} (sliding-window layers)",
-    "deepseek_v4": _PADDED,
     "minimax": "keeps its past in its own MiniMaxCache and refuses a DynamicCache (ValueError)",
-    "roformer": _PADDED,
     "xlnet": "its forward mixes float32 buffers into a float64 model (RuntimeError)",
 }
 PROMPTS = [[3, 14, 15, 9, 26], [35, 8], [7]]
@@ -99,10 +104,22 @@ def test_sd_is_lossless_or_refused_and_plain_decoding_works(model_type: str, tmp
         _record(model_type, f"refused at load: {_one_line(err)}")
         return
     plain = [decode(target, [p], PLAIN).outputs[0].token_ids for p in PROMPTS]
-    batched = decode(target, PROMPTS, PLAIN).outputs
-    assert [o.token_ids for o in batched] == plain, "batched plain decoding differs from one row at a time"
     assert all(len(tokens) == PLAIN.max_new_tokens for tokens in plain)
     draft = ModelDrafter(load_model(built.draft, dtype="float64"))
+    if model_type in BATCH_REFUSED:
+        with pytest.raises(SpecmoeError) as refused:
+            decode(target, PROMPTS, PLAIN)
+        batching = f"batch refused: {_one_line(refused.value)}"
+        try:
+            single = decode(target, PROMPTS[:1], SD, draft).outputs[0].token_ids
+        except SpecmoeError as err:
+            _record(model_type, f"{batching}; SD refused: {_one_line(err)}")
+            return
+        assert single == plain[0], "SD at B = 1 differs from plain greedy decoding"
+        _record(model_type, f"{batching}; lossless at B = 1")
+        return
+    batched = decode(target, PROMPTS, PLAIN).outputs
+    assert [o.token_ids for o in batched] == plain, "batched plain decoding differs from one row at a time"
     try:
         single = decode(target, PROMPTS[:1], SD, draft).outputs[0].token_ids
         result = decode(target, PROMPTS, SD, ModelDrafter(draft.backend))

@@ -9,7 +9,8 @@ the backend only caches, computes logits, and forgets what the engine tells it t
 
 Optional abilities are declared members, not probed: every backend has them, and `BackendBase`
 gives each its default (no digest, nothing compiled, no recurrent state, no hidden states, nothing
-to reserve, no rollback to choose, nothing that refuses SD). A backend that can do more overrides the member.
+to reserve, no rollback to choose, nothing that refuses SD or a batch). A backend that can do more
+overrides the member.
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class Backend(Protocol):
     # "snapshots" or "checkpoints"), recorded with each run; None where there is no choice
     rollback_refused: str | None  # why this model's cache cannot drop rejected draft tokens, in one
     # line naming the model: it decodes plainly, and SD on it is refused with this line; None: it can
+    batch_refused: str | None  # why this model cannot decode several prompts at once (left-padded,
+    # B > 1) exactly, in one line naming the model: B = 1 decodes; None: any batch does
 
     def reserve(self, tokens: int) -> None:
         """A row of the next batch may reach `tokens` tokens: a backend that sizes its cache ahead
@@ -108,6 +111,7 @@ class BackendBase:
     state_s: float = 0.0
     recurrent_rollback: str | None = None
     rollback_refused: str | None = None
+    batch_refused: str | None = None
 
     def reserve(self, tokens: int) -> None:
         return None

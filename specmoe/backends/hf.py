@@ -41,9 +41,11 @@ from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
 from specmoe.backends.eagle3_head import Eagle3Checkpoint, is_eagle3, load_eagle3
 from specmoe.backends.hf_mask import DeviceMask
 from specmoe.backends.hf_model import (
+    batch_refusal,
     check_causal,
     hidden_request,
     keeps_cache,
+    padded_nan_refusal,
     set_model_facts,
     stacked_hidden,
 )
@@ -300,6 +302,7 @@ class HFBackend(BackendBase):
         config = model.config
         layout = cache_layout(model, name)
         self.rollback_refused = layout.rollback_refused  # a cache that cannot drop a rejected suffix
+        self.batch_refused = batch_refusal(model, name)  # positions a left-padded batch would shift
         self._linear = LinearStates(model, layout) if layout.is_hybrid else None
         self._new_cache = lambda: keep_whole_past(DynamicCache(config=config), layout.sliding_layers)
         self._cache = self._new_cache()
@@ -353,6 +356,8 @@ class HFBackend(BackendBase):
                 **hidden_request(self._capture),
             )
             self._hidden = self._right_aligned(stacked_hidden(out, self._capture), valid)
+            if not self._slots.dense and torch.isnan(out.logits).any():  # one read, at a padded prefill
+                raise SpecmoeError(padded_nan_refusal(self.model, self.name))
         if self._linear is not None:
             self._linear.begin(self._cache, len(lengths), self.device)
 

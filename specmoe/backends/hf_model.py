@@ -48,6 +48,52 @@ def check_causal(model, name: str) -> None:
         )
 
 
+def batch_refusal(model, name: str) -> str | None:
+    """Why this model cannot decode a batch of prompts exactly, in one line naming it, or None.
+
+    The backends left-pad a batch and give each token its position in its own row; a model whose
+    forward takes no position_ids (ALiBi in Bloom and MPT, RoFormer's sinusoids) counts positions
+    in cache slots instead, which left padding and rejected draft tokens shift; a cache layer that
+    pools every n slots into one entry (DeepSeek-V4's compressed attention) pools a row's padding
+    with its tokens. Either way a row decodes differently beside others than alone."""
+    from transformers import DynamicCache
+
+    why = None
+    if "position_ids" not in inspect.signature(model.forward).parameters:
+        why = "whose forward takes no position_ids (it counts positions in cache slots, which padding shifts)"
+    elif keeps_cache(model):
+        pooled = [
+            (index, layer.compress_rate)
+            for index, layer in enumerate(DynamicCache(config=model.config).layers)
+            if isinstance(getattr(layer, "compress_rate", None), int)
+        ]
+        if pooled:
+            index, rate = pooled[0]
+            why = f"whose layer {index} pools every {rate} cache slots into one entry, padding included"
+    if why is None:
+        return None
+    return batched_refused(name, getattr(model.config, "model_type", "?"), why)
+
+
+def batched_refused(name: str, model_type: str, why: str, fix: str = "") -> str:
+    """The one line that refuses a batch of prompts (B > 1) on a model that decodes it wrong."""
+    return (
+        f"'{name}' is a {model_type} model {why}, so a batch of left-padded prompts would decode "
+        f"silently wrong and is refused; decode one prompt at a time (B = 1){fix}"
+    )
+
+
+def padded_nan_refusal(model, name: str) -> str:
+    """The refusal of a model whose own forward turns a left-padded batch into NaN: Gemma 2,
+    VaultGemma, Granite and MPT take their eager softmax in float32, where float64's mask value
+    (its finfo.min) is -inf, so a padding query sees only -inf, its softmax is NaN, and the NaN
+    reaches every row's keys in the next layer; transformers' own generate does the same."""
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    fix = ", or load it in float32" if dtype == "float64" else ""
+    why = f"whose forward turns a left-padded {dtype} batch into NaN (transformers' own generate does too)"
+    return batched_refused(name, getattr(model.config, "model_type", "?"), why, fix)
+
+
 def keeps_cache(model) -> bool:
     """Whether the model keeps its past in a transformers Cache (`past_key_values`); Mamba, RWKV,
     xLSTM and some older models keep it in their own objects or not at all."""

@@ -53,7 +53,7 @@ import numpy as np
 import torch
 
 from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
-from specmoe.backends.hf_model import hidden_request, set_model_facts, stacked_hidden
+from specmoe.backends.hf_model import batch_refusal, hidden_request, set_model_facts, stacked_hidden
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
 from specmoe.backends.hf_sliding import keep_whole_past, key_positions, sliding_window, windowed
 from specmoe.backends.slots import SlotMap, left_padded, to_device
@@ -101,6 +101,7 @@ class StaticHFBackend(BackendBase):
         if layout.rollback_refused is not None:  # the static cache's slots are all it can edit
             refused = layout.rollback_refused
             raise SpecmoeError(f"--compile is for models whose cache can roll back: {refused}")
+        self.batch_refused = batch_refusal(model, name)  # positions a left-padded batch would shift
         self._kv_layers = layout.kv_layers
         self._sliding_layers = layout.sliding_layers  # kept whole; the mask applies the window
         self._linear = LinearStates(model, layout) if layout.is_hybrid else None

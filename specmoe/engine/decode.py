@@ -195,6 +195,10 @@ def _validate(target: Backend, prompts, config: DecodeConfig, drafter: Drafter |
             f"seed {config.seed} does not fit in 64 bits, in the decode config; "
             f"pass a seed from 0 to {2**64 - 1}"
         )
+    if len(prompts) > 1:  # a left-padded batch: a model that would decode it wrong says so
+        for refused in (target.batch_refused, drafter.batch_refused if drafter is not None else None):
+            if refused is not None:
+                raise SpecmoeError(refused)
     lookahead = 0
     context = target.max_context
     if drafter is not None:

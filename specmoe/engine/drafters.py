@@ -56,6 +56,7 @@ class Drafter(Protocol):
     compile_s: float  # seconds the drafter's backend spent compiling shapes
     state_s: float  # seconds it spent rolling back recurrent state
     rollback_refused: str | None  # why its model cannot drop rejected proposals (`Backend`'s); None
+    batch_refused: str | None  # why its model cannot decode B > 1 prompts exactly (`Backend`'s); None
 
     def reserve(self, tokens: int) -> None:
         """A row of the next batch may reach `tokens` tokens (for a backend that sizes its cache)."""
@@ -93,6 +94,7 @@ class DrafterBase:
     compile_s: float = 0.0
     state_s: float = 0.0
     rollback_refused: str | None = None
+    batch_refused: str | None = None
 
     def reserve(self, tokens: int) -> None:
         return None
@@ -120,6 +122,7 @@ class ModelDrafter(DrafterBase):
         self.tokenizer_digest = backend.tokenizer_digest  # likewise (HF models)
         self.max_context = backend.max_context
         self.rollback_refused = backend.rollback_refused  # SD is refused with it (`decode`)
+        self.batch_refused = backend.batch_refused  # a batch is refused with it (`decode`)
         self._committed: list[int] = []  # committed length per live row at the last propose
         self._kept: list[int] = []  # cached tokens per live row that the verifier committed
         self._fed = 0  # proposals fed to the backend in the last round (G - 1)
