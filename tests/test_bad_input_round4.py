@@ -2,7 +2,7 @@
 given to `model predict --config` and `advise --config`), impossible batch and draft lists, GPU device
 strings on a machine without a GPU, config.json values transformers cannot build, inputs nested past
 Python's parser, and stores whose throughput was edited. The table of every probe, with what it did
-before: docs/results/cpu/probes-round4.md.
+before: docs/results/cpu/probes-configs-batches-devices.md.
 
 Each refused input runs `specmoe.cli.main` in this process, in a thread with a bound (as in
 tests/test_bad_input_more.py), and must end in exit status 2 and one line `specmoe...: error: ...`

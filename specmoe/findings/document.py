@@ -103,8 +103,9 @@ def _run_values(name: str, rows: list) -> dict[str, str]:
 
 
 def change_values(out: Path, found: dict[str, str]) -> dict[str, str]:
-    """The verdict table before (out/previous/findings.json) and now, with what decided the change."""
-    path = out / "previous" / "findings.json"
+    """The verdict table before (out/unpaired-two-repeats/findings.json) and now, with what decided
+    the change."""
+    path = out / "unpaired-two-repeats" / "findings.json"
     before = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
     lines = ["| claim | first findings | now | why |", "|---|---|---|---|"]
     for key in CLAIM_KEYS:

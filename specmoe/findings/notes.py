@@ -1,8 +1,9 @@
 """What the first measurement pass taught, computed from its shipped export beside this pass's.
 
-The first pass (docs/results/cpu/findings/first-pass/) ran before two harness fixes: a model's first
-configuration now warms up until two runs agree, and batches larger than a prompt set get distinct
-prompts. Shipping it lets the document show the size of both effects instead of asserting them.
+The first pass (docs/results/cpu/findings/one-warmup-repeated-prompts/) ran before two harness
+fixes: a model's first configuration now warms up until two runs agree, and batches larger than a
+prompt set get distinct prompts. Shipping it lets the document show the size of both effects
+instead of asserting them.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ def notes_values(
     predict: Predict,
 ) -> dict[str, str]:
     """`study` and `this_moesd` are this pass's rows, `moesd` its cells; the first pass is read here."""
-    first = out / "first-pass"
+    first = out / "one-warmup-repeated-prompts"
     first_study = read_export(first / "study.csv") if (first / "study.csv").is_file() else []
     first_moesd = read_export(first / "moesd.csv") if (first / "moesd.csv").is_file() else []
     gap_median, gap_max = model_gap(moesd, predict)
