@@ -69,7 +69,7 @@ def predict_cells(
     for path in runs:
         for c in compare(read_rows(path)):
             cfg = c.config
-            found = library(cfg)
+            found = library(c.settings)
             if found is None:
                 continue
             target, draft = found
@@ -94,7 +94,7 @@ def predict_cells(
             measured = c.speedup.value
             # The same composition from the profiled times: a diagnostic that splits the error into
             # the fit's and the composition's, not a prediction of its own.
-            profiled = measured_times(cfg) if profiles else None
+            profiled = measured_times(c.settings) if profiles else None
             try:
                 from_profiles = (
                     expected_speedup(
