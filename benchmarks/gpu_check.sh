@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # specmoe on a CUDA GPU, checked in one command: the hardware probe, SD's losslessness on the GPU in
-# float64, float32, bfloat16 and compiled, MoESD's sweep at real layer shapes (suites/moesd-gpu.toml),
+# float64, float32, bfloat16 and compiled, MoESD's sweep at real layer shapes (specmoe/suites/moesd-gpu.toml),
 # the performance model profiled, fitted and asked on the GPU, and `advise --config` for the same
 # models beside the measurements. Everything goes under one folder, summarised in its README.md.
 #
@@ -36,7 +36,7 @@ done
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 EX="$ROOT/docs/perf-examples"
-SUITE="$ROOT/suites/moesd-gpu.toml"
+SUITE="$ROOT/specmoe/suites/moesd-gpu.toml"
 PYTHON=${PYTHON:-python3}
 read -r -a SPECMOE <<< "${SPECMOE:-specmoe}"
 OUT=${OUT:-gpu-check-$(date +%Y%m%d-%H%M%S)}

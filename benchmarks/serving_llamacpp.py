@@ -1,5 +1,5 @@
 """Serving benchmark against llama.cpp's llama-server, plain and with a draft model, on this machine.
-Not a test: starts the servers, runs suites/serving-llamacpp.toml against them, checks the stored
+Not a test: starts the servers, runs specmoe/suites/serving-llamacpp.toml against them, checks the stored
 per-request draft counts against the servers' own logs, and writes the results.
 
     scripts/build_llama_server.sh            # /tmp/llama-server/build/bin/llama-server
@@ -295,7 +295,7 @@ def write_outputs(out: Path, rows: list[RunRow], checks: list[dict], excerpts: d
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--suite", type=Path, default=Path("suites/serving-llamacpp.toml"))
+    parser.add_argument("--suite", type=Path, default=Path("specmoe/suites/serving-llamacpp.toml"))
     parser.add_argument("--db", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True, help="folder for the results")
     parser.add_argument("--logs", type=Path, default=None, help="full server logs (default: <db>.logs)")

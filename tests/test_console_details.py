@@ -36,7 +36,7 @@ def test_help_shows_defaults_and_explains_every_option(capsys):
 
 def test_bench_run_help_lists_every_shipped_suite(capsys):
     suites = shipped_suites()
-    assert len(suites) == len(list((Path(__file__).parents[1] / "suites").glob("*.toml"))) >= 8
+    assert len(suites) == len(list((Path(__file__).parents[1] / "specmoe" / "suites").glob("*.toml"))) >= 8
     assert f"a shipped suite: {', '.join(suites)}" in help_text(capsys, "bench", "run")
 
 

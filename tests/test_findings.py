@@ -390,3 +390,16 @@ def test_b_factors_each_speedup_into_its_costs_in_the_targets_own_steps():
     moe = replace(cell(0.25, target="moe"), step_s=0.025, round_s=0.100, draft_round_s=0.040)
     row = next(line for line in _cost_table([moe]).splitlines() if line.startswith("| moe"))
     assert row == "| moe | 4 | 0.25× | 1.60 | 2.40 | 0.25× | 1.00 | 0.42× |"
+
+
+def test_findings_paths_come_from_the_checkout_around_the_current_folder(tmp_path, monkeypatch):
+    from specmoe.findings.checkout import findings_paths, is_shipped_findings
+
+    monkeypatch.chdir(ROOT / "docs")  # any folder of the checkout finds its document
+    out, doc = findings_paths(None, None)
+    assert out.resolve() == SHIPPED and doc.resolve() == DOC and is_shipped_findings(out)
+    assert not is_shipped_findings(tmp_path)
+    monkeypatch.chdir(tmp_path)  # outside a checkout: one line, unless both paths are given
+    with pytest.raises(SpecmoeError, match=r"no specmoe checkout at or above .*pass --out and --doc"):
+        findings_paths(tmp_path / "out", None)
+    assert findings_paths(tmp_path / "out", tmp_path / "doc.md") == (tmp_path / "out", tmp_path / "doc.md")

@@ -3,8 +3,6 @@ from the results, or only rewritten from them (`--render-only`; `specmoe.finding
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from specmoe.cli.options import path_arg
 
 
@@ -15,8 +13,12 @@ def add_findings(commands) -> None:
     p.add_argument(
         "--scale", default="cpu", help="cpu (about an hour on one core) or full (the suites as shipped)"
     )
-    p.add_argument("--out", type=path_arg, default=Path("docs/results/cpu/findings"), help="results folder")
-    p.add_argument("--doc", type=path_arg, default=Path("docs/findings.md"), help="the document to write")
+    p.add_argument(
+        "--out", type=path_arg, help="results folder (default: docs/results/cpu/findings of this checkout)"
+    )
+    p.add_argument(
+        "--doc", type=path_arg, help="the document to write (default: docs/findings.md of this checkout)"
+    )
     p.add_argument(
         "--render-only",
         action="store_true",
@@ -59,6 +61,7 @@ def add_findings(commands) -> None:
 
 def run_findings(args) -> int:
     from specmoe.errors import SpecmoeError
+    from specmoe.findings.checkout import findings_paths
     from specmoe.findings.document import write_document
     from specmoe.findings.run import predict_pass, run_pass
     from specmoe.findings.run import run_findings as measure_findings
@@ -67,6 +70,7 @@ def run_findings(args) -> int:
         raise SpecmoeError("--predict, --smoke and --hw go with --pass NAME (e.g. --pass moesd-wide)")
     if args.hw and not args.predict:
         raise SpecmoeError("--hw names the hardware file --predict prices from; add --predict")
+    args.out, args.doc = findings_paths(args.out, args.doc)
     if args.render_only:
         print(f"wrote {write_document(args.out, args.doc, rules_changed=args.rules_changed)}")
         return 0

@@ -45,12 +45,12 @@ from specmoe.findings.results import read_export
 from specmoe.findings.rules import check_rules
 from specmoe.findings.wide import STEP as WIDE_STEP
 from specmoe.findings.wide_doc import left_out, runs_line, wide_values
+from specmoe.suite.shipped import STUDY_ROWS as STUDY_CSV
 from specmoe.zoo.params import count_params
 from specmoe.zoo.presets import get_preset
 
-ROOT = Path(__file__).resolve().parents[2]
-STUDY_CSV = ROOT / "docs" / "results" / "study-runs.csv"
-EXAMPLES = ROOT / "docs" / "perf-examples"
+# The hardware and model examples as the package ships them (docs/perf-examples links to them).
+EXAMPLES = Path(str(resources.files("specmoe.perf").joinpath("examples")))
 _PLACEHOLDER = re.compile(r"\{\{([a-z0-9_.]+)\}\}")
 
 

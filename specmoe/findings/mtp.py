@@ -1,5 +1,5 @@
 """MTP or a separate draft on the study's architecture: the study-hybrid-mtp pass
-(`suites/study-hybrid-mtp.toml`), judged by rules.toml [mtp].
+(`specmoe/suites/study-hybrid-mtp.toml`), judged by rules.toml [mtp].
 
 Per backend and batch size each arm is taken at its best γ (its highest point speedup there); the
 MTP arm is compared with the best separate draft by the ratio of their SD throughputs over the

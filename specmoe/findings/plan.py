@@ -187,7 +187,7 @@ _CPU = (
 
 def study_on_llamacpp(cpu_study: Step, gguf_type: str) -> Step:
     """The cpu study step through llama.cpp at one GGUF type: the same groups, drafts, γ, prompts and
-    token budget (`suites/study-gguf.toml` is `study.toml` with GGUF models), so its cells pair
+    token budget (`specmoe/suites/study-gguf.toml` is `study.toml` with GGUF models), so its cells pair
     with the transformers pass's cell for cell.
 
     Threads: the study's harness (llama.cpp's own tools) would use its default, one thread per
@@ -233,7 +233,7 @@ _STUDY_HYBRID = Step(
     ),
     engine=HYBRID.name,
 )
-# The moesd-wide pass as its suite is written (`suites/moesd-wide.toml` says what it cuts to fit 30
+# The moesd-wide pass as its suite is written (`specmoe/suites/moesd-wide.toml` says what it cuts to fit 30
 # minutes on two cores, build included), at one thread: the noise guard would choose two on an idle
 # two-core machine, and the regime the claims are about moves with the threads.
 MOESD_WIDE = Step("moesd-wide", "moesd-wide", engine=WIDE.name, threads=1)
@@ -246,7 +246,7 @@ MOESD_WIDE_SMOKE = replace(
     ),
 )
 # MTP against separate drafts on the hybrid zoo through transformers and llama.cpp
-# (`suites/study-hybrid-mtp.toml` says what it cuts to fit 20 minutes on two cores, zoo build
+# (`specmoe/suites/study-hybrid-mtp.toml` says what it cuts to fit 20 minutes on two cores, zoo build
 # included), at one thread as moesd-wide and the llama.cpp passes.
 STUDY_HYBRID_MTP = Step("study-hybrid-mtp", "study-hybrid-mtp", engine=HYBRID.name, threads=1)
 # Its code path end to end in a few minutes, never shipped: 8 new tokens, γ 1 and 4, five units at B 1.

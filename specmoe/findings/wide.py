@@ -1,5 +1,5 @@
 """MoESD's claims (e) and (f) on the moesd-wide pass: models whose decode step is bound by reading
-weights on this CPU (the wide-sparsity zoo, `suites/moesd-wide.toml`), judged by rules.toml [wide].
+weights on this CPU (the wide-sparsity zoo, `specmoe/suites/moesd-wide.toml`), judged by rules.toml [wide].
 
 The bench zoo's steps are bound by per-layer overhead here, so (e) and (f) cannot be told on it
 (`batch_claims`). The wide-sparsity zoo keeps wide's layer widths (the demo's bandwidth-bound

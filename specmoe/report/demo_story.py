@@ -64,7 +64,7 @@ def study_audit() -> str:
     from specmoe.suite.shipped import STUDY_ROWS
 
     if not STUDY_ROWS.is_file():
-        return f"{STUDY_WHERE}: not found; they ship with the source tree"
+        return f"{STUDY_WHERE}: not found; they ship inside the package (specmoe/audit): reinstall specmoe"
     return audit_line(audit_csv(STUDY_ROWS), STUDY_WHERE)
 
 

@@ -4,7 +4,7 @@ Below the harness that measures them, above the zoo and the results store. The m
 each: `schema` (the format, as pydantic models), `load` (TOML, overrides, schema, models), `groups`
 (groups checked into `Group`s), `expand` (groups into `RunSpec`s), `types` (the parsed types and the
 grid's axes), `errors` (one line per problem), `size` (the runs counted before anything runs),
-`overrides` (`--set`), `model_paths` (a model's spelling to its files), `shipped` (the suites in the
-source tree), `quick` (a sweep from command-line arguments), `legacy_keys` (stored runs keep their
+`overrides` (`--set`), `model_paths` (a model's spelling to its files), `shipped` (the suites shipped as
+package data), `quick` (a sweep from command-line arguments), `legacy_keys` (stored runs keep their
 keys).
 """

@@ -22,14 +22,14 @@ from specmoe.suite.types import SERVING_BACKEND, ModelSpec, Suite
 
 
 def builtin_suite_path(name: str) -> Path:
-    """suites/<name>.toml at the repository root (the suites ship with the source tree)."""
+    """specmoe/suites/<name>.toml (the suites ship inside the package)."""
     path = SUITES_DIR / f"{name}.toml"
     if not path.is_file():
         available = shipped_suites()
         if not available:
             raise SpecmoeError(
-                f"no built-in suites at {SUITES_DIR} (specmoe is installed without its source tree); "
-                "pass the path of a suite .toml file instead"
+                f"no built-in suites at {SUITES_DIR} (specmoe is installed without its package data); "
+                "reinstall specmoe, or pass the path of a suite .toml file instead"
             )
         raise SpecmoeError(f"no built-in suite '{name}' in {SUITES_DIR}; available: {', '.join(available)}")
     return path

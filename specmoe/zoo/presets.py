@@ -298,7 +298,7 @@ TRAINED_DEMO = ZooPreset(
 
 
 def _wide_sparsity() -> ZooPreset:
-    """MoESD's sparsity question at one active size (`suites/moesd-wide.toml`): wide's MoE (top-4 of
+    """MoESD's sparsity question at one active size (`specmoe/suites/moesd-wide.toml`): wide's MoE (top-4 of
     64 experts, K/E = 1/16) beside the same experts, top-4 of 16 (K/E = 1/4), so the active
     parameters are equal and sparsity moves only the total (about 60 M against 210 M parameters);
     beside them the dense models of their active size (MLP width K x I) and of the 64-expert MoE's
