@@ -48,7 +48,7 @@ def test_calibrate_has_its_commands(capsys):
 
 
 def test_no_calibration_script_is_left_in_benchmarks():
-    scripts = {p.name for p in (ROOT / "benchmarks").glob("*.py")}
+    scripts = {p.name for p in (ROOT / "benchmarks").rglob("*.py")}
     gone = {"calibration.py", "heldout_intervals.py", "fit_check.py", "frozen_test.py"}
     gone |= {"constant_intervals.py", "measured_step_check.py", "specbundle_rows.py", "step_time_audit.py"}
     assert not scripts & gone

@@ -3,7 +3,7 @@
 Inductor takes a minute per shape on a small CPU, so the static cache is checked eagerly (the same
 code the compiled graphs run) and graph capture with torch.compile's "eager" backend, which traces
 the graphs without generating code. The inductor path's float64 identity is checked by
-benchmarks/engine_speed.py.
+benchmarks/engine/engine_speed.py.
 """
 
 from __future__ import annotations

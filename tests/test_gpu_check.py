@@ -1,4 +1,4 @@
-"""`benchmarks/gpu_check.sh --smoke`: the GPU check's steps on the CPU at tiny widths, end to end.
+"""`benchmarks/gpu/gpu_check.sh --smoke`: the GPU check's steps on the CPU at tiny widths, end to end.
 
 CI runs a subset of the steps (one of each kind: the hardware probe, the models, the float64 and the
 compiled lossless checks, the suite at B = 1, profile, fit, predict, one advise): the whole smoke
@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+SCRIPT = ROOT / "benchmarks" / "gpu" / "gpu_check.sh"
 CI_STEPS = ",".join(
     [
         *("hw", "models", "lossless-float64-draft", "lossless-compiled-self", "suite", "export"),

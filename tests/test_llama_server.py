@@ -131,7 +131,7 @@ def test_stored_counts_skip_requests_that_drafted_nothing():
 
 
 def _benchmark():
-    path = ROOT / "benchmarks" / "serving_llamacpp.py"
+    path = ROOT / "benchmarks" / "serving" / "serving_llamacpp.py"
     module_spec = importlib.util.spec_from_file_location("serving_llamacpp", path)
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[module_spec.name] = module  # dataclasses look their module up while the file runs

@@ -3,7 +3,7 @@
 The full preset trains for about four minutes, too long for the test suite; every test here goes
 through the same code with `train_steps` cut to a few steps. The full preset's acceptance numbers
 (draft-xs between 0.3 and 0.8 against moe, draft-s above it) are checked by
-benchmarks/trained_family.py, which writes docs/results/cpu/trained_family.json.
+benchmarks/zoo/trained_family.py, which writes docs/results/cpu/trained_family.json.
 """
 
 import hashlib

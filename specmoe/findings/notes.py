@@ -84,7 +84,7 @@ def model_gap(moesd: Sequence[Cell], predict: Predict) -> tuple[str, str]:
 
 def prediction_errors(predictions: Path) -> str:
     """Per engine, the median and worst |predicted / measured − 1| of the prediction check
-    (`benchmarks/predictions.py`), e.g. "transformers 3.4% median, 93.2% worst over 78 cells"."""
+    (`benchmarks/perf_model/predictions.py`), e.g. "transformers 3.4% median, 93.2% worst over 78 cells"."""
     if not predictions.is_file():
         return "–"
     summary = json.loads(predictions.read_text(encoding="utf-8"))["summary"]
@@ -97,7 +97,7 @@ def prediction_errors(predictions: Path) -> str:
 
 def out_of_sample_errors(path: Path, model: str = "v2") -> str:
     """Per engine, the judged cells' median and worst |predicted / measured − 1| of the
-    out-of-sample check (`benchmarks/out_of_sample.py`): cells measured after the model froze."""
+    out-of-sample check (`benchmarks/perf_model/out_of_sample.py`): cells measured after the model froze."""
     summary = (
         json.loads(path.read_text(encoding="utf-8")).get("summary", {}).get(model) if path.is_file() else None
     )
@@ -113,7 +113,7 @@ def out_of_sample_errors(path: Path, model: str = "v2") -> str:
 
 def measured_again(path: Path) -> str:
     """How far the out-of-sample check's cells measured again moved from their first measurement,
-    one clause per later pass (`benchmarks/out_of_sample.py`)."""
+    one clause per later pass (`benchmarks/perf_model/out_of_sample.py`)."""
     passes = json.loads(path.read_text(encoding="utf-8")).get("again", []) if path.is_file() else []
     if not passes:
         return "–"

@@ -2,7 +2,7 @@
 this machine's measured profiles: one set of engine constants per engine, fitted to every profiled
 forward pass T(B, t) of every model it ran, priced from the models' configs and the hardware file.
 
-    python benchmarks/cpu_engine_profiles.py
+    python -m benchmarks.perf_model.cpu_engine_profiles
 
 prints the constants and each model's median and worst error. They differ from a per-model fit
 (`specmoe model fit`) in what they may know: one fixed cost per forward and per layer, one share of
@@ -15,24 +15,19 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import numpy as np
 from scipy.optimize import least_squares
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.paths import CPU_RESULTS as RESULTS
+from benchmarks.perf_model.cpu_from_configs import HARDWARE, zoo_config
+from specmoe.perf.firstprinciples import first_principles_constants
+from specmoe.perf.hardware import load_hardware
+from specmoe.perf.model import MoEShape, forward_time
+from specmoe.perf.runtimes import engine_profile
+from specmoe.perf.structure import parse_architecture
 
-from cpu_from_configs import HARDWARE, zoo_config  # noqa: E402
-
-from specmoe.perf.firstprinciples import first_principles_constants  # noqa: E402
-from specmoe.perf.hardware import load_hardware  # noqa: E402
-from specmoe.perf.model import MoEShape, forward_time  # noqa: E402
-from specmoe.perf.runtimes import engine_profile  # noqa: E402
-from specmoe.perf.structure import parse_architecture  # noqa: E402
-
-RESULTS = ROOT / "docs/results/cpu"
 PROFILES = {
     "hf-eager-cpu": [
         *(RESULTS / "findings/profiles").glob("*.json"),

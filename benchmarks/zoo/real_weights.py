@@ -2,7 +2,7 @@
 prints tables and writes JSON.
 
     specmoe zoo fetch smollm2 && specmoe zoo build --preset smollm2-draft
-    python benchmarks/real_weights.py --out docs/results/cpu/real/smollm2.json
+    python -m benchmarks.zoo.real_weights --out docs/results/cpu/real/smollm2.json
 
 Three measurements, each a section of the JSON:
 

@@ -2,7 +2,7 @@
 
 Not a test: prints a table and writes JSON.
 
-    python benchmarks/engine_speed.py --zoo ~/.cache/specmoe/zoo/bench-seed0 \
+    python -m benchmarks.engine.engine_speed --zoo ~/.cache/specmoe/zoo/bench-seed0 \
         --out docs/results/cpu/engine_speed.json
 
 For each target (bench `moe`, `dense-s`) and dtype (float32, bfloat16), with draft `draft-xs`, B = 1,
@@ -32,7 +32,8 @@ import tempfile
 from pathlib import Path
 
 import torch
-from engine_parts import (
+
+from benchmarks.engine.engine_parts import (
     CountingBackend,
     RecomputingDrafter,
     active_weight_bytes,
@@ -41,7 +42,6 @@ from engine_parts import (
     read_bandwidth,
     step_time,
 )
-
 from specmoe.api import load_model, load_tokenizer
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.divergence import find_divergences

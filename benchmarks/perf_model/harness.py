@@ -1,6 +1,7 @@
 """Harness figures on the bench zoo, on this machine. Not a test: prints figures and writes JSON.
 
-    python benchmarks/harness.py --zoo ~/.cache/specmoe/zoo/bench-seed0 --out docs/results/cpu/harness.json
+    python -m benchmarks.perf_model.harness --zoo ~/.cache/specmoe/zoo/bench-seed0 \
+        --out docs/results/cpu/harness.json
 
 1. Oracle draft on the bench MoE, B = 1, gamma = 4, greedy: measured speedup at acceptance 1 and 0
    against the analytic speedup from the same run's measured costs,

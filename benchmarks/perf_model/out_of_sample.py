@@ -12,7 +12,7 @@ and composes the expected round (`specmoe.perf.compose.expected_speedup`). The c
 speedup (ratio of means over its paired units) stands beside it. docs/results/cpu/predictions/
 predictions.md holds the other kind, a reconstruction given each cell's measured schedule.
 
-    python benchmarks/out_of_sample.py --runs docs/results/cpu/findings/moesd.csv \\
+    python -m benchmarks.perf_model.out_of_sample --runs docs/results/cpu/findings/moesd.csv \\
         --fits docs/results/cpu/findings/fits --out docs/results/cpu/predictions
 """
 
@@ -22,20 +22,17 @@ import argparse
 import hashlib
 import json
 import statistics
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from specmoe.drafts import NgramDraft, OracleDraft, draft_of  # noqa: E402
-from specmoe.errors import SpecmoeError  # noqa: E402
-from specmoe.findings.model_check import ModelLibrary, read_rows  # noqa: E402
-from specmoe.perf.compose import expected_speedup  # noqa: E402
-from specmoe.perf.runtimes import engine_profile  # noqa: E402
-from specmoe.results.compare import compare  # noqa: E402
-from specmoe.theory import per_token_alpha  # noqa: E402
+from benchmarks.paths import ROOT
+from specmoe.drafts import NgramDraft, OracleDraft, draft_of
+from specmoe.errors import SpecmoeError
+from specmoe.findings.model_check import ModelLibrary, read_rows
+from specmoe.perf.compose import expected_speedup
+from specmoe.perf.runtimes import engine_profile
+from specmoe.results.compare import compare
+from specmoe.theory import per_token_alpha
 
 GOAL_MEDIAN, GOAL_WORST = 0.15, 0.35
 
@@ -368,7 +365,8 @@ def report(
         [
             "# Out of sample: cells measured after the model was frozen",
             "",
-            "`python benchmarks/out_of_sample.py` (its docstring says what enters a prediction; the",
+            "`python -m benchmarks.perf_model.out_of_sample` (its docstring says what enters a prediction; "
+            "the",
             "commands are in out-of-sample/README.md). Fits and model sources, sha256 (12 hex digits):",
             "",
             *(f"- `{name}` {digest}" for name, digest in hashes.items()),

@@ -4,7 +4,7 @@ per-request draft counts against the servers' own logs, and writes the results.
 
     scripts/build_llama_server.sh            # /tmp/llama-server/build/bin/llama-server
     SPECMOE_LLAMA_SERVER=/tmp/llama-server/build/bin/llama-server taskset -c 1 \
-        python benchmarks/serving_llamacpp.py --db serving-llamacpp.db --server-cpus 0 \
+        python -m benchmarks.serving.serving_llamacpp --db serving-llamacpp.db --server-cpus 0 \
         --out docs/results/cpu/serving
 
 Each served model of the suite has a line in LAUNCH: which zoo model's GGUF the server loads, and
@@ -229,7 +229,7 @@ def _ms(values: dict[str, float]) -> str:
 def tables_markdown(summary: dict, checks: list[dict]) -> str:
     """The report's three tables from `bench summary --json` and the log checks."""
     lines = [
-        "<!-- Written by benchmarks/serving_llamacpp.py; do not edit. -->",
+        "<!-- Written by benchmarks/serving/serving_llamacpp.py; do not edit. -->",
         "| target | draft | γ | load | requests/run | baseline tok/s | SD tok/s | speedup | acceptance |",
         "|---|---|---|---|---|---|---|---|---|",
     ]

@@ -4,10 +4,10 @@
 # the performance model profiled, fitted and asked on the GPU, and `advise --config` for the same
 # models beside the measurements. Everything goes under one folder, summarised in its README.md.
 #
-#   benchmarks/gpu_check.sh [--out DIR]     # on a machine with a CUDA GPU; meant to take <= 8 minutes
-#   benchmarks/gpu_check.sh --smoke [--out DIR]   # the same steps on the CPU at tiny widths
-#   benchmarks/gpu_check.sh --steps models,suite ...   # only these steps (or groups: lossless, advise)
-#   benchmarks/gpu_check.sh --set 'batch_size=[1, 16]' ...  # passed on to the suite (repeatable)
+#   benchmarks/gpu/gpu_check.sh [--out DIR]     # on a machine with a CUDA GPU; meant to take <= 8 minutes
+#   benchmarks/gpu/gpu_check.sh --smoke [--out DIR]   # the same steps on the CPU at tiny widths
+#   benchmarks/gpu/gpu_check.sh --steps models,suite ...   # only these steps (or groups: lossless, advise)
+#   benchmarks/gpu/gpu_check.sh --set 'batch_size=[1, 16]' ...  # passed on to the suite (repeatable)
 #
 # The models are random-weight, built from docs/perf-examples configs on the GPU the first time and
 # cached under ~/.cache/specmoe/zoo/configs (about 53 GB of disk in bf16; set XDG_CACHE_HOME to put
@@ -34,10 +34,12 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 EX="$ROOT/docs/perf-examples"
 SUITE="$ROOT/specmoe/suites/moesd-gpu.toml"
 PYTHON=${PYTHON:-python3}
+# The Python half is the module benchmarks.gpu.gpu_check of this checkout, wherever the script runs from.
+CHECK=(env "PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m benchmarks.gpu.gpu_check)
 read -r -a SPECMOE <<< "${SPECMOE:-specmoe}"
 OUT=${OUT:-gpu-check-$(date +%Y%m%d-%H%M%S)}
 mkdir -p "$OUT"
@@ -159,7 +161,7 @@ run_step hw hw.txt "${SPECMOE[@]}" hw --device "$DEVICE" ${HW[@]+"${HW[@]}"} --o
 declare -A MODEL
 LOSSLESS_OVERRIDES=()
 for item in "${LOSSLESS_CUT[@]}"; do LOSSLESS_OVERRIDES+=(--lossless-override "$item"); done
-if run_step models models.tsv "$PYTHON" "$ROOT/benchmarks/gpu_check.py" models "$SUITE" --device "$DEVICE" \
+if run_step models models.tsv "${CHECK[@]}" models "$SUITE" --device "$DEVICE" \
   "${LOSSLESS_OVERRIDES[@]}" ${SET_ARGS[@]+"${SET_ARGS[@]}"}; then
   while IFS=$'\t' read -r name folder; do MODEL[$name]=$folder; done < "$OUT/models.tsv"
 fi
@@ -220,6 +222,6 @@ for pair in olmoe:draft-olmoe dense:draft-olmoe qwen3-moe:draft-qwen3; do
   fi
 done
 
-"$PYTHON" "$ROOT/benchmarks/gpu_check.py" readme "$OUT" > /dev/null
+"${CHECK[@]}" readme "$OUT" > /dev/null
 echo "$OUT/README.md"
 exit "$FAILED"

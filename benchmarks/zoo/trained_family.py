@@ -1,7 +1,7 @@
 """The trained zoo family on this machine: training time and held-out loss per model, greedy
 acceptance per prompt kind, and a determinism check. Not a test: prints tables and writes JSON.
 
-    python benchmarks/trained_family.py --out docs/results/cpu/trained_family.json
+    python -m benchmarks.zoo.trained_family --out docs/results/cpu/trained_family.json
 
 Builds the `trained` preset (seed 0) twice into fresh directories and compares every model's
 model.safetensors sha256 between the two builds. Training runs on one thread whatever the machine

@@ -4,9 +4,9 @@
 # beside it. Run it on a quiet machine (nothing else using the cores): the demo's noise guard flags
 # what another process disturbs, and this script records the load before each run.
 #
-#   bash benchmarks/demo_runs.sh            # 5 runs, about 30 minutes on 2 cores
-#   RUNS=1 OUT=/tmp/demo bash benchmarks/demo_runs.sh
-#   KEEP_WORK=1 bash benchmarks/demo_runs.sh   # keep the clones and caches (about 2.4 GiB a run)
+#   bash benchmarks/demo/demo_runs.sh            # 5 runs, about 30 minutes on 2 cores
+#   RUNS=1 OUT=/tmp/demo bash benchmarks/demo/demo_runs.sh
+#   KEEP_WORK=1 bash benchmarks/demo/demo_runs.sh   # keep the clones and caches (about 2.4 GiB a run)
 #
 # Each run: `git clone` of this checkout's HEAD into a new folder, a new virtual environment, the
 # README's `pip install -c constraints.txt -e .` (the installer's own download cache kept, as a user
@@ -16,7 +16,7 @@
 # otherwise be the CUDA build.
 set -euo pipefail
 
-REPO=$(cd "$(dirname "$0")/.." && pwd)
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
 RUNS=${RUNS:-5}
 OUT=${OUT:-$REPO/docs/results/cpu/demo}
 EXTRA_PIP_ARGS=${EXTRA_PIP_ARGS:-}
@@ -109,7 +109,7 @@ runs = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
 lines = [
     "# `specmoe demo` from a fresh clone, run after run",
     "",
-    "Written by `bash benchmarks/demo_runs.sh`: each run clones the repository, installs it in a new",
+    "Written by `bash benchmarks/demo/demo_runs.sh`: each run clones the repository, installs it in a new",
     "virtual environment (the installer's download cache kept), runs `specmoe demo` with an empty",
     "specmoe cache, then `specmoe demo --quick` with another. Seconds of wall time; a configuration",
     "pays when its speedup's whole interval lies above 1× and none of its runs was flagged noisy.",

@@ -10,9 +10,9 @@ decoding the kept tokens again through the whole model (`backends.llamacpp_state
 picks, and each cell records which ran and how many row rollbacks each way served). `--drafts mtp`
 drafts with the target's own MTP layer through llama.cpp (a GGUF target that has one).
 
-    python benchmarks/hybrid_rollback.py --out docs/results/cpu/hybrid/rollback.json
-    python benchmarks/hybrid_rollback.py --gguf q8_0 --out docs/results/cpu/hybrid/llamacpp-q8_0.json
-    python benchmarks/hybrid_rollback.py --gguf q8_0 --rollback snapshots --out ...
+    python -m benchmarks.hybrid.hybrid_rollback --out docs/results/cpu/hybrid/rollback.json
+    python -m benchmarks.hybrid.hybrid_rollback --gguf q8_0 --out docs/results/cpu/hybrid/llamacpp-q8_0.json
+    python -m benchmarks.hybrid.hybrid_rollback --gguf q8_0 --rollback snapshots --out ...
 
 Not part of the package: it measures it. The shares are of this CPU and of transformers' PyTorch
 fallback of the gated delta rule (no flash-linear-attention kernels on a CPU).

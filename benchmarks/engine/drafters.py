@@ -1,7 +1,7 @@
 """Drafters compared on the bench zoo, on this machine. Not a test: prints a table and writes JSON.
 
     specmoe zoo build --preset bench --out /tmp/zoo-bench2
-    python benchmarks/drafters.py --zoo /tmp/zoo-bench2 --out docs/results/cpu/drafters.json
+    python -m benchmarks.engine.drafters --zoo /tmp/zoo-bench2 --out docs/results/cpu/drafters.json
 
 Target `moe`, B = 1, greedy, float32, 64 new tokens, medians over 3 repeats. For each prompt:
 speedup (SD decode tokens/s over plain decode tokens/s) at gamma 1, 2, 4, 8, with acceptance; the
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from engine_speed import step_time  # T(1, t) timing shared with the engine benchmark
 
+from benchmarks.engine.engine_speed import step_time  # T(1, t) timing shared with the engine benchmark
 from specmoe.api import load_model, load_tokenizer
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter

@@ -12,7 +12,7 @@ costs. Nothing from the cell's own timings, schedule or fits enters. The CPU pro
 read off this machine's fits of these same models, so this checks the path from configs, not an
 out-of-sample forecast.
 
-    python benchmarks/cpu_from_configs.py --out docs/results/cpu/configs
+    python -m benchmarks.perf_model.cpu_from_configs --out docs/results/cpu/configs
 """
 
 from __future__ import annotations
@@ -21,26 +21,23 @@ import argparse
 import json
 import math
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from specmoe.drafts import NgramDraft, OracleDraft, draft_of  # noqa: E402
-from specmoe.findings.model_check import read_rows  # noqa: E402
-from specmoe.perf.compose import expected_speedup  # noqa: E402
-from specmoe.perf.firstprinciples import first_principles_constants  # noqa: E402
-from specmoe.perf.hardware import load_hardware  # noqa: E402
-from specmoe.perf.model import MoEShape  # noqa: E402
-from specmoe.perf.predict import ModelTimes  # noqa: E402
-from specmoe.perf.runtimes import engine_profile  # noqa: E402
-from specmoe.perf.structure import parse_architecture  # noqa: E402
-from specmoe.results.compare import compare  # noqa: E402
-from specmoe.theory import per_token_alpha  # noqa: E402
+from benchmarks.paths import CPU_FINDINGS, CPU_HARDWARE, CPU_RESULTS, SMOLLM2_CONFIG
+from specmoe.drafts import NgramDraft, OracleDraft, draft_of
+from specmoe.findings.model_check import read_rows
+from specmoe.perf.compose import expected_speedup
+from specmoe.perf.firstprinciples import first_principles_constants
+from specmoe.perf.hardware import load_hardware
+from specmoe.perf.model import MoEShape
+from specmoe.perf.predict import ModelTimes
+from specmoe.perf.runtimes import engine_profile
+from specmoe.perf.structure import parse_architecture
+from specmoe.results.compare import compare
+from specmoe.theory import per_token_alpha
 
 RUNS = [
-    ROOT / "docs/results/cpu/findings" / name
+    CPU_FINDINGS / name
     for name in (
         "study.csv",
         "moesd.csv",
@@ -49,9 +46,9 @@ RUNS = [
         "study-llamacpp-q4_k_m.csv",
         "moesd-llamacpp-q8_0.csv",
     )
-] + [ROOT / "docs/results/cpu/real/real-cpu.csv"]
-HARDWARE = ROOT / "docs/results/cpu/findings/hw.json"
-SMOLLM2 = ROOT / "docs/perf-examples/smollm2-135m.json"
+] + [CPU_RESULTS / "real" / "real-cpu.csv"]
+HARDWARE = CPU_HARDWARE
+SMOLLM2 = SMOLLM2_CONFIG
 SMOLLM2_DRAFT_LAYERS = 5
 SMOLLM2_GGUF = {"smollm2-gguf": "q4_1", "draft-gguf": "q8_0"}
 
@@ -172,7 +169,8 @@ def markdown(rows: list[dict]) -> str:
     lines = [
         "# SD speedups on this CPU predicted from configs alone",
         "",
-        "`python benchmarks/cpu_from_configs.py --out docs/results/cpu/configs`: configs, the hardware file",
+        "`python -m benchmarks.perf_model.cpu_from_configs --out docs/results/cpu/configs`: configs, "
+        "the hardware file",
         "measured here and the engine profiles `llamacpp-cpu` / `hf-eager-cpu`, with each cell's acceptance.",
         "",
         "| engine | cells | median abs. error | worst | within 20% | go/no-go agree |",

@@ -1,6 +1,6 @@
 """Counting what a decode loop would make a GPU wait for, on any device, CPU included.
 
-Not part of the package: this measures it (benchmarks/engine_overhead.py, tests/test_host_syncs.py).
+Not part of the package: this measures it (benchmarks/engine/engine_overhead.py, tests/test_host_syncs.py).
 
 On a CUDA GPU the host queues kernels and runs ahead of them, until it needs a value the device
 computes or hands the device host memory to copy from. Those points drain the queue: the GPU idles

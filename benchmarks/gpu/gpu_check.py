@@ -1,7 +1,7 @@
-"""The Python half of `benchmarks/gpu_check.sh`: the suite's models, and the folder's README.
+"""The Python half of `benchmarks/gpu/gpu_check.sh`: the suite's models, and the folder's README.
 
-    python benchmarks/gpu_check.py models SUITE [--set K=V ...] [--device D] [--lossless-override K=V ...]
-    python benchmarks/gpu_check.py readme OUT       # OUT/README.md from OUT's files
+    python -m benchmarks.gpu.gpu_check models SUITE [--set K=V ...] [--device D] [--lossless-override K=V ...]
+    python -m benchmarks.gpu.gpu_check readme OUT       # OUT/README.md from OUT's files
 
 `models` loads the suite with the same `--set` overrides `bench run` gets and builds its config models
 as `bench run` would (`prepare_zoo`), and the lossless checks' OLMoE, in one process, so the script
@@ -18,9 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-OLMOE = ROOT / "docs" / "perf-examples" / "olmoe-1b-7b.json"
+from benchmarks.paths import OLMOE_CONFIG as OLMOE
 
 
 def models(suite_path: str, settings: list[str], device: str, lossless: list[str]) -> int:
@@ -201,7 +199,8 @@ def readme(out: Path) -> int:
     lines = [
         "# specmoe GPU check",
         "",
-        f"Mode: {mode}. Written by `benchmarks/gpu_check.sh`; every step's command, output and log are in "
+        f"Mode: {mode}. Written by `benchmarks/gpu/gpu_check.sh`; every step's command, output and log "
+        "are in "
         "this folder (steps.tsv lists them).",
         *(
             [

@@ -1,4 +1,4 @@
-"""Pieces of benchmarks/engine_speed.py: the transformers arm, per-forward costs, draft accounting.
+"""Pieces of benchmarks/engine/engine_speed.py: the transformers arm, per-forward costs, draft accounting.
 
 Not part of the package: these measure it.
 """

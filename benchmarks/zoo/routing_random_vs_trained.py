@@ -2,7 +2,7 @@
 first n tokens of text, against balanced routing N(n) = E (1 - (1 - K/E)^n), and how evenly each
 layer's picks spread over its experts.
 
-    python benchmarks/routing_random_vs_trained.py --out docs/results/cpu/routing/routing.json
+    python -m benchmarks.zoo.routing_random_vs_trained --out docs/results/cpu/routing/routing.json
 
 Models (float32, seed 0):
 - trained: the `trained` preset's MoE (qwen3_moe, E = 32, K = 2, 2 layers), trained on text;
@@ -20,19 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from specmoe.backends.router_trace import RouterTrace, indices_per_layer  # noqa: E402
-from specmoe.prompts import load_prompt_set  # noqa: E402
-from specmoe.zoo.cache import default_zoo_dir  # noqa: E402
-from specmoe.zoo.routing import expected_distinct_experts  # noqa: E402
+from benchmarks.paths import OLMOE_CONFIG
+from specmoe.backends.router_trace import RouterTrace, indices_per_layer
+from specmoe.prompts import load_prompt_set
+from specmoe.zoo.cache import default_zoo_dir
+from specmoe.zoo.routing import expected_distinct_experts
 
 SETS = ("code", "factual", "reasoning", "chinese")
 NS = (1, 2, 4, 8, 16, 32)
@@ -109,7 +106,7 @@ def main() -> int:
     trained_dir = build_zoo("trained", default_zoo_dir("trained", 0), seed=0)
     with tempfile.TemporaryDirectory() as tmp:
         tiny = build_zoo("tiny", Path(tmp) / "tiny", seed=0)
-        source = read_config_source(ROOT / "docs/perf-examples/olmoe-1b-7b.json", OLMOE_CPU)
+        source = read_config_source(OLMOE_CONFIG, OLMOE_CPU)
         olmoe = build_config_zoo([source], Path(tmp) / "olmoe", seed=0, dtype="float32")
         seqs = sequences(tiny / "moe")
         models = {

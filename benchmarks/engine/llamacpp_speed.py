@@ -2,7 +2,7 @@
 Not a test: prints figures and writes JSON.
 
     SPECMOE_LLAMA_SPECULATIVE=/tmp/llama-build/bin/llama-speculative \
-    python benchmarks/llamacpp_speed.py --zoo ~/.cache/specmoe/zoo/bench-seed0 \
+    python -m benchmarks.engine.llamacpp_speed --zoo ~/.cache/specmoe/zoo/bench-seed0 \
         --out docs/results/cpu/llamacpp_speed.json      # and llamacpp_speed.md beside it
 
 Same GGUF pair (the bench zoo's `moe` with `draft-xs`, and with itself as a draft, exported by
@@ -166,7 +166,7 @@ def _paired(estimate: dict | None) -> str:
 def markdown(report: dict) -> str:
     """The table docs/llamacpp.md shows: both tools' decode and end-to-end tokens/s and their ratios."""
     lines = [
-        "<!-- Written by benchmarks/llamacpp_speed.py; do not edit. -->",
+        "<!-- Written by benchmarks/engine/llamacpp_speed.py; do not edit. -->",
         f"Target {report['target']}, {report['threads']} thread(s), {report['new_tokens']} new tokens, "
         f"a {report['prompt_tokens']}-token prompt, greedy; medians of {report['repeats']} alternating runs.",
         "",

@@ -3,7 +3,7 @@ what their forwards cost and against the bandwidth floor, eager beside compiled.
 
 Not a test: prints JSON. Written for one CUDA GPU (CUDA graphs, `reduce-overhead`):
 
-    python benchmarks/compiled_step.py --device cuda --layers 16 --batches 1,4,16 --out compiled.json
+    python -m benchmarks.engine.compiled_step --device cuda --layers 16 --batches 1,4,16 --out compiled.json
 
 The pair is `engine_overhead.olmoe_pair`: an OLMoE-1B-7B-shaped MoE (bf16, 64 experts top-8) and a
 Qwen3-0.6B-shaped draft, random weights, `--layers` layers each (16 and 28 in the real models; the
@@ -29,9 +29,9 @@ import time
 from pathlib import Path
 
 import torch
-from engine_overhead import GAMMA, olmoe_pair, prompts_for
-from engine_parts import active_weight_bytes, read_bandwidth
 
+from benchmarks.engine.engine_overhead import GAMMA, olmoe_pair, prompts_for
+from benchmarks.engine.engine_parts import active_weight_bytes, read_bandwidth
 from specmoe.backends.hf import HFBackend
 from specmoe.backends.hf_static import StaticHFBackend
 from specmoe.engine.decode import DecodeConfig, decode
@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
-    from engine_speed import cuda_bandwidth
+    from benchmarks.engine.engine_speed import cuda_bandwidth
 
     bandwidth = cuda_bandwidth() if device.type == "cuda" else read_bandwidth()
     report: dict = {

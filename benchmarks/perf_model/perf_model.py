@@ -1,6 +1,6 @@
 """Performance-model validation on the bench zoo, on this machine. Not a test: prints figures, writes JSON.
 
-    python benchmarks/perf_model.py --zoo /tmp/zoo-bench --out docs/results/cpu [--reuse]
+    python -m benchmarks.perf_model.perf_model --zoo /tmp/zoo-bench --out docs/results/cpu [--reuse]
 
 In bfloat16 (the main validation) and float32 (to compare with harness.json, measured in float32):
 1. `specmoe hw` numbers for this CPU.

@@ -1,7 +1,7 @@
 """End-to-end SD speedups predicted by the performance model against the findings' measured cells,
 and `advise`'s γ against the measured best γ. Not a test: writes a table (Markdown + JSON).
 
-    python benchmarks/predictions.py \\
+    python -m benchmarks.perf_model.predictions \\
         --runs docs/results/cpu/findings/study.csv --runs docs/results/cpu/findings/moesd.csv \\
         --runs docs/results/cpu/findings/family.csv \\
         --fits docs/results/cpu/predictions/fits --fits docs/results/cpu/findings/fits \\
@@ -223,7 +223,7 @@ def _num(value: float | None, fmt: str) -> str:
 
 def markdown(cells: list[Checked], advice: list[AdviceCheck], totals: dict[str, dict]) -> str:
     lines = [
-        "<!-- Written by benchmarks/predictions.py; do not edit. -->",
+        "<!-- Written by benchmarks/perf_model/predictions.py; do not edit. -->",
         "# Reconstruction given the measured schedule: composed against measured SD speedups",
         "",
         "Not a prediction: fitted forward times composed with each run's own measured acceptance, "

@@ -2,7 +2,7 @@
 
 Not a test: prints a table and writes JSON.
 
-    OMP_NUM_THREADS=1 python benchmarks/engine_overhead.py --out docs/results/cpu/engine_overhead.json
+    OMP_NUM_THREADS=1 python -m benchmarks.engine.engine_overhead --out docs/results/cpu/engine_overhead.json
 
 For each pair (the trained zoo's `moe` + `draft-xs` in float32; an OLMoE-1B-7B-shaped random MoE,
 64 experts top-8, with a Qwen3-0.6B-shaped random draft, both bf16 and cut to `--layers` layers so
@@ -35,8 +35,8 @@ import time
 from pathlib import Path
 
 import torch
-from host_syncs import counting, python_calls
 
+from benchmarks.engine.host_syncs import counting, python_calls
 from specmoe.backends.hf import HFBackend
 from specmoe.engine.decode import DecodeConfig, decode
 from specmoe.engine.drafters import ModelDrafter

@@ -1,0 +1,1 @@
+"""Hybrid models: what rolling back linear-attention state costs an SD round."""

@@ -1,0 +1,3 @@
+"""The performance model checked: fits, held-out points, reconstructions, out-of-sample and
+config-only predictions.
+"""

@@ -1,0 +1,1 @@
+"""Serving: llama.cpp's llama-server plain and with a draft model."""

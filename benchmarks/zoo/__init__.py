@@ -1,0 +1,1 @@
+"""The model zoo: trained family, routing of random vs trained routers, real weights."""
