@@ -15,14 +15,12 @@ import sqlite3
 import struct
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from audited import counts_pass
-from raw_http import read_request
+from fake_servers import RawServer
 from test_bad_input import _served_suite, _stored_runs
 from test_bad_input_more import STUDY, VLLM, suite_text
 from tiny_suites import tiny_sd_suite
@@ -33,52 +31,6 @@ from specmoe.cli import main
 from specmoe.suite.load import load_suite
 
 # --- servers -------------------------------------------------------------------------------------
-
-
-class RawServer:
-    """Answers each connection on 127.0.0.1 with `answer(connection, request bytes)` until the test
-    leaves its `with` block. The whole request is read first (`raw_http.read_request`: answering
-    after a partial read resets the connection). A connection waits at most CONN_TIMEOUT_S for its
-    request, so a client that never sends one holds no thread for long; the server's life is the
-    test's, never a wall-clock allowance a loaded machine could outlast."""
-
-    CONN_TIMEOUT_S = 60.0
-
-    def __init__(self, answer: Callable[[socket.socket, bytes], None]) -> None:
-        self.answer, self.stopped = answer, threading.Event()
-        self.posts = 0
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def __enter__(self) -> RawServer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopped.set()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}/v1"
-
-    def _accept(self) -> None:
-        with self.sock:
-            while not self.stopped.is_set():
-                try:
-                    conn, _ = self.sock.accept()
-                except TimeoutError:
-                    continue
-                threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            conn.settimeout(self.CONN_TIMEOUT_S)
-            try:
-                request = read_request(conn)
-                self.posts += request.startswith(b"POST")
-                self.answer(conn, request)
-            except OSError:  # the client hung up
-                pass
 
 
 def _models(conn: socket.socket) -> None:

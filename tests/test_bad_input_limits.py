@@ -5,13 +5,10 @@ the fake servers listen on 127.0.0.1 and stop by themselves.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from raw_http import read_request
+from fake_servers import EndlessServer
 from test_bad_input import _closed_port, _served_suite, _stored_runs, _suite
 from test_gguf import require
 
@@ -103,48 +100,6 @@ def test_the_rate_limit_is_the_expected_span_of_the_arrivals(tmp_path, rate, req
 
 
 # --- 6. /v1/models and /metrics answers are read with a bound ----------------------------------------
-
-
-class EndlessServer:
-    """Answers every request on 127.0.0.1 with 200 and a body that never ends: `chunk` bytes every
-    `gap_s` seconds, until the client hangs up or the test leaves the server's `with` block (the
-    server's life is the test's, never a wall-clock allowance a loaded machine could outlast)."""
-
-    def __init__(self, chunk: bytes, gap_s: float = 0.0) -> None:
-        self.chunk, self.gap_s, self.stopped = chunk, gap_s, threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def __enter__(self) -> EndlessServer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopped.set()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _accept(self) -> None:
-        with self.sock:
-            while not self.stopped.is_set():
-                try:
-                    conn, _ = self.sock.accept()
-                except TimeoutError:
-                    continue
-                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                read_request(conn)  # all of it: a close with bytes unread would reset the connection
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
-                while not self.stopped.is_set():
-                    conn.sendall(self.chunk)
-                    time.sleep(self.gap_s)
-            except OSError:  # the client hung up: the bound worked
-                pass
 
 
 @pytest.mark.parametrize("path", ["/v1/models", "/metrics"])

@@ -7,7 +7,7 @@ import socket
 import threading
 
 import pytest
-from serving_stub import StubConfig, StubServer
+from fake_servers import StubConfig, StubServer
 
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import time_per_output_token, time_to_first_token
