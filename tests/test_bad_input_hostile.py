@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_bad_input import Case, Outcome, _run_case, _stored_runs, _suite
+from test_bad_input_cli import Case, Outcome, _run_case, _stored_runs, _suite
 from test_summary_table import cell
 
 from specmoe.report.summary_table import build, format_text, to_json

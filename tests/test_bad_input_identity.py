@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_bad_input import other_tokenizer
+from test_bad_input_cli import other_tokenizer
 from tiny_suites import TINY_SD_GROUP, tiny_sd_suite
 
 from specmoe.backends.tokenizer_digest import tokenizer_digest

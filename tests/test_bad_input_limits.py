@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from fake_servers import EndlessServer
-from test_bad_input import _closed_port, _served_suite, _stored_runs, _suite
+from test_bad_input_cli import _closed_port, _served_suite, _stored_runs, _suite
 from test_gguf import require
 
 from specmoe.backends.gguf_layout import check_gguf_layout

@@ -1,4 +1,4 @@
-"""The rest of the fifty probes of docs/results/cpu/probes.md (the others: test_bad_input_more.py):
+"""The rest of the fifty probes of docs/results/cpu/probes.md (the others: test_bad_input_files.py):
 servers that break a response in new ways, Ctrl-C in the middle of a suite, a store another process
 holds locked, and inputs that are right and must stay accepted (a suite saved with a byte-order
 mark, a draft that is its own target, audit rows a spreadsheet wrote).
@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from audited import counts_pass
 from fake_servers import RawServer
-from test_bad_input import _served_suite, _stored_runs
-from test_bad_input_more import STUDY, VLLM, suite_text
+from test_bad_input_cli import _served_suite, _stored_runs
+from test_bad_input_files import STUDY, VLLM, suite_text
 from tiny_suites import tiny_sd_suite
 
 from specmoe.audit.inputs import audit_input
@@ -265,7 +265,7 @@ def test_a_nan_throughput_in_a_vllm_result_is_an_invalid_row(tmp_path):
 
 
 def test_a_cuda_index_beyond_the_gpus_names_the_ones_there(monkeypatch):
-    """Probe 44 on a machine with GPUs (faked here: the CPU-only case runs in test_bad_input_more)."""
+    """Probe 44 on a machine with GPUs (faked here: the CPU-only case runs in test_bad_input_files)."""
     import torch
 
     from specmoe.backends.hf import resolve_device
@@ -287,7 +287,7 @@ def test_a_cuda_index_beyond_the_gpus_names_the_ones_there(monkeypatch):
 
 def test_a_prompt_beyond_the_context_is_one_line_from_the_command(tiny_zoo):
     """Probe 42 as a user runs it: transformers' own notice of a long prompt reaches the terminal
-    through its handler in a fresh process (test_bad_input_more checks the line in process)."""
+    through its handler in a fresh process (test_bad_input_files checks the line in process)."""
     prompt = "word " * 25_000  # about what one command-line argument may hold (128 KiB)
     argv = ["generate", "--target", str(tiny_zoo / "draft-xs"), "--prompt", prompt]
     proc = subprocess.run(

@@ -5,7 +5,7 @@ Python's parser, and stores whose throughput was edited. The table of every prob
 before: docs/results/cpu/probes-round4.md.
 
 Each refused input runs `specmoe.cli.main` in this process, in a thread with a bound (as in
-tests/test_bad_input_more.py), and must end in exit status 2 and one line `specmoe...: error: ...`
+tests/test_bad_input_files.py), and must end in exit status 2 and one line `specmoe...: error: ...`
 without a traceback or "unexpected", and without a store when it names one. Inputs that are right
 are checked to work as documented. The issue's own inputs that are not refusals (a pickle checkpoint
 under --allow-pickle, copies of prompts, a prompt file edited mid-suite, audit verdicts) are in
@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 from suite_files import write_suite
-from test_bad_input_more import BOUND_S, Case, run_main
+from test_bad_input_files import BOUND_S, Case, run_main
 
 from specmoe.extras import installed
 

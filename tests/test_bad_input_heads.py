@@ -1,7 +1,7 @@
 """Hostile input to the newest surfaces: head drafters (`generate --draft mtp|HEAD-DIR`), the
 calibration rows (`calibrate fit|heldout|frozen|check`), the newer `advise` flags and `findings`'
 refusals. Each probe must end in a non-zero exit and one line naming the problem, without
-"unexpected" or a traceback, and leave nothing behind; the helpers are tests/test_bad_input_numbers.py's.
+"unexpected" or a traceback, and leave nothing behind; the helpers are tests/test_bad_input_perf.py's.
 
 Models are built here, small: the tiny zoo (`tiny_zoo`), a random EAGLE-3 head for its MoE (a
 draft vocabulary of 1024 tokens, so it has d2t / t2d maps), and an f32 GGUF of the MoE (no MTP
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from head_models import WEIGHTS, eagle3_dir
-from test_bad_input_numbers import _refused
+from test_bad_input_perf import _refused
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "specmoe" / "perf" / "examples"
@@ -223,7 +223,7 @@ def test_a_hostile_advise_flag_is_refused_in_one_line(name, capsys, monkeypatch)
 def test_n_cpu_moe_past_the_layers_is_every_layer_as_in_llama_cpp(capsys):
     """llama.cpp's `--n-cpu-moe 99` is the idiom for "every block" (as `-ngl 99`): priced, and the
     answer says how many layers moved."""
-    from test_bad_input_more import run_main
+    from test_bad_input_files import run_main
 
     assert run_main(_advise(*LLAMA, "--n-cpu-moe", "100000")) == 0
     assert "the routed experts of 48 MoE layers sit in host memory" in capsys.readouterr().out

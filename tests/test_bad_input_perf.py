@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_bad_input_more import run_main
+from test_bad_input_files import run_main
 
 from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
