@@ -8,16 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from fake_servers import EndlessServer
 from test_bad_input_cli import _closed_port, _served_suite, _stored_runs, _suite
 from test_gguf import require
 
 from specmoe.backends.gguf_layout import check_gguf_layout
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
-from specmoe.serving import client
-from specmoe.serving.client import MAX_BODY_BYTES
-from specmoe.serving.spec import ServerSpec
 from specmoe.suite.groups import MAX_SCHEDULE_S
 from specmoe.suite.load import load_suite
 
@@ -100,35 +96,3 @@ def test_the_rate_limit_is_the_expected_span_of_the_arrivals(tmp_path, rate, req
 
 
 # --- 6. /v1/models and /metrics answers are read with a bound ----------------------------------------
-
-
-@pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
-def test_an_endless_answer_is_read_up_to_a_cap(path):
-    read = client.served_models if path == "/v1/models" else client.metrics_text
-    with EndlessServer(b"x" * 65536) as server, pytest.raises(SpecmoeError) as err:
-        read(ServerSpec(url=server.url, model="m"))
-    line = str(err.value)
-    assert "\n" not in line
-    assert line.startswith(f"{server.url}{path}: the response runs past {MAX_BODY_BYTES >> 20} MiB")
-
-
-@pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
-def test_a_trickling_answer_ends_at_the_total_deadline(path):
-    read = client.served_models if path == "/v1/models" else client.metrics_text
-    bound = r"the response went on past .* \(10 x timeout_s\) without ending"
-    with EndlessServer(b"x", gap_s=0.01) as server, pytest.raises(SpecmoeError, match=bound):
-        read(
-            ServerSpec(url=server.url, model="m", timeout_s=0.1)
-        )  # each byte arrives within the idle timeout
-
-
-def test_a_served_suite_against_an_endless_server_stores_nothing(tmp_path, capsys):
-    db = tmp_path / "served.db"
-    with EndlessServer(b"x" * 65536) as server:
-        status = main(
-            ["bench", "run", _served_suite(tmp_path, f"{server.url}/v1"), "--db", str(db), "--quiet"]
-        )
-    assert status == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "/v1/models: the response runs past" in err, err
-    assert _stored_runs(db) == 0
