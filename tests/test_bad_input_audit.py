@@ -20,15 +20,6 @@ from specmoe.results.store import Store
 VLLM = Path(__file__).parent / "data" / "serving-results" / "vllm"
 
 
-# --- --allow-pickle loads what it promises --------------------------------------------------------
-
-
-# --- copies of prompts are said before the run and in the report ------------------------------------
-
-
-# --- a prompt file edited while its suite runs ---------------------------------------------------
-
-
 # --- audits of counts no tool writes ---------------------------------------------------------------
 
 
@@ -96,6 +87,9 @@ def test_an_exported_run_with_text_for_its_throughput_is_one_line(tmp_path):
         writer.writerows(records)
     with pytest.raises(SpecmoeError, match=r"runs\.csv:2: run '.*' is malformed \(ValueError: .*'fast'"):
         read_export(out)
+
+
+# --- audit rows a spreadsheet wrote, rates past any float ------------------------------------------
 
 
 def test_a_study_csv_with_a_byte_order_mark_is_audited_as_without(tmp_path):

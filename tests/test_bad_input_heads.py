@@ -1,7 +1,7 @@
-"""Hostile input to the newest surfaces: head drafters (`generate --draft mtp|HEAD-DIR`), the
-calibration rows (`calibrate fit|heldout|frozen|check`), the newer `advise` flags and `findings`'
-refusals. Each probe must end in a non-zero exit and one line naming the problem, without
-"unexpected" or a traceback, and leave nothing behind; the helpers are tests/test_bad_input_perf.py's.
+"""Hostile input to head drafters (`generate --draft mtp|HEAD-DIR`): a broken EAGLE-3 head, and
+a head or MTP draft the target cannot run. Each probe must end in a non-zero exit and one line
+naming the problem, without "unexpected" or a traceback, and leave nothing behind; the helpers are
+tests/test_bad_input_perf.py's.
 
 Models are built here, small: the tiny zoo (`tiny_zoo`), a random EAGLE-3 head for its MoE (a
 draft vocabulary of 1024 tokens, so it has d2t / t2d maps), and an f32 GGUF of the MoE (no MTP
@@ -18,11 +18,6 @@ from pathlib import Path
 import pytest
 from head_models import WEIGHTS, eagle3_dir
 from test_bad_input_perf import _refused
-
-REPO = Path(__file__).resolve().parents[1]
-EXAMPLES = REPO / "specmoe" / "perf" / "examples"
-HARDWARE = EXAMPLES / "h100-sxm.json"
-
 
 # --- head drafters ------------------------------------------------------------------------------
 

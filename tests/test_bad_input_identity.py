@@ -1,7 +1,8 @@
-"""What a run is, by content: a prompt file edited in place, a draft whose tokenizer is not the
-target's, copies of prompts counted as units, and the weights behind a stored key.
+"""What a run is, by content: a prompt file edited in place (before a suite or while it runs), a
+draft whose tokenizer is not the target's, copies of prompts counted as units and said before the
+run, and the weights behind a stored key.
 
-Beside tests/test_bad_input.py (faults through the command line) these run in process, against the
+Beside tests/test_bad_input_cli.py (faults through the command line) these run in process, against the
 tiny zoo, since each needs a store made first and then something changed under it.
 """
 
@@ -194,6 +195,9 @@ def test_a_fingerprint_follows_the_weights_not_the_place(tiny_zoo, tmp_path):
     assert weights_fingerprint(tmp_path / "copy") == weights_fingerprint(tiny_zoo / "draft-xs")
     _retrain_in_place(tmp_path / "copy")
     assert weights_fingerprint(tmp_path / "copy") != weights_fingerprint(tiny_zoo / "draft-xs")
+
+
+# --- 6. copies said before the run, a prompt file edited while its suite runs ----------------------
 
 
 def test_more_prompts_than_the_set_holds_is_said_before_the_run_and_in_the_report(tiny_zoo, tmp_path, caplog):

@@ -1,6 +1,6 @@
-"""Inputs past a limit: a GGUF file cut short, an arrival rate that would wait for hours, and server
-answers too large to read. Each is refused in one line before anything is stored or waited for;
-the fake servers listen on 127.0.0.1 and stop by themselves.
+"""Inputs past a limit: a GGUF file cut short and an arrival rate that would wait for hours. Each is
+refused in one line before anything is stored or waited for. Server answers too large to read:
+tests/test_bad_input_serving.py.
 """
 
 from __future__ import annotations
@@ -93,6 +93,3 @@ def test_the_rate_limit_is_the_expected_span_of_the_arrivals(tmp_path, rate, req
             load_suite(path)
     else:
         assert load_suite(path).groups[0].request_rate != (None,)
-
-
-# --- 6. /v1/models and /metrics answers are read with a bound ----------------------------------------

@@ -1,15 +1,15 @@
-"""Hostile input, round 4: model configs with impossible sizes (dense and hybrid linear-attention ones
+"""Hostile models: model configs with impossible sizes (dense and hybrid linear-attention ones
 given to `model predict --config` and `advise --config`), impossible batch and draft lists, GPU device
 strings on a machine without a GPU, config.json values transformers cannot build, inputs nested past
-Python's parser, and stores whose throughput was edited. The table of every probe, with what it did
+Python's parser, stores whose throughput was edited, and pickle checkpoints (one under
+--allow-pickle loads, a broken one is one line). The table of every probe, with what it did
 before: docs/results/cpu/probes-round4.md.
 
 Each refused input runs `specmoe.cli.main` in this process, in a thread with a bound (as in
 tests/test_bad_input_files.py), and must end in exit status 2 and one line `specmoe...: error: ...`
 without a traceback or "unexpected", and without a store when it names one. Inputs that are right
-are checked to work as documented. The issue's own inputs that are not refusals (a pickle checkpoint
-under --allow-pickle, copies of prompts, a prompt file edited mid-suite, audit verdicts) are in
-tests/test_bad_input_round4_runs.py.
+are checked to work as documented. Copies of prompts and a prompt file edited mid-suite:
+tests/test_bad_input_identity.py; audit verdicts: tests/test_bad_input_audit.py.
 """
 
 from __future__ import annotations
@@ -415,6 +415,9 @@ def test_right_inputs_stay_accepted(name, tmp_path, capsys):
 
 def test_every_case_is_listed(setting):
     assert sorted(setting[1]) == sorted(CASE_IDS)
+
+
+# --- --allow-pickle loads what it promises ---------------------------------------------------------
 
 
 def _pickle_copy(model: Path, folder: Path, extra: dict) -> Path:

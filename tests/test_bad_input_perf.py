@@ -1,12 +1,14 @@
-"""Hostile numbers and files given to the performance model and the newer commands: zero, negative,
-1e-300 and 1e30 rates and sizes, integers too large for a float (10**400 in JSON), NaN and
-infinity, empty lists and paths, a list where an object belongs, an unknown draft, and a FIFO given
-as a file (it must be refused, not read: nothing ever writes to it, so a read would wait forever).
+"""Hostile input to the performance model's commands (`model predict`, `advise`, `calibrate`,
+`findings`): zero, negative, 1e-300 and 1e30 rates and sizes, integers too large for a float
+(10**400 in JSON), NaN and infinity, empty lists and paths, a list where an object belongs, an
+unknown draft, a FIFO given as a file (it must be refused, not read: nothing ever writes to it, so a
+read would wait forever), calibration rows that cannot be rows, the newer `advise` flags, and
+`findings`' refusals before it writes.
 
 Each probe runs `specmoe.cli.main` in this process, in a thread with a bound (a hang fails it), and
 must end in a non-zero exit and one line naming the problem, without "unexpected" or a traceback,
 and without a store or suite file when the command would write one. The table of probes with what
-each did before these checks: docs/results/cpu/probes-numbers.md.
+each did before these checks: docs/results/cpu/probes-numbers.md and probes-surfaces.md.
 """
 
 from __future__ import annotations
@@ -29,6 +31,13 @@ EXAMPLES = REPO / "docs" / "perf-examples"
 HARDWARE = EXAMPLES / "h100-sxm.json"
 CONFIG = EXAMPLES / "qwen3-30b-a3b.json"
 FIT = REPO / "docs" / "results" / "cpu" / "perf_fits" / "moe-float32.json"
+HOST_HARDWARE = EXAMPLES / "rtx4090.json"  # has a 'host' object, for --n-cpu-moe
+MOE = EXAMPLES / "qwen3-30b-a3b.json"
+DENSE = EXAMPLES / "qwen3-8b.json"
+HYBRID = EXAMPLES / "qwen3.5-35b-a3b.json"
+PUBLISHED = REPO / "specmoe" / "calibration" / "data" / "published.csv"
+HEADER = PUBLISHED.read_text(encoding="utf-8").splitlines()[0]
+ROW = "r1,src,w,h100-sxm,1,sglang,llama-3.1-8b,bfloat16,eagle3,,,2,3,,1,tau,3.0,,512,1.81,reported,n"
 HUGE = "1" + "0" * 400  # 10**400: an integer no float holds
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
@@ -287,27 +296,6 @@ def test_only_regular_files_are_read(tmp_path):
         read_user_text("")
     (tmp_path / "ok.json").write_text("{}", encoding="utf-8")
     assert read_user_text(tmp_path / "ok.json") == "{}"
-
-
-HOST_HARDWARE = EXAMPLES / "rtx4090.json"  # has a 'host' object, for --n-cpu-moe
-
-
-MOE = EXAMPLES / "qwen3-30b-a3b.json"
-
-
-DENSE = EXAMPLES / "qwen3-8b.json"
-
-
-HYBRID = EXAMPLES / "qwen3.5-35b-a3b.json"
-
-
-PUBLISHED = REPO / "specmoe" / "calibration" / "data" / "published.csv"
-
-
-HEADER = PUBLISHED.read_text(encoding="utf-8").splitlines()[0]
-
-
-ROW = "r1,src,w,h100-sxm,1,sglang,llama-3.1-8b,bfloat16,eagle3,,,2,3,,1,tau,3.0,,512,1.81,reported,n"
 
 
 CALIBRATE_PROBES: dict[str, tuple[bytes, tuple[str, ...], str]] = {

@@ -23,6 +23,8 @@ from tiny_suites import tiny_sd_suite
 from specmoe.bench.suite_run import run_suite
 from specmoe.suite.load import load_suite
 
+# --- Ctrl-C and a store another process holds ------------------------------------------------------
+
 
 def test_ctrl_c_in_a_suite_leaves_only_complete_runs_and_resumes(tiny_zoo, tmp_path):
     defaults = {"prompts": 1, "max_new_tokens": 2, "repeats": 4, "warmup": 0}
@@ -88,6 +90,9 @@ def test_a_store_another_process_holds_locked_is_one_line_and_untouched(
     assert _stored_runs(db) == 2
 
 
+# --- right inputs that must stay accepted ----------------------------------------------------------
+
+
 def test_a_suite_saved_with_a_byte_order_mark_loads(tiny_zoo, tmp_path):
     path = tmp_path / "bom.toml"
     path.write_bytes(b"\xef\xbb\xbf" + suite_text("bom", tiny_zoo / "draft-xs").encode())
@@ -102,6 +107,9 @@ def test_a_draft_that_is_its_own_target_accepts_everything(tiny_zoo, tmp_path):
     rows = run_suite(load_suite(path), tmp_path / "r.db", None, progress=False)
     (sd,) = [r for r in rows if r.arm == "sd"]
     assert sd.acceptance_rate == 1.0 and counts_pass(sd)  # timing bounds aside
+
+
+# --- a device or a context the run cannot have -----------------------------------------------------
 
 
 def test_a_cuda_index_beyond_the_gpus_names_the_ones_there(monkeypatch):

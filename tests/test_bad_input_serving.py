@@ -136,10 +136,7 @@ def test_a_stream_that_ends_without_done_is_stored_only_as_a_failed_audit(tmp_pa
     assert "FAIL" in out  # and the summary says so
 
 
-# --- Ctrl-C and a store another process holds ----------------------------------------------------
-
-
-# --- right inputs that must stay accepted ----------------------------------------------------------
+# --- /v1/models and /metrics answers are read with a bound -----------------------------------------
 
 
 @pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
