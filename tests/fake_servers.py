@@ -9,6 +9,7 @@
 - `RawServer`: answers each connection with bytes a test writes by hand (a reset, a cut chunk, a
   reply that is not HTTP); `EndlessServer`: a body that never ends. Both read the whole request
   first (`read_request`).
+- `free_port`: a port nothing listens on, for a server a test starts or a client that must fail.
 
 Reading one HTTP/1.1 request off a raw socket: a fake server must read the whole request before it
 answers and closes. http.client sends the headers and the body in two writes, so on a loaded machine
@@ -57,6 +58,13 @@ def _content_length(head: bytes) -> int:
         if name.strip().lower() == b"content-length":
             return int(value.strip())
     return 0
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (the kernel's pick, closed again at once)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 class LoopbackHTTP:

@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_bad_input_cli import _closed_port, _served_suite, _stored_runs, _suite
+from fake_servers import free_port
+from test_bad_input_cli import _served_suite, _stored_runs, _suite
 from test_gguf import require
 
 from specmoe.backends.gguf_layout import check_gguf_layout
@@ -69,7 +70,7 @@ def test_a_truncated_gguf_in_a_later_group_stores_nothing(tiny_zoo, tmp_path, ca
 
 def _open_loop_suite(folder: Path, rate: float | str, requests: int) -> Path:
     load = {"request_rate": rate, "requests": requests}
-    return Path(_served_suite(folder, f"http://127.0.0.1:{_closed_port()}/v1", load))
+    return Path(_served_suite(folder, f"http://127.0.0.1:{free_port()}/v1", load))
 
 
 def test_a_rate_whose_arrivals_would_take_hours_is_refused(tmp_path, capsys):
