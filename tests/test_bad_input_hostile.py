@@ -1,8 +1,8 @@
-"""Hostile input through the command line, beyond tests/test_bad_input.py: numbers out of any range,
+"""Hostile input through the command line, beyond tests/test_bad_input_cli.py: numbers out of any range,
 symlink loops, files that are JSON of the wrong shape, a store edited by hand, suites too large to
 run, and two builds of one zoo at once.
 
-The command-line cases run as test_bad_input's do (`_run_case`: `specmoe` in a subprocess, in
+The command-line cases run as test_bad_input_cli's do (`_run_case`: `specmoe` in a subprocess, in
 parallel, once per session) and must end in one line `specmoe...: error: ...` on stderr, exit
 status 2, no traceback, no "unexpected" (an unexpected error is a bug that hid as a one-liner), and
 no store: a suite refused before its first run leaves no store file behind, not even an empty one.
@@ -21,7 +21,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_bad_input import Case, Outcome, _run_case, _stored_runs, _suite
+from test_bad_input_cli import Case, Outcome, _run_case, _stored_runs, _suite
 from test_summary_table import cell
 
 from specmoe.report.summary_table import build, format_text, to_json

@@ -1,26 +1,30 @@
-"""What a run is, by content: a prompt file edited in place, a draft whose tokenizer is not the
-target's, copies of prompts counted as units, and the weights behind a stored key.
+"""What a run is, by content: a prompt file edited in place (before a suite or while it runs), a
+draft whose tokenizer is not the target's, copies of prompts counted as units and said before the
+run, and the weights behind a stored key.
 
-Beside tests/test_bad_input.py (faults through the command line) these run in process, against the
+Beside tests/test_bad_input_cli.py (faults through the command line) these run in process, against the
 tiny zoo, since each needs a store made first and then something changed under it.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
-from test_bad_input import other_tokenizer
+import pytest
+from test_bad_input_cli import other_tokenizer
 from tiny_suites import TINY_SD_GROUP, tiny_sd_suite
 
 from specmoe.backends.tokenizer_digest import tokenizer_digest
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
+from specmoe.errors import SpecmoeError
 from specmoe.prompts import original_id
 from specmoe.report.summary_table import build, format_text, to_json
 from specmoe.results.store import Store
 from specmoe.suite.expand import expand
-from specmoe.suite.legacy_keys import keep_stored_keys, path_keyed
+from specmoe.suite.legacy_keys import keep_stored_keys, path_keyed, warn_path_keys
 from specmoe.suite.load import load_suite
 
 
@@ -191,3 +195,72 @@ def test_a_fingerprint_follows_the_weights_not_the_place(tiny_zoo, tmp_path):
     assert weights_fingerprint(tmp_path / "copy") == weights_fingerprint(tiny_zoo / "draft-xs")
     _retrain_in_place(tmp_path / "copy")
     assert weights_fingerprint(tmp_path / "copy") != weights_fingerprint(tiny_zoo / "draft-xs")
+
+
+# --- 6. copies said before the run, a prompt file edited while its suite runs ----------------------
+
+
+def test_more_prompts_than_the_set_holds_is_said_before_the_run_and_in_the_report(tiny_zoo, tmp_path, caplog):
+    from specmoe.report.results import collect
+    from specmoe.report.tables import sd_table
+
+    prompts = _prompt_file(tmp_path / "one.jsonl", "The capital of France is")
+    defaults = {"prompt_set": prompts, "prompts": 2, "max_new_tokens": 2, "repeats": 1, "warmup": 0}
+    oracle = {**TINY_SD_GROUP, "draft": ["oracle:1.0"], "oracle_cost": "draft-xs"}
+    suite = tiny_sd_suite(tmp_path, "copies", defaults, groups=[oracle])
+    with caplog.at_level(logging.WARNING, logger="specmoe.suite.size"):
+        rows = run_suite(load_suite(suite), tmp_path / "r.db", tiny_zoo, progress=False)
+    said = [r.getMessage() for r in caplog.records if "numbered copies" in r.getMessage()]
+    assert len(said) == 1 and "prompts = 2 but prompt set" in said[0] and "holds 1, so 1 of the 2" in said[0]
+    table = sd_table(collect(rows))
+    assert any("(1 prompts + 1 copies)" in cell for row in table.cells for cell in row)
+    assert all(record["copies"] == 1 for record in table.records)
+
+
+def test_a_selection_within_the_set_says_nothing(tiny_zoo, tmp_path, caplog):
+    from specmoe.suite.size import warn_copies
+
+    prompts = _prompt_file(tmp_path / "two.jsonl", "one", "two")
+    suite = tiny_sd_suite(tmp_path, "fits", {"prompt_set": prompts, "prompts": 2})
+    assert warn_copies(load_suite(suite)) == []
+
+
+def test_a_prompt_file_edited_mid_suite_stops_it_and_the_rerun_measures_the_edit(
+    tiny_zoo, tmp_path, monkeypatch
+):
+    from specmoe.bench import runner
+
+    prompts = _prompt_file(tmp_path / "mine.jsonl", "The capital of France is", "Water boils at")
+    defaults = {"prompt_set": prompts, "max_new_tokens": 2, "repeats": 1, "warmup": 0}
+    path, db = tiny_sd_suite(tmp_path, "edited", defaults), tmp_path / "r.db"
+    block = runner.Runner.block
+
+    def block_then_edit(self, *args, **kwargs):
+        rows = block(self, *args, **kwargs)
+        _prompt_file(prompts, "The capital of Italy is", "Water boils at")  # after the first block
+        return rows
+
+    monkeypatch.setattr(runner.Runner, "block", block_then_edit)
+    with pytest.raises(SpecmoeError, match=r"prompt file .*mine\.jsonl changed while suite edited ran"):
+        run_suite(load_suite(path), db, tiny_zoo, progress=False)
+    with Store(db) as store:
+        first = store.rows()
+    assert len(first) == 2  # the first block (one prompt batch, both arms), measured before the edit
+    assert {p["prompt_id"] for r in first for p in r.prompts} == {"mine:0"}
+    monkeypatch.setattr(runner.Runner, "block", block)
+    again = run_suite(load_suite(path), db, tiny_zoo, progress=False)
+    assert len(again) == 4 and not {r.run_id for r in again} & {r.run_id for r in first}
+
+
+def test_a_store_keyed_by_path_says_an_edit_cannot_be_told(tmp_path, caplog):
+    prompts = _prompt_file(tmp_path / "mine.jsonl", "one", "two")
+    specs = expand(load_suite(tiny_sd_suite(tmp_path, "old", {"prompt_set": prompts, "prompts": 1})))
+    old = {path_keyed(specs[0]).run_id}  # a store from before prompt files were keyed by content
+    with caplog.at_level(logging.WARNING, logger="specmoe.suite.legacy_keys"):
+        lines = warn_path_keys(specs, keep_stored_keys(specs, old))
+    assert (
+        len(lines) == 1
+        and "keyed by its path" in lines[0]
+        and "an edit to it since cannot be told" in lines[0]
+    )
+    assert warn_path_keys(specs, keep_stored_keys(specs, set())) == []  # a new store: nothing to say

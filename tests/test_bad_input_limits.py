@@ -1,26 +1,20 @@
-"""Inputs past a limit: a GGUF file cut short, an arrival rate that would wait for hours, and server
-answers too large to read. Each is refused in one line before anything is stored or waited for;
-the fake servers listen on 127.0.0.1 and stop by themselves.
+"""Inputs past a limit: a GGUF file cut short and an arrival rate that would wait for hours. Each is
+refused in one line before anything is stored or waited for. Server answers too large to read:
+tests/test_bad_input_serving.py.
 """
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
-from raw_http import read_request
-from test_bad_input import _closed_port, _served_suite, _stored_runs, _suite
+from fake_servers import free_port
+from test_bad_input_cli import _served_suite, _stored_runs, _suite
 from test_gguf import require
 
 from specmoe.backends.gguf_layout import check_gguf_layout
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
-from specmoe.serving import client
-from specmoe.serving.client import MAX_BODY_BYTES
-from specmoe.serving.spec import ServerSpec
 from specmoe.suite.groups import MAX_SCHEDULE_S
 from specmoe.suite.load import load_suite
 
@@ -76,7 +70,7 @@ def test_a_truncated_gguf_in_a_later_group_stores_nothing(tiny_zoo, tmp_path, ca
 
 def _open_loop_suite(folder: Path, rate: float | str, requests: int) -> Path:
     load = {"request_rate": rate, "requests": requests}
-    return Path(_served_suite(folder, f"http://127.0.0.1:{_closed_port()}/v1", load))
+    return Path(_served_suite(folder, f"http://127.0.0.1:{free_port()}/v1", load))
 
 
 def test_a_rate_whose_arrivals_would_take_hours_is_refused(tmp_path, capsys):
@@ -100,80 +94,3 @@ def test_the_rate_limit_is_the_expected_span_of_the_arrivals(tmp_path, rate, req
             load_suite(path)
     else:
         assert load_suite(path).groups[0].request_rate != (None,)
-
-
-# --- 6. /v1/models and /metrics answers are read with a bound ----------------------------------------
-
-
-class EndlessServer:
-    """Answers every request on 127.0.0.1 with 200 and a body that never ends: `chunk` bytes every
-    `gap_s` seconds, until the client hangs up or the test leaves the server's `with` block (the
-    server's life is the test's, never a wall-clock allowance a loaded machine could outlast)."""
-
-    def __init__(self, chunk: bytes, gap_s: float = 0.0) -> None:
-        self.chunk, self.gap_s, self.stopped = chunk, gap_s, threading.Event()
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.sock.settimeout(0.2)
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def __enter__(self) -> EndlessServer:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stopped.set()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def _accept(self) -> None:
-        with self.sock:
-            while not self.stopped.is_set():
-                try:
-                    conn, _ = self.sock.accept()
-                except TimeoutError:
-                    continue
-                threading.Thread(target=self._answer, args=(conn,), daemon=True).start()
-
-    def _answer(self, conn: socket.socket) -> None:
-        with conn:
-            try:
-                read_request(conn)  # all of it: a close with bytes unread would reset the connection
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
-                while not self.stopped.is_set():
-                    conn.sendall(self.chunk)
-                    time.sleep(self.gap_s)
-            except OSError:  # the client hung up: the bound worked
-                pass
-
-
-@pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
-def test_an_endless_answer_is_read_up_to_a_cap(path):
-    read = client.served_models if path == "/v1/models" else client.metrics_text
-    with EndlessServer(b"x" * 65536) as server, pytest.raises(SpecmoeError) as err:
-        read(ServerSpec(url=server.url, model="m"))
-    line = str(err.value)
-    assert "\n" not in line
-    assert line.startswith(f"{server.url}{path}: the response runs past {MAX_BODY_BYTES >> 20} MiB")
-
-
-@pytest.mark.parametrize("path", ["/v1/models", "/metrics"])
-def test_a_trickling_answer_ends_at_the_total_deadline(path):
-    read = client.served_models if path == "/v1/models" else client.metrics_text
-    bound = r"the response went on past .* \(10 x timeout_s\) without ending"
-    with EndlessServer(b"x", gap_s=0.01) as server, pytest.raises(SpecmoeError, match=bound):
-        read(
-            ServerSpec(url=server.url, model="m", timeout_s=0.1)
-        )  # each byte arrives within the idle timeout
-
-
-def test_a_served_suite_against_an_endless_server_stores_nothing(tmp_path, capsys):
-    db = tmp_path / "served.db"
-    with EndlessServer(b"x" * 65536) as server:
-        status = main(
-            ["bench", "run", _served_suite(tmp_path, f"{server.url}/v1"), "--db", str(db), "--quiet"]
-        )
-    assert status == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "/v1/models: the response runs past" in err, err
-    assert _stored_runs(db) == 0

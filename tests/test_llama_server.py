@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 from audited import counts_pass
+from fake_servers import free_port
 from suite_files import write_suite
 
 from specmoe.bench.served_rows import stored_counts
@@ -151,12 +152,6 @@ def test_the_shipped_suite_has_a_launch_line_and_a_port_for_every_server():
 
 
 # --- against a real llama-server -------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.skipif(not BINARY, reason="SPECMOE_LLAMA_SERVER names no llama-server binary")

@@ -126,7 +126,7 @@ def test_an_unreachable_cluster_is_one_line():
 
 
 def test_runs_against_a_server_never_overlap(local_ray, tmp_path):
-    from serving_stub import StubConfig, StubServer
+    from fake_servers import StubConfig, StubServer
 
     with StubServer(StubConfig(step_s=0.01)) as stub:
         models = {"plain": {"url": stub.url, "model": stub.config.model}}

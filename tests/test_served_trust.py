@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serving_stub import StubConfig, StubServer
+from fake_servers import LoopbackHTTP, StubConfig, StubServer
 from suite_files import suite_toml
 
 from specmoe.bench.suite_run import run_suite
@@ -105,24 +104,9 @@ class _Hostile(BaseHTTPRequestHandler):
         self._send("[DONE]")
 
 
-class Hostile:
+class Hostile(LoopbackHTTP):
     def __init__(self, mode: str) -> None:
-        handler = type("Handler", (_Hostile,), {"mode": mode})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> Hostile:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(type("Handler", (_Hostile,), {"mode": mode}))
 
 
 def one_line(err: pytest.ExceptionInfo) -> str:

@@ -3,11 +3,10 @@ against a stub OpenAI-compatible server on loopback."""
 
 from __future__ import annotations
 
-import socket
 import threading
 
 import pytest
-from serving_stub import StubConfig, StubServer
+from fake_servers import StubConfig, StubServer, free_port
 
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import time_per_output_token, time_to_first_token
@@ -20,12 +19,6 @@ from specmoe.serving.sse import MalformedResponse, StreamedError, event_data, pa
 
 def server_for(stub: StubServer, **kw) -> ServerSpec:
     return ServerSpec(url=stub.url, model=stub.config.model, **{"timeout_s": 10.0, **kw})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(autouse=True)

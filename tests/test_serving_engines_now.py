@@ -8,7 +8,7 @@ import re
 
 import pytest
 from audited import counts_pass
-from serving_stub import StubConfig, StubServer
+from fake_servers import StubConfig, StubServer
 from test_serving_run import MODEL, write_suite
 
 from specmoe.bench.suite_run import run_suite

@@ -4,7 +4,6 @@ started on loopback with a tiny-zoo MoE exported to GGUF, measured at concurrenc
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from audited import counts_pass
+from fake_servers import free_port
 from suite_files import write_suite
 
 from specmoe.bench.suite_run import run_suite
@@ -31,12 +31,6 @@ from specmoe.suite.load import load_suite
 
 ALIAS = "tiny-moe"
 START_TIMEOUT_S = 120.0
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(gguf: Path, log: Path, *extra: str) -> tuple[subprocess.Popen, str]:

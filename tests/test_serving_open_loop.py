@@ -8,7 +8,7 @@ import math
 import statistics
 
 import pytest
-from serving_stub import StubConfig, StubServer
+from fake_servers import StubConfig, StubServer
 from suite_files import without, write_suite
 from test_serving_suite import GROUP, error, load, served
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from audited import counts_pass
-from serving_stub import StubConfig, StubServer
+from fake_servers import StubConfig, StubServer
 from suite_files import suite_toml
 
 from specmoe.bench.suite_run import run_suite

@@ -1,17 +1,152 @@
-"""A small OpenAI-compatible server on loopback for tests: streams words, counts like vLLM.
+"""The tests' fake servers, all on 127.0.0.1 and all stopped when their test leaves the `with` block.
 
-Each step of a response emits `1 + accepted` words in one chunk (an SD server's verify step) and
-sleeps `step_s`; `/metrics` exposes vLLM's spec-decode counters in Prometheus text. Modes break it
-on purpose: a malformed stream, an error inside the stream, or a JSON answer to a streaming request.
+- `LoopbackHTTP`: an http.server on a free port for a handler class a test writes.
+- `StubServer` (with `StubConfig`): an OpenAI-compatible server that streams words and counts like
+  vLLM. Each step of a response emits `1 + accepted` words in one chunk (an SD server's verify step)
+  and sleeps `step_s`; `/metrics` exposes vLLM's spec-decode counters in Prometheus text. Modes break
+  it on purpose: a malformed stream, an error inside the stream, or a JSON answer to a streaming
+  request.
+- `RawServer`: answers each connection with bytes a test writes by hand (a reset, a cut chunk, a
+  reply that is not HTTP); `EndlessServer`: a body that never ends. Both read the whole request
+  first (`read_request`).
+- `free_port`: a port nothing listens on, for a server a test starts or a client that must fail.
+
+Reading one HTTP/1.1 request off a raw socket: a fake server must read the whole request before it
+answers and closes. http.client sends the headers and the body in two writes, so on a loaded machine
+one `recv` can return the headers alone. A socket closed with bytes still unread makes the kernel
+reset the connection (RST) instead of closing it (FIN), and the client then loses the answer it had
+not yet read: it reports "the connection broke mid-response", a fault of the fake server, not of the
+code under test.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_HEAD_END = b"\r\n\r\n"
+_MAX_HEAD_BYTES = 1 << 16
+
+
+def read_request(conn: socket.socket) -> bytes:
+    """The request's head and its Content-Length body, however the bytes arrive; b"" when the client
+    hangs up first. Raises OSError (a socket timeout included) as the socket does."""
+    data = b""
+    while _HEAD_END not in data:
+        part = conn.recv(65536)
+        if not part or len(data) > _MAX_HEAD_BYTES:
+            return data
+        data += part
+    head, _, body = data.partition(_HEAD_END)
+    length = _content_length(head)
+    while len(body) < length:
+        part = conn.recv(65536)
+        if not part:
+            break
+        body += part
+    return head + _HEAD_END + body
+
+
+def _content_length(head: bytes) -> int:
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value.strip())
+    return 0
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (the kernel's pick, closed again at once)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LoopbackHTTP:
+    """`handler` served on 127.0.0.1 (a free port unless `port` is given) from a daemon thread."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler], port: int = 0) -> None:
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class RawServer:
+    """Answers each connection on 127.0.0.1 with `answer(connection, request bytes)` until the test
+    leaves its `with` block; `url` is the root followed by `path`. The whole request is read first
+    (`read_request`: answering after a partial read resets the connection). A connection waits at
+    most CONN_TIMEOUT_S for its request, so a client that never sends one holds no thread for long;
+    the server's life is the test's, never a wall-clock allowance a loaded machine could outlast."""
+
+    CONN_TIMEOUT_S = 60.0
+
+    def __init__(self, answer: Callable[[socket.socket, bytes], None], path: str = "/v1") -> None:
+        self.answer, self.path, self.stopped = answer, path, threading.Event()
+        self.posts = 0
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stopped.set()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}{self.path}"
+
+    def _accept(self) -> None:
+        with self.sock:
+            while not self.stopped.is_set():
+                try:
+                    conn, _ = self.sock.accept()
+                except TimeoutError:
+                    continue
+                threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            conn.settimeout(self.CONN_TIMEOUT_S)
+            try:
+                request = read_request(conn)
+                self.posts += request.startswith(b"POST")
+                self.answer(conn, request)
+            except OSError:  # the client hung up
+                pass
+
+
+class EndlessServer(RawServer):
+    """Answers every request with 200 and a body that never ends: `chunk` bytes every `gap_s`
+    seconds, until the client hangs up or the test leaves the server's `with` block."""
+
+    def __init__(self, chunk: bytes, gap_s: float = 0.0) -> None:
+        self.chunk, self.gap_s = chunk, gap_s
+        super().__init__(self._endless, path="")
+
+    def _endless(self, conn: socket.socket, request: bytes) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n")
+        while not self.stopped.is_set():  # an OSError here is the client hanging up: the bound worked
+            conn.sendall(self.chunk)
+            time.sleep(self.gap_s)
 
 
 @dataclass
@@ -40,25 +175,10 @@ class StubConfig:
     max_in_flight: int = 0
 
 
-class StubServer:
+class StubServer(LoopbackHTTP):
     def __init__(self, config: StubConfig | None = None, port: int = 0) -> None:
         self.config = config or StubConfig()
-        handler = type("Handler", (_Handler,), {"config": self.config})
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
-
-    def __enter__(self) -> StubServer:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(type("Handler", (_Handler,), {"config": self.config}), port)
 
 
 def vllm_metrics(counters: dict[str, int], model: str) -> str:

@@ -1,7 +1,7 @@
-"""Fifty more hostile inputs, beyond tests/test_bad_input*.py: suite files, stores, exports, audit
-inputs, performance-model files, generate's options and the environment. Servers, Ctrl-C and a
-locked store: tests/test_bad_input_faults.py. The table of all fifty, with what each did before:
-docs/results/cpu/probes.md.
+"""Hostile files and options given to the commands in process: suite files, stores, exports, audit
+inputs, performance-model files, generate's options and the environment. Servers:
+tests/test_bad_input_serving.py; Ctrl-C and a locked store: tests/test_bad_input_runs.py. The table
+of all fifty, with what each did before: docs/results/cpu/probes.md.
 
 Each refused input runs `specmoe.cli.main` in this process (no interpreter start per case), in a
 thread, so an input that hangs fails its case after a bound instead of hanging the session. It must

@@ -1,15 +1,15 @@
-"""Hostile input, round 4: model configs with impossible sizes (dense and hybrid linear-attention ones
+"""Hostile models: model configs with impossible sizes (dense and hybrid linear-attention ones
 given to `model predict --config` and `advise --config`), impossible batch and draft lists, GPU device
 strings on a machine without a GPU, config.json values transformers cannot build, inputs nested past
-Python's parser, and stores whose throughput was edited. The table of every probe, with what it did
+Python's parser, stores whose throughput was edited, and pickle checkpoints (one under
+--allow-pickle loads, a broken one is one line). The table of every probe, with what it did
 before: docs/results/cpu/probes-configs-batches-devices.md.
 
 Each refused input runs `specmoe.cli.main` in this process, in a thread with a bound (as in
-tests/test_bad_input_more.py), and must end in exit status 2 and one line `specmoe...: error: ...`
+tests/test_bad_input_files.py), and must end in exit status 2 and one line `specmoe...: error: ...`
 without a traceback or "unexpected", and without a store when it names one. Inputs that are right
-are checked to work as documented. The issue's own inputs that are not refusals (a pickle checkpoint
-under --allow-pickle, copies of prompts, a prompt file edited mid-suite, audit verdicts) are in
-tests/test_bad_input_round4_runs.py.
+are checked to work as documented. Copies of prompts and a prompt file edited mid-suite:
+tests/test_bad_input_identity.py; audit verdicts: tests/test_bad_input_audit.py.
 """
 
 from __future__ import annotations
@@ -19,11 +19,14 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
+from safetensors.torch import load_file
 from suite_files import write_suite
-from test_bad_input_more import BOUND_S, Case, run_main
+from test_bad_input_files import BOUND_S, Case, run_main
 
+from specmoe.cli import main
 from specmoe.extras import installed
 
 REPO = Path(__file__).resolve().parents[1]
@@ -412,3 +415,45 @@ def test_right_inputs_stay_accepted(name, tmp_path, capsys):
 
 def test_every_case_is_listed(setting):
     assert sorted(setting[1]) == sorted(CASE_IDS)
+
+
+# --- --allow-pickle loads what it promises ---------------------------------------------------------
+
+
+def _pickle_copy(model: Path, folder: Path, extra: dict) -> Path:
+    """`model` with its safetensors weights saved as pytorch_model.bin, `extra` pickled beside them."""
+    out = folder / f"{model.name}-pickle"
+    shutil.copytree(model, out)
+    tensors = {}
+    for file in sorted(out.glob("*.safetensors")):
+        tensors.update(load_file(file))
+        file.unlink()
+    (out / "model.safetensors.index.json").unlink(missing_ok=True)
+    torch.save({**tensors, **extra}, out / "pytorch_model.bin")
+    return out
+
+
+def test_allow_pickle_loads_a_checkpoint_the_weights_only_unpickler_refuses(tiny_zoo, tmp_path, capsys):
+    # An older checkpoint: a numpy scalar pickled beside the tensors. torch's weights-only unpickler,
+    # which transformers uses whatever it is told, refuses it: "unexpected UnpicklingError" before.
+    model = _pickle_copy(tiny_zoo / "draft-xs", tmp_path, {"training_step": np.int64(5)})
+    argv = ["generate", "--target", str(model), "--prompt", "Hello", "--max-new-tokens", "6", "--json"]
+    assert main([*argv, "--allow-pickle"]) == 0
+    pickled = json.loads(capsys.readouterr().out)["outputs"][0]["token_ids"]
+    assert main([*argv[:2], str(tiny_zoo / "draft-xs"), *argv[3:]]) == 0
+    assert pickled == json.loads(capsys.readouterr().out)["outputs"][0]["token_ids"]  # the same weights
+    assert main(argv) == 2  # without the flag: still refused, in one line
+    assert "holds only pickle weights" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("damage", ["cut to a third", "not a pickle"])
+def test_a_broken_pickle_checkpoint_is_one_line(tiny_zoo, tmp_path, capsys, damage):
+    model = _pickle_copy(tiny_zoo / "draft-xs", tmp_path, {})
+    data = (model / "pytorch_model.bin").read_bytes()
+    broken = data[: len(data) // 3] if damage == "cut to a third" else b"not a pickle\n"
+    (model / "pytorch_model.bin").write_bytes(broken)
+    argv = ["generate", "--target", str(model), "--prompt", "hi", "--max-new-tokens", "2", "--allow-pickle"]
+    assert main(argv) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "pytorch_model.bin: not a readable pickle checkpoint" in lines[0], lines
+    assert "unexpected" not in lines[0]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from typing import Any
 
 import pytest
 from broken_models import broken_models
+from fake_servers import free_port
 from suite_files import write_suite
 
 from specmoe.cli import main
@@ -122,12 +122,6 @@ def other_tokenizer(model: Path, folder: Path) -> Path:
     return other
 
 
-def _closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _cases(zoo: Path, folder: Path) -> dict[str, Case]:
     good = zoo / "draft-xs"
     broken = broken_models(zoo / "draft-xs", folder)  # the other faults: tests/test_backend_hf.py, in process
@@ -141,7 +135,7 @@ def _cases(zoo: Path, folder: Path) -> dict[str, Case]:
     binary.write_bytes(b"\xff\xfe\x00\x01job_id")
     db = str(folder / "results.db")
     missing_folder = str(folder / "no-such-folder" / "results.db")
-    url = f"http://alice:{PASSWORD}@127.0.0.1:{_closed_port()}/v1"
+    url = f"http://alice:{PASSWORD}@127.0.0.1:{free_port()}/v1"
 
     def generate(*args: str | bytes) -> tuple[str | bytes, ...]:
         return ("generate", "--target", str(good), "--max-new-tokens", "4", "--prompt", "hi", *args)

@@ -1,12 +1,14 @@
-"""Hostile numbers and files given to the performance model and the newer commands: zero, negative,
-1e-300 and 1e30 rates and sizes, integers too large for a float (10**400 in JSON), NaN and
-infinity, empty lists and paths, a list where an object belongs, an unknown draft, and a FIFO given
-as a file (it must be refused, not read: nothing ever writes to it, so a read would wait forever).
+"""Hostile input to the performance model's commands (`model predict`, `advise`, `calibrate`,
+`findings`): zero, negative, 1e-300 and 1e30 rates and sizes, integers too large for a float
+(10**400 in JSON), NaN and infinity, empty lists and paths, a list where an object belongs, an
+unknown draft, a FIFO given as a file (it must be refused, not read: nothing ever writes to it, so a
+read would wait forever), calibration rows that cannot be rows, the newer `advise` flags, and
+`findings`' refusals before it writes.
 
 Each probe runs `specmoe.cli.main` in this process, in a thread with a bound (a hang fails it), and
 must end in a non-zero exit and one line naming the problem, without "unexpected" or a traceback,
 and without a store or suite file when the command would write one. The table of probes with what
-each did before these checks: docs/results/cpu/probes-numbers.md.
+each did before these checks: docs/results/cpu/probes-numbers.md and probes-surfaces.md.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_bad_input_more import run_main
+from test_bad_input_files import run_main
 
 from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
@@ -29,6 +31,13 @@ EXAMPLES = REPO / "docs" / "perf-examples"
 HARDWARE = EXAMPLES / "h100-sxm.json"
 CONFIG = EXAMPLES / "qwen3-30b-a3b.json"
 FIT = REPO / "docs" / "results" / "cpu" / "perf_fits" / "moe-float32.json"
+HOST_HARDWARE = EXAMPLES / "rtx4090.json"  # has a 'host' object, for --n-cpu-moe
+MOE = EXAMPLES / "qwen3-30b-a3b.json"
+DENSE = EXAMPLES / "qwen3-8b.json"
+HYBRID = EXAMPLES / "qwen3.5-35b-a3b.json"
+PUBLISHED = REPO / "specmoe" / "calibration" / "data" / "published.csv"
+HEADER = PUBLISHED.read_text(encoding="utf-8").splitlines()[0]
+ROW = "r1,src,w,h100-sxm,1,sglang,llama-3.1-8b,bfloat16,eagle3,,,2,3,,1,tau,3.0,,512,1.81,reported,n"
 HUGE = "1" + "0" * 400  # 10**400: an integer no float holds
 
 needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this system")
@@ -271,37 +280,6 @@ def test_a_fifo_given_as_a_file_is_refused_not_read(name, tmp_path, capsys, monk
     assert sorted(p.name for p in tmp_path.iterdir()) == ["input.json"]
 
 
-@pytest.mark.parametrize(
-    ("flags", "expect"),
-    [
-        (("--draft", "no-such-draft"), "--draft no-such-draft: no such model directory or .gguf file"),
-        (("--draft", "ngram", "--gamma", ""), "--gamma '': give whole numbers >= 1"),
-        (("--draft", "ngram", "--batch", ""), "--batch '': give whole numbers >= 1"),
-        (("--draft", "ngram", "--temperature", "nan"), "argument --temperature: must be a finite number"),
-        (("--draft", "ngram", "--db", ""), "argument --db: an empty path"),
-    ],
-    ids=["unknown-draft", "gamma-empty", "batch-empty", "temperature-nan", "db-empty-path"],
-)
-def test_bench_quick_refuses_in_one_line_and_writes_nothing(flags, expect, tiny_zoo, tmp_path, capsys):
-    db = tmp_path / "quick.db"
-    argv = ("bench", "quick", "--model", str(tiny_zoo / "moe"), "--db", str(db), *flags)
-    _refused(argv, expect, capsys)
-    assert list(tmp_path.iterdir()) == []  # no store, no suite file
-
-
-@needs_fifo
-def test_bench_quick_refuses_a_fifo_as_its_dataset(tiny_zoo, tmp_path, capsys):
-    fifo = tmp_path / "prompts.jsonl"
-    os.mkfifo(fifo)
-    argv = ("bench", "quick", "--model", str(tiny_zoo / "moe"), "--draft", "ngram", "--dataset", str(fifo))
-    _refused((*argv, "--db", str(tmp_path / "quick.db")), FIFO, capsys)
-    assert [p.name for p in tmp_path.iterdir()] == ["prompts.jsonl"]
-
-
-def test_bench_quick_refuses_an_empty_model_path(capsys):
-    _refused(("bench", "quick", "--model", "", "--draft", "ngram"), "argument --model: an empty path", capsys)
-
-
 def test_an_integer_past_any_float_is_a_parse_error():
     with pytest.raises(json.JSONDecodeError, match="401 digits"):
         json_value('{"a": ' + HUGE + "}")
@@ -318,3 +296,123 @@ def test_only_regular_files_are_read(tmp_path):
         read_user_text("")
     (tmp_path / "ok.json").write_text("{}", encoding="utf-8")
     assert read_user_text(tmp_path / "ok.json") == "{}"
+
+
+CALIBRATE_PROBES: dict[str, tuple[bytes, tuple[str, ...], str]] = {
+    "rows-empty": (b"", ("fit",), "holds no rows"),
+    "rows-header-only": (HEADER.encode() + b"\n", ("fit",), "holds no rows"),
+    "rows-garbled": (b"garbage\x00\xff,,,\n", ("fit",), "is not UTF-8 text"),
+    "rows-speedup-nan": (f"{HEADER}\n{ROW.replace(',1.81,', ',nan,')}\n".encode(), ("fit",), "got nan"),
+    "rows-speedup-negative": (
+        f"{HEADER}\n{ROW.replace(',1.81,', ',-2,')}\n".encode(),
+        ("heldout",),
+        "speedup must be a finite number > 0",
+    ),
+    "rows-batch-0": (
+        f"{HEADER}\n{ROW.replace(',2,3,', ',0,3,')}\n".encode(),
+        ("check",),
+        "batch and tree_width must be whole numbers >= 1, got 0",
+    ),
+    "rows-unknown-engine": (
+        f"{HEADER}\n{ROW.replace('sglang', 'warpdrive')}\n".encode(),
+        ("frozen", "--source", "src"),
+        "unknown engine 'warpdrive'",
+    ),
+    "rows-a-json-file": (HARDWARE.read_bytes(), ("fit",), "no column id, source, where"),
+}
+
+
+@pytest.mark.parametrize("name", list(CALIBRATE_PROBES))
+def test_hostile_calibration_rows_are_refused_in_one_line(name, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SPECMOE_DEBUG", raising=False)
+    data, command, expect = CALIBRATE_PROBES[name]
+    rows = tmp_path / "rows.csv"
+    rows.write_bytes(data)
+    _refused(("calibrate", command[0], "--data", str(rows), *command[1:]), expect, capsys)
+    assert [p.name for p in tmp_path.iterdir()] == ["rows.csv"]
+
+
+def test_a_calibration_json_of_the_wrong_type_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SPECMOE_DEBUG", raising=False)
+    wrong = tmp_path / "calibration.json"
+    wrong.write_text("[1, 2]", encoding="utf-8")
+    _refused(("calibrate", "heldout", "--intervals", str(wrong)), "holds no JSON object", capsys)
+
+
+def _advise_on(config: Path, hardware: Path, engine: str, draft: str, *more: str) -> tuple[str, ...]:
+    flags = ("--config", str(config), "--hardware", str(hardware), "--engine", engine, "--draft", draft)
+    return ("advise", *flags, *more)
+
+
+LLAMA = (MOE, HOST_HARDWARE, "llamacpp-cuda", "ngram")
+
+
+ADVISE_PROBES: dict[str, tuple[tuple[str, ...], str]] = {
+    "dflash-0": (_advise_on(MOE, HARDWARE, "vllm", "dflash:0"), "a DFlash block is 2..64 positions"),
+    "dflash-negative": (_advise_on(MOE, HARDWARE, "vllm", "dflash:-3"), "got '-3'"),
+    "dflash-text": (_advise_on(MOE, HARDWARE, "vllm", "dflash:abc"), "got 'abc'"),
+    "n-cpu-moe-negative": (_advise_on(*LLAMA, "--n-cpu-moe", "-1"), "argument --n-cpu-moe: must be >= 0"),
+    "n-cpu-moe-dense": (
+        _advise_on(DENSE, HOST_HARDWARE, "llamacpp-cuda", "ngram", "--n-cpu-moe", "2"),
+        "this target has none",
+    ),
+    "n-cpu-moe-no-host": (
+        _advise_on(MOE, HARDWARE, "llamacpp-cuda", "ngram", "--n-cpu-moe", "8"),
+        "'host' object",
+    ),
+    "pp-0": (_advise_on(*LLAMA, "--pp", "0"), "argument --pp: must be >= 1"),
+    "tree-tokens-0": (_advise_on(*LLAMA, "--tree-tokens", "0"), "--tree-tokens >= 2"),
+    "draft-vocab-0": (_advise_on(*LLAMA, "--draft-vocab", "0"), "argument --draft-vocab: must be >= 1"),
+    "acceptance-rate-1.5": (
+        _advise_on(*LLAMA, "--acceptance", "1.5", "--acceptance-kind", "rate", "--acceptance-gamma", "4"),
+        "an acceptance rate is a fraction in [0, 1], got 1.5",
+    ),
+    "acceptance-tau-0.5": (
+        _advise_on(*LLAMA, "--acceptance", "0.5", "--acceptance-kind", "tau", "--acceptance-gamma", "4"),
+        "lies in [1, 5], got 0.5",
+    ),
+    "acceptance-rate-without-gamma": (
+        _advise_on(*LLAMA, "--acceptance", "0.5", "--acceptance-kind", "rate"),
+        "add --acceptance-gamma G",
+    ),
+    "mlx-hybrid-on-cuda": (_advise_on(HYBRID, HARDWARE, "mlx", "ngram"), "engine 'mlx' runs on mps"),
+}
+
+
+@pytest.mark.parametrize("name", list(ADVISE_PROBES))
+def test_a_hostile_advise_flag_is_refused_in_one_line(name, capsys, monkeypatch):
+    monkeypatch.delenv("SPECMOE_DEBUG", raising=False)
+    argv, expect = ADVISE_PROBES[name]
+    _refused(argv, expect, capsys)
+
+
+def test_n_cpu_moe_past_the_layers_is_every_layer_as_in_llama_cpp(capsys):
+    """llama.cpp's `--n-cpu-moe 99` is the idiom for "every block" (as `-ngl 99`): priced, and the
+    answer says how many layers moved."""
+    from test_bad_input_files import run_main
+
+    assert run_main(_advise_on(*LLAMA, "--n-cpu-moe", "100000")) == 0
+    assert "the routed experts of 48 MoE layers sit in host memory" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["no-such-pass", "hw-missing", "hw-fifo", "hw-not-json", "out-empty"])
+def test_findings_refuses_before_writing(name, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("SPECMOE_DEBUG", raising=False)
+    out = tmp_path / "out"
+    hw = tmp_path / "hw.json"
+    if name == "hw-fifo":
+        if not hasattr(os, "mkfifo"):
+            pytest.skip("no FIFOs on this system")
+        os.mkfifo(hw)
+    elif name == "hw-not-json":
+        hw.write_text("{", encoding="utf-8")
+    predict = ("findings", "--pass", "study-hybrid-mtp", "--predict", "--hw", str(hw), "--out", str(out))
+    argv, expect = {
+        "no-such-pass": (("findings", "--pass", "no-such-pass", "--out", str(out)), "unknown findings pass"),
+        "hw-missing": (predict, "not found"),
+        "hw-fifo": (predict, "is not a regular file (a FIFO)"),
+        "hw-not-json": (predict, "is not valid JSON"),
+        "out-empty": (("findings", "--pass", "study-hybrid-mtp", "--predict", "--out", ""), "an empty path"),
+    }[name]
+    _refused(argv, expect, capsys)
+    assert not out.exists()
