@@ -229,7 +229,7 @@ def test_advise_says_plainly_when_sd_will_not_pay():
     first, last = advice["rows"]
     assert first["pays"] and first["best"]["speedup"] > 1
     assert not last["pays"] and last["best"]["speedup"] < 1
-    from specmoe.perf.report import format_advice
+    from specmoe.perf.terminal import format_advice
 
     text = format_advice(advice)
     assert "B=64" in text and "SD will not pay" in text and "decode without a draft" in text
@@ -420,7 +420,7 @@ def test_wrong_file_kind_is_one_clear_error(capsys, tmp_path):
 def test_advice_from_a_fit_carries_the_fits_error_and_will_not_call_a_close_row():
     from specmoe.perf.advise import with_fit_error
     from specmoe.perf.fit import fit_error
-    from specmoe.perf.report import format_advice
+    from specmoe.perf.terminal import format_advice
 
     rows = [
         {

@@ -131,7 +131,7 @@ def add_advise_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_advise(args) -> int:
-    from specmoe.perf.report import format_advice, format_setup_advice
+    from specmoe.perf.terminal import format_advice, format_setup_advice
 
     if args.config is not None:
         from specmoe.perf.advise_cli import advise_from_configs

@@ -203,7 +203,7 @@ def _hardware_json(path, load_hardware) -> dict | None:
 def run_fit(args) -> int:
     from specmoe.perf.fit import fit_profile
     from specmoe.perf.profile import load_profile
-    from specmoe.perf.report import format_fit
+    from specmoe.perf.terminal import format_fit
 
     fit = fit_profile(load_profile(args.profile), args.max_points, where=str(args.profile))
     write_json(args.out, fit)
@@ -247,7 +247,7 @@ def run_check(args) -> int:
 
 def run_predict(args) -> int:
     from specmoe.perf.predict import predict_from_args
-    from specmoe.perf.report import format_prediction
+    from specmoe.perf.terminal import format_prediction
 
     prediction = predict_from_args(args)
     print(json.dumps(prediction, indent=1) if args.json else format_prediction(prediction))

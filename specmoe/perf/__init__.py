@@ -21,7 +21,11 @@ Modules, one concept each:
     drift           does a fit still describe this machine? a few of its points timed again
     floor           a forward's bandwidth floor: the weights it touches, read once
     gguf_bytes      what a profile needs from a GGUF file: weight type, MoE shape, weight bytes
-    files           the model's JSON files; report: plain-text renderings for the terminal
+    rollback        what rolling back a hybrid's linear-attention state adds to a round, by engine method
+    offload         routed experts kept in host memory (llama.cpp's --n-cpu-moe), priced on the host
+    advise_cli      `specmoe advise --config ...`: the arguments turned into an SDSetup and its advice
+    emit            `advise --emit`: the best draft length per batch size in an engine's own syntax
+    files           the model's JSON files; terminal: plain-text renderings for the terminal
 See docs/perf-model.md.
 """
 

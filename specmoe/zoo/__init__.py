@@ -19,7 +19,13 @@ from its GGUF: the draft's twin, a dequantized copy).
 Around them: hf_config (a shape as a transformers config), files (writing and fingerprinting),
 cache (the per-user cache), hub_cache (hub IDs found locally, never downloaded), gguf and
 gguf_quantize (GGUF exports, K-quants through llama.cpp), synthetic (the generated training text),
-distill, train_data, train_loop and train_experts (the trained preset's training, see `train`).
+distill, train_data, train_loop and train_experts (the trained preset's training, see `train`);
+train_heads (an MTP module and an EAGLE-3 head distilled from the frozen target) and heads (a
+family's head drafters on disk and in its manifest); gguf_names, gguf_hybrid and gguf_mtp (what
+every GGUF export shares; hybrid gated-DeltaNet targets; a hybrid target's MTP layer).
+
+Any Hugging Face config as a random-weight model: config_source (read, checked, overridden),
+config_init (routing-aware weights by tensor role) and config_build (built on its device).
 """
 
 from specmoe.zoo.build import build_zoo, zoo_model
