@@ -37,10 +37,11 @@ import numpy as np
 import torch
 
 from specmoe.backends import hf_experts
-from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
+from specmoe.backends.base import BackendBase, HiddenAccess
 from specmoe.backends.eagle3_head import Eagle3Checkpoint, is_eagle3, load_eagle3
 from specmoe.backends.hf_mask import DeviceMask
 from specmoe.backends.hf_model import (
+    CapturedHidden,
     batch_refusal,
     check_causal,
     hidden_request,
@@ -290,7 +291,7 @@ def set_moe_top_k(model, top_k: int) -> None:
     model.config.num_experts_per_tok = top_k
 
 
-class HFBackend(BackendBase):
+class HFBackend(CapturedHidden, BackendBase):
     """A transformers model plus a ragged, maskable KV cache for one batch of sequences."""
 
     hidden_access = HiddenAccess.ALL
@@ -378,20 +379,6 @@ class HFBackend(BackendBase):
             self._linear.advanced(t)
         self._hidden = stacked_hidden(out, self._capture)
         return out.logits  # [B, t, V]
-
-    def capture_hidden(self, layers: tuple[int, ...]) -> None:
-        check_hidden_layers(self, layers)
-        self._capture = tuple(layers)
-
-    def hidden(self) -> torch.Tensor:
-        if self._hidden is None:
-            raise RuntimeError(f"'{self.name}' captured no hidden states: capture_hidden was not called")
-        return self._hidden
-
-    @property
-    def state_s(self) -> float:
-        """Seconds spent checkpointing and re-advancing linear-attention state (0 without any)."""
-        return self._linear.seconds if self._linear is not None else 0.0
 
     @torch.inference_mode()
     def rollback(self, lengths: Sequence[int]) -> None:

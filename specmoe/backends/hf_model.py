@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import inspect
+from typing import TYPE_CHECKING
 
 import torch
 
+from specmoe.backends.base import check_hidden_layers
 from specmoe.backends.config_shape import expert_count
 from specmoe.backends.hf_experts import experts_modules
 from specmoe.errors import SpecmoeError
+
+if TYPE_CHECKING:
+    from specmoe.backends.hf_recurrent import LinearStates
 
 
 def set_model_facts(backend, model, name: str, device: torch.device) -> None:
@@ -118,3 +123,28 @@ def eos_ids(model) -> frozenset[int]:
     if ids is None:
         return frozenset()
     return frozenset([ids] if isinstance(ids, int) else ids)
+
+
+class CapturedHidden:
+    """What the eager and the compiled transformers backends share beside their caches: the
+    hidden-state layers a head drafter asked for (`capture_hidden`) and the seconds the
+    linear-attention rollback took. Listed before `BackendBase`, whose defaults it overrides."""
+
+    name: str
+    _capture: tuple[int, ...]
+    _hidden: torch.Tensor | None  # [B, t, K, H] of the last prefill or forward
+    _linear: LinearStates | None
+
+    def capture_hidden(self, layers: tuple[int, ...]) -> None:
+        check_hidden_layers(self, layers)
+        self._capture = tuple(layers)
+
+    def hidden(self) -> torch.Tensor:
+        if self._hidden is None:
+            raise RuntimeError(f"'{self.name}' captured no hidden states: capture_hidden was not called")
+        return self._hidden
+
+    @property
+    def state_s(self) -> float:
+        """Seconds spent checkpointing and re-advancing linear-attention state (0 without any)."""
+        return self._linear.seconds if self._linear is not None else 0.0

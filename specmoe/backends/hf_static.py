@@ -52,8 +52,14 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
-from specmoe.backends.hf_model import batch_refusal, hidden_request, set_model_facts, stacked_hidden
+from specmoe.backends.base import BackendBase, HiddenAccess
+from specmoe.backends.hf_model import (
+    CapturedHidden,
+    batch_refusal,
+    hidden_request,
+    set_model_facts,
+    stacked_hidden,
+)
 from specmoe.backends.hf_recurrent import LinearStates, cache_layout
 from specmoe.backends.hf_sliding import keep_whole_past, key_positions, sliding_window, windowed
 from specmoe.backends.slots import SlotMap, left_padded, to_device
@@ -77,7 +83,7 @@ class _Shape(NamedTuple):
 log = logging.getLogger(__name__)
 
 
-class StaticHFBackend(BackendBase):
+class StaticHFBackend(CapturedHidden, BackendBase):
     """A transformers model over a static, maskable KV cache, with compiled fixed-shape forwards.
 
     compile=False runs the same static-cache code eagerly (what the exactness tests exercise fast);
@@ -268,20 +274,6 @@ class StaticHFBackend(BackendBase):
             self._linear.advanced(t)
         self._hidden = None if hidden is None else hidden[:live]
         return logits[:live]  # [B, t, V]
-
-    def capture_hidden(self, layers: tuple[int, ...]) -> None:
-        check_hidden_layers(self, layers)
-        self._capture = tuple(layers)
-
-    def hidden(self) -> torch.Tensor:
-        if self._hidden is None:
-            raise RuntimeError(f"'{self.name}' captured no hidden states: capture_hidden was not called")
-        return self._hidden
-
-    @property
-    def state_s(self) -> float:
-        """Seconds spent checkpointing and re-advancing linear-attention state (0 without any)."""
-        return self._linear.seconds if self._linear is not None else 0.0
 
     @torch.inference_mode()
     def rollback(self, lengths: Sequence[int]) -> None:
