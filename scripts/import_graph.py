@@ -15,7 +15,7 @@ Layers, top to bottom; an import may point sideways (within one layer) or down, 
     7  prompts                  prompt sets and chat templates, shared by zoo, results and suites
     8  api                      one-call decoding for library users
     9  metrics                  scalars derived from recorded counts
-    10 engine                   the SD loop, drafters, acceptance
+    10 decoding                 the SD loop, drafters, acceptance
     11 audit                    audits of other tools' results: they need only theory and errors
     12 backends, serving        model runtimes: in this process, or behind an OpenAI-compatible server
     12 theory, extras, drafts   closed-form algebra; which optional extras are installed; the typed
@@ -66,7 +66,7 @@ LAYERS: dict[str, int] = {
     "prompts": 7,
     "api": 8,
     "metrics": 9,
-    "engine": 10,
+    "decoding": 10,
     "audit": 11,
     "backends": 12,
     "serving": 12,

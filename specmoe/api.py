@@ -18,15 +18,15 @@ from typing import Any
 
 from specmoe.backends import backend_for, load_backend
 from specmoe.backends.base import Backend
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.divergence import find_divergences
+from specmoe.decoding.drafters import ModelDrafter
+from specmoe.decoding.make_drafter import make_drafter
+from specmoe.decoding.ngram import NgramDrafter
+from specmoe.decoding.oracle import OracleDrafter
+from specmoe.decoding.records import DecodeResult
+from specmoe.decoding.sampling import SamplingParams
 from specmoe.drafts import DraftSpec
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.divergence import find_divergences
-from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.make_drafter import make_drafter
-from specmoe.engine.ngram import NgramDrafter
-from specmoe.engine.oracle import OracleDrafter
-from specmoe.engine.records import DecodeResult
-from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import invariant_violations, summary
 
@@ -117,7 +117,7 @@ def as_path(spec: str) -> Path:
 
 
 def check_invariants(result: DecodeResult) -> None:
-    """Every run is checked; a violation is a bug in the engine, never the user's fault."""
+    """Every run is checked; a violation is a bug in the decode loop, never the user's fault."""
     problems = invariant_violations(result)
     if problems:
         raise AssertionError("decode invariants violated: " + "; ".join(problems[:5]))

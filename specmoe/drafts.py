@@ -11,11 +11,11 @@ is stored and keyed under (the results store's run keys contain it, so it must n
 
 An MTP draft is the target's own multi-token-prediction module, read from the target's checkpoint
 (`mtp.*`), so it names no model of its own. An EAGLE-3 head is a model directory like any draft
-model (a ModelDraft): what it is shows in its config.json when it loads (`specmoe.engine.make_drafter`).
+model (a ModelDraft): what it is shows in its config.json when it loads (`specmoe.decoding.make_drafter`).
 
 An oracle draft proposes the target's own continuation, each token accepted with probability P, and
 pays for the forward passes of a real model (a suite's `oracle_cost`): that cost model is a setting of
-the run, not part of the draft's spelling. `specmoe.engine.make_drafter` is the one place a drafter
+the run, not part of the draft's spelling. `specmoe.decoding.make_drafter` is the one place a drafter
 is built; this module imports no torch, so the results store can parse a stored draft without it.
 
 A draft is parsed once, where a suite or a command line is read, and travels typed from there; code
@@ -24,7 +24,7 @@ string (`draft_spelling`), so a typed draft meets the stored rows, dict keys and
 spelling: `ModelDraft("draft-xs") == "draft-xs"`, `NgramDraft(1, 3) == "ngram:1-3"`.
 
 Each kind answers the questions a caller would otherwise ask of its type, so a new kind is written
-here (and in `specmoe.engine.make_drafter`) rather than in every module that handles drafts:
+here (and in `specmoe.decoding.make_drafter`) rather than in every module that handles drafts:
 
 - `model_name`: the model (a [models] entry or a path) the draft is: a ModelDraft's name, else None.
 - `runs_model`: whether drafting runs a model's forwards (a model, an oracle or the target's MTP

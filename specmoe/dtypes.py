@@ -19,7 +19,7 @@ DTYPE_NAMES: tuple[str, ...] = tuple(DTYPE_BYTES)
 # matches by model and dtype). float32 because it is safe everywhere: every CPU computes it natively
 # (without bf16 matrix instructions bfloat16 is converted to float32 to multiply, and gains little or
 # loses), and its rounding rarely flips the target's top token, so SD and plain decoding agree outside
-# genuine near-ties. bfloat16 is faster on most CPUs with bf16 support (1.4-1.8x here, docs/engine.md):
+# genuine near-ties. bfloat16 is faster on most CPUs with bf16 support (1.4-1.8x here, docs/decoding.md):
 # ask for it with --dtype bfloat16.
 DEFAULT_DTYPE = "float32"
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from specmoe.engine.records import DecodeResult
+from specmoe.decoding.records import DecodeResult
 from specmoe.stats import Estimate, ratio_of_means
 
 
@@ -43,7 +43,7 @@ class RunTimes:
     """A run's wall-clock seconds: what the results store keeps as `times`.
 
     decode_s = draft_s + verify_s + overhead_s + state_s for a local run
-    (`engine.records.RoundRecord`); wall_s = prefill_s + decode_s (plus compile time the engine
+    (`decoding.records.RoundRecord`); wall_s = prefill_s + decode_s (plus compile time the decode loop
     adds). A server run stores None for the per-round parts only the server could time.
 
     state_s, rolling back hybrid models' linear-attention state, is 0 for every other model; the
@@ -219,7 +219,7 @@ def time_shares_of(
     """Shares of draft, verify, host-overhead (and state-rollback) seconds in their sum (all zero when
     it is zero); the "state" share is there only when some state time was spent.
 
-    The decode time of an SD run is exactly these parts (`engine.records.RoundRecord`), so the
+    The decode time of an SD run is exactly these parts (`decoding.records.RoundRecord`), so the
     shares of stored `times` (summed over runs) are the shares of decode time.
     """
     seconds = {"draft": draft_s, "verify": verify_s, "overhead": overhead_s}
@@ -274,7 +274,7 @@ def decode_split_per_token(times: Sequence[RunTimes], emitted: Sequence[int]) ->
 def local_time_to_first_token(prefill_s: float, first_round_s: float) -> float:
     """Seconds from a local batch's start to its first output token: prefill_s + the first round.
 
-    The prompt phase caches every prompt token but the last (`engine.decode`); the first round feeds
+    The prompt phase caches every prompt token but the last (`decoding.decode`); the first round feeds
     that token (and, for SD, γ proposals) and commits every sequence's first output token. The first
     round's seconds are its draft_s + verify_s + overhead_s. This is `time_to_first_token` of a server
     request without the network and queue: a batch's sequences all get their first token then.

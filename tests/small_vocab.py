@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from specmoe.api import load_model
-from specmoe.engine.sampling import SamplingParams, probabilities
+from specmoe.decoding.sampling import SamplingParams, probabilities
 
 VOCAB = 6
 
@@ -37,7 +37,7 @@ def small_vocab_model(path, seed: int, layers: int):
 
 
 def exact_joint(target, prompt: list[int], params: SamplingParams) -> torch.Tensor:
-    """P(x1, x2 | prompt) under the target, flattened [VOCAB * VOCAB], from the engine's transform."""
+    """P(x1, x2 | prompt) under the target, flattened [VOCAB * VOCAB], from the decode loop's transform."""
     target.prefill([prompt[:-1]])
     first = probabilities(target.forward(torch.tensor([[prompt[-1]]]))[0, -1], params)
     joint = torch.zeros(VOCAB, VOCAB, dtype=torch.float64)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from scipy.stats import chisquare
 
-from specmoe.engine.acceptance import greedy_accept, rejection_accept
+from specmoe.decoding.acceptance import greedy_accept, rejection_accept
 
 
 def test_greedy_accepts_matching_prefix_then_takes_target_token():

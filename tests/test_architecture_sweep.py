@@ -18,8 +18,8 @@ import pytest
 from architecture_zoo import build, causal_lm_types
 
 from specmoe.api import load_model
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
 
 # One or two of each kind: dense attention (absolute, rotary, ALiBi positions), sliding windows,

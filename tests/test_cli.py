@@ -156,7 +156,7 @@ def test_console_script_exit_code_without_traceback(tiny_zoo):
 
 def test_divergence_margin_is_small_where_bf16_splits(tiny_zoo):
     from specmoe.api import load_model
-    from specmoe.engine.divergence import first_difference, top2_margin
+    from specmoe.decoding.divergence import first_difference, top2_margin
 
     assert first_difference([1, 2, 3], [1, 2, 4]) == 2
     assert first_difference([1, 2], [1, 2]) is None

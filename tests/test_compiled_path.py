@@ -3,7 +3,7 @@
 Inductor takes a minute per shape on a small CPU, so the static cache is checked eagerly (the same
 code the compiled graphs run) and graph capture with torch.compile's "eager" backend, which traces
 the graphs without generating code. The inductor path's float64 identity is checked by
-benchmarks/engine/engine_speed.py.
+benchmarks/decoding/decode_speed.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 from specmoe.api import load_model
 from specmoe.backends.hf_experts import NAME as GATHERED
 from specmoe.backends.hf_static import SLOT_STEP, StaticHFBackend
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.metrics import invariant_violations
 
 PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [40, 41], [99]]  # different lengths, one a single token

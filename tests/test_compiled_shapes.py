@@ -13,8 +13,8 @@ import logging
 from specmoe.api import load_model
 from specmoe.backends import hf_static
 from specmoe.backends.hf_static import SLOT_STEP, StaticHFBackend
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 
 PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [40, 41]]
 

@@ -4,6 +4,10 @@ import pytest
 import torch
 
 from specmoe.backends.base import BackendBase
+from specmoe.decoding.drafters import ModelDrafter
+from specmoe.decoding.make_drafter import make_drafter
+from specmoe.decoding.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramDrafter
+from specmoe.decoding.oracle import OracleDrafter
 from specmoe.drafts import (
     ModelDraft,
     MtpDraft,
@@ -13,10 +17,6 @@ from specmoe.drafts import (
     is_reserved_name,
     parse_draft,
 )
-from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.make_drafter import make_drafter
-from specmoe.engine.ngram import DEFAULT_MAX_N, DEFAULT_MIN_N, NgramDrafter
-from specmoe.engine.oracle import OracleDrafter
 from specmoe.errors import SpecmoeError
 
 

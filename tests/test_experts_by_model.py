@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from specmoe.api import load_model
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
 
 TINY = dict(

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
-import specmoe.engine
+import specmoe.decoding
 from specmoe.api import load_model
 from specmoe.backends.base import BackendBase, HiddenAccess, check_hidden_layers
 from specmoe.backends.hf_static import StaticHFBackend
-from specmoe.engine import decode as decode_module
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter, Verified
+from specmoe.decoding import decode as decode_module
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter, Verified
 from specmoe.errors import SpecmoeError
 
 PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [40, 41, 42], [7]]
@@ -110,7 +110,7 @@ def test_a_drafter_that_needs_hidden_states_a_backend_cannot_give_is_refused_in_
 def test_the_decode_loop_fits_a_screen_and_the_engine_probes_nothing():
     source = inspect.getsource(decode_module.decode)
     assert len(source.splitlines()) <= 60
-    for path in Path(specmoe.engine.__file__).parent.glob("*.py"):
+    for path in Path(specmoe.decoding.__file__).parent.glob("*.py"):
         calls = [
             node.func.id
             for node in ast.walk(ast.parse(path.read_text()))

@@ -20,11 +20,11 @@ from specmoe.api import load_model
 from specmoe.backends.hf_heads import STATE_LAYER
 from specmoe.backends.hf_recurrent import LinearStates
 from specmoe.backends.hf_static import StaticHFBackend
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import Verified
+from specmoe.decoding.heads import HeadDrafter
+from specmoe.decoding.make_drafter import make_drafter
 from specmoe.drafts import ModelDraft, MtpDraft
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import Verified
-from specmoe.engine.heads import HeadDrafter
-from specmoe.engine.make_drafter import make_drafter
 from specmoe.metrics import invariant_violations, totals
 
 PROMPTS = [[1, 2, 3, 4, 5, 6, 7], [4, 1], [3]]  # ragged, one a single token

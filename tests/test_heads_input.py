@@ -16,10 +16,10 @@ from small_vocab import VOCAB, exact_joint, small_vocab_model
 
 from specmoe.api import generate_text, load_model
 from specmoe.cli import main
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.make_drafter import make_drafter
+from specmoe.decoding.sampling import SamplingParams
 from specmoe.drafts import ModelDraft, MtpDraft
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.make_drafter import make_drafter
-from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
 
 PROMPT = [1, 4, 2]

@@ -1,5 +1,5 @@
 """The zoo's head training: its unrolled steps are exactly the head drafting on its own states, and a
-trained head's tensors are a checkpoint the engine loads (an MTP module inside its target's
+trained head's tensors are a checkpoint the decode loop loads (an MTP module inside its target's
 safetensors under Qwen3.5's names; an EAGLE-3 head directory). Two training steps on tiny models:
 the weights are barely trained, the code paths all run."""
 
@@ -17,9 +17,9 @@ from transformers import DynamicCache
 
 from specmoe.api import load_model
 from specmoe.backends.hf_heads import STATE_LAYER
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.make_drafter import make_drafter
 from specmoe.drafts import ModelDraft, MtpDraft
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.make_drafter import make_drafter
 from specmoe.zoo.heads import _write_eagle3
 from specmoe.zoo.presets import EAGLE3, MTP, PRESETS
 from specmoe.zoo.tokenizer import corpus_files, train_tokenizer

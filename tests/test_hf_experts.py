@@ -2,7 +2,7 @@
 gathered contraction, and the eager GPU default that picks transformers' kernels by block size.
 
 Graphs are captured with torch.compile's "eager" backend (no code generation: seconds, not
-minutes); inductor's fused kernels are checked for exactness by benchmarks/engine/engine_speed.py.
+minutes); inductor's fused kernels are checked for exactness by benchmarks/decoding/decode_speed.py.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ import torch
 
 from specmoe.api import load_model
 from specmoe.backends.hf import HFBackend
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.oracle import OracleDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
+from specmoe.decoding.oracle import OracleDrafter
 
 PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [40, 41], [99]]
 # One length: no padding, so holes from ragged acceptance are what the decode masks hide. (With

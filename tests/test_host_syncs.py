@@ -1,7 +1,7 @@
 """A decode step waits for the device once: counted on CPU, where the same calls are made.
 
 On a CUDA GPU every read of a device value (`.tolist()`, `int(t)`, `.nonzero()`, `bool(t)`) and every
-blocking upload drains the queue of launched kernels. `benchmarks/engine/host_syncs.py` counts them per
+blocking upload drains the queue of launched kernels. `benchmarks/decoding/host_syncs.py` counts them per
 region; here the counts are pinned: the one read per round is the verify result (or the sampled
 token), and the models' forwards, the caches' bookkeeping and the drafter read nothing. Counts,
 never times: they do not depend on the machine.
@@ -17,14 +17,14 @@ import pytest
 
 from specmoe.api import load_model
 from specmoe.backends.hf_static import StaticHFBackend
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 
 PROMPTS = [[11, 12, 13, 14, 15, 16, 17], [40, 41], [99]]  # ragged: padding, then holes
 
 
 def _counting():
-    path = Path(__file__).parents[1] / "benchmarks" / "engine" / "host_syncs.py"
+    path = Path(__file__).parents[1] / "benchmarks" / "decoding" / "host_syncs.py"
     spec = importlib.util.spec_from_file_location("host_syncs", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while the file runs

@@ -16,11 +16,11 @@ from scipy.stats import chisquare
 from specmoe.api import load_model
 from specmoe.backends.hf_recurrent import LinearStates
 from specmoe.backends.hf_static import StaticHFBackend
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.ngram import NgramDrafter
-from specmoe.engine.oracle import OracleDrafter
-from specmoe.engine.sampling import SamplingParams
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
+from specmoe.decoding.ngram import NgramDrafter
+from specmoe.decoding.oracle import OracleDrafter
+from specmoe.decoding.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import acceptance_rate, invariant_violations, totals
 

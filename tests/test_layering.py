@@ -47,9 +47,9 @@ def test_no_circle_even_through_deferred_imports():
 
 
 def _tiny_package(tmp_path):
-    """An empty `specmoe` with an engine and a bench package, for the checker's negative controls."""
+    """An empty `specmoe` with a decoding and a bench package, for the checker's negative controls."""
     package = tmp_path / "specmoe"
-    for folder in (package, package / "engine", package / "bench"):
+    for folder in (package, package / "decoding", package / "bench"):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "__init__.py").write_text("")
     return package
@@ -58,14 +58,14 @@ def _tiny_package(tmp_path):
 def test_the_checker_sees_an_upward_deferred_import_and_a_circle(tmp_path):
     # A negative control: a tiny package with both faults must be reported.
     package = _tiny_package(tmp_path)
-    (package / "engine" / "a.py").write_text("def f():\n    from specmoe.bench import b\n")
-    (package / "bench" / "b.py").write_text("from specmoe.engine import a\n")
+    (package / "decoding" / "a.py").write_text("def f():\n    from specmoe.bench import b\n")
+    (package / "bench" / "b.py").write_text("from specmoe.decoding import a\n")
     graph = GRAPH.build_graph(package)
     assert [(e.source, e.target, e.deferred) for e in GRAPH.upward(graph)] == [
-        ("specmoe.engine.a", "specmoe.bench.b", True)
+        ("specmoe.decoding.a", "specmoe.bench.b", True)
     ]
     assert GRAPH.cycles(graph) == []
-    assert GRAPH.cycles(graph, with_deferred=True) == [["specmoe.bench.b", "specmoe.engine.a"]]
+    assert GRAPH.cycles(graph, with_deferred=True) == [["specmoe.bench.b", "specmoe.decoding.a"]]
 
 
 def test_the_checker_sees_a_module_named_by_a_string(tmp_path):
@@ -73,14 +73,14 @@ def test_the_checker_sees_a_module_named_by_a_string(tmp_path):
     # points up as surely as an import statement; prose and non-module names are not imports.
     package = _tiny_package(tmp_path)
     (package / "bench" / "b.py").write_text("")
-    (package / "engine" / "a.py").write_text(
+    (package / "decoding" / "a.py").write_text(
         'RUNNER = "specmoe.bench.b:Runner"\n'
         'KEY = "specmoe.source_sha256"\n'
         'NOTE = "see specmoe.bench.b for the runner"\n'
     )
     graph = GRAPH.build_graph(package)
     assert [(e.source, e.target, e.deferred, e.by_name) for e in graph.edges] == [
-        ("specmoe.engine.a", "specmoe.bench.b", True, True)
+        ("specmoe.decoding.a", "specmoe.bench.b", True, True)
     ]
     assert len(GRAPH.unwritten_upward(graph)) == 1
     # This package has none of the arrows written down as exceptions: each is reported as stale.

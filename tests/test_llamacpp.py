@@ -20,8 +20,8 @@ from test_gguf import require  # tests/ is on sys.path under pytest's default im
 from specmoe.api import load_model, load_tokenizer
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import invariant_violations, totals
 from specmoe.suite.expand import expand

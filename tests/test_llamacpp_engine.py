@@ -13,7 +13,7 @@ import pytest
 from test_gguf import require  # tests/ is on sys.path under pytest's default import mode
 from test_llamacpp import PROMPTS, greedy, llama
 
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
 from specmoe.findings.by_runtime import NOT_MEASURED, cost_ratios, verdict_table
 from specmoe.findings.plan import ENGINES, engine, plan

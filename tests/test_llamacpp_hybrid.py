@@ -23,8 +23,8 @@ from test_llamacpp import PROMPTS, greedy
 
 from specmoe.api import load_model
 from specmoe.backends.llamacpp_state import LOG_CAPACITY
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import invariant_violations, totals
 from specmoe.zoo import build_zoo

@@ -23,12 +23,12 @@ from test_gguf import require
 from test_llamacpp import PROMPTS
 
 from specmoe.api import load_model
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import Proposal
+from specmoe.decoding.llamacpp_mtp import LlamaCppMtpDrafter, llamacpp_mtp_drafter
+from specmoe.decoding.make_drafter import make_drafter
+from specmoe.decoding.sampling import SamplingParams, probabilities
 from specmoe.drafts import MtpDraft
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import Proposal
-from specmoe.engine.llamacpp_mtp import LlamaCppMtpDrafter, llamacpp_mtp_drafter
-from specmoe.engine.make_drafter import make_drafter
-from specmoe.engine.sampling import SamplingParams, probabilities
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import invariant_violations, totals
 from specmoe.zoo import build_zoo

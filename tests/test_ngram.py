@@ -12,13 +12,13 @@ from scipy.stats import chisquare
 from small_vocab import VOCAB, exact_joint, small_vocab_model
 from suite_files import TINY_ZOO, write_suite, zoo_models
 
-import specmoe.engine.decode as decode_module
+import specmoe.decoding.decode as decode_module
 from specmoe.bench.suite_run import run_suite
-from specmoe.engine.acceptance import rejection_accept
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter, Verified
-from specmoe.engine.ngram import NgramDrafter, NgramIndex, copy_from, ngram_proposal
-from specmoe.engine.sampling import SamplingParams
+from specmoe.decoding.acceptance import rejection_accept
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter, Verified
+from specmoe.decoding.ngram import NgramDrafter, NgramIndex, copy_from, ngram_proposal
+from specmoe.decoding.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import count_violations, invariant_violations, totals
 from specmoe.suite.load import load_suite

@@ -10,9 +10,9 @@ import torch
 from scipy.stats import chisquare
 from small_vocab import VOCAB, exact_joint, small_vocab_model
 
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.sampling import SamplingParams
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
+from specmoe.decoding.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
 
 PROMPT = [1, 4, 2]

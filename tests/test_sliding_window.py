@@ -18,8 +18,8 @@ from specmoe.backends import hf_sliding
 from specmoe.backends.hf_mask import DeviceMask
 from specmoe.backends.hf_static import StaticHFBackend
 from specmoe.backends.slots import SlotMap
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import acceptance_rate, invariant_violations, totals
 

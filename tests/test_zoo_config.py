@@ -1,5 +1,5 @@
 """Config-built models: any supported config.json as a random-weight HF directory, checked,
-deterministic, routing near-uniformly, loadable and lossless through the engine.
+deterministic, routing near-uniformly, loadable and lossless through the decode loop.
 
 Real configs from docs/perf-examples are built with their widths cut by overrides (so the
 architecture, expert count and top-k are the real ones) to run in seconds on a CPU.
@@ -16,8 +16,8 @@ import torch
 
 from specmoe.api import load_model
 from specmoe.cli import main
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
 from specmoe.zoo.config_build import build_config_zoo, config_model, count_model_params
 from specmoe.zoo.config_source import read_config_source

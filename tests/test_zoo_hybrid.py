@@ -7,8 +7,8 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from specmoe.api import load_model
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.zoo import build_zoo
 from specmoe.zoo.hf_config import hf_config
 from specmoe.zoo.init import init_tensor

@@ -2,7 +2,7 @@
 
 For each (draft, γ, B): plain decoding and SD alternate over `--repeats` paired units (one prompt
 batch each, the same prompts in both arms), and every SD round's time splits into draft, verify,
-state rollback and bookkeeping (`engine.records.RoundRecord`). The state part splits further into
+state rollback and bookkeeping (`decoding.records.RoundRecord`). The state part splits further into
 copying states and recomputing them for rows that rejected drafts: in transformers, replaying the
 linear layers (`backends.hf_recurrent`); through llama.cpp (`--gguf TYPE`, the zoo's GGUF export,
 one thread), stepping back to llama.cpp's per-position snapshots where they cover the rollback or
@@ -29,8 +29,8 @@ import torch
 
 from specmoe.api import load_model, load_tokenizer
 from specmoe.bench.env import environment
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.metrics import acceptance_rate, decode_tokens_per_s, totals
 from specmoe.prompts import load_prompt_set
 from specmoe.stats import ratio_of_means
@@ -132,7 +132,7 @@ def plot(record: dict, path: Path) -> None:
 def measure(target, draft, draft_name: str, prompts, gamma: int, batch: int, args) -> dict:
     config = DecodeConfig(max_new_tokens=args.tokens, gamma=gamma, ignore_eos=True)
     if draft is None:  # the target's own MTP layer, through llama.cpp
-        from specmoe.engine.llamacpp_mtp import llamacpp_mtp_drafter
+        from specmoe.decoding.llamacpp_mtp import llamacpp_mtp_drafter
 
         drafter = llamacpp_mtp_drafter(target)
     else:

@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from specmoe import api
-from specmoe.engine.divergence import first_difference, top2_margin
+from specmoe.decoding.divergence import first_difference, top2_margin
 from specmoe.metrics import acceptance_rate, mean_accepted_length, totals
 from specmoe.prompts import BUILTIN_PROMPT_SETS, load_prompt_set
 from specmoe.zoo.gguf_derive import dequantized_gguf

@@ -10,7 +10,7 @@ seconds are what an idle core would take when the machine is shared). Held-out l
 over all held-out windows and per source group (package corpus, generated text, standard library).
 
 Acceptance: each draft against `moe`, greedy, gamma 4, 64 new tokens per prompt, float32, each
-built-in prompt kind's prompts as one batch through `specmoe.engine.decode`, rates as defined in
+built-in prompt kind's prompts as one batch through `specmoe.decoding.decode`, rates as defined in
 `specmoe.metrics` (accepted / drafted proposals; `specmoe.zoo.agreement`). The prompts are held out
 from training. Checks: draft-xs's rate over all prompts within [0.3, 0.8], draft-s's above it, and
 identical hashes; the exit status is 1 if one fails. About 9 minutes on one idle core.

@@ -4,8 +4,8 @@ Shape legend: B sequences in the batch, t new tokens per sequence in one block, 
 K hidden-state layers asked for, H hidden size.
 
 A backend holds one batch of sequences at a time and a cache of their past tokens. Each sequence has a
-*cached length*: how many of its tokens the cache holds. The engine decides which tokens to feed;
-the backend only caches, computes logits, and forgets what the engine tells it to forget.
+*cached length*: how many of its tokens the cache holds. The decode loop decides which tokens to feed;
+the backend only caches, computes logits, and forgets what the decode loop tells it to forget.
 
 Optional abilities are declared members, not probed: every backend has them, and `BackendBase`
 gives each its default (no digest, nothing compiled, no recurrent state, no hidden states, nothing
@@ -39,7 +39,7 @@ class HiddenAccess(enum.Enum):
 
 @runtime_checkable
 class Backend(Protocol):
-    """What the engine needs from a model runtime, and nothing more."""
+    """What the decode loop needs from a model runtime, and nothing more."""
 
     name: str
     vocab_size: int  # width of the logits, which must match between a draft and its target
@@ -120,7 +120,8 @@ class BackendBase:
         check_hidden_layers(self, layers)
 
     def hidden(self) -> torch.Tensor:
-        raise RuntimeError(f"backend '{self.name}' captures no hidden states")  # a bug: the engine asks first
+        # a bug: the decode loop asks first
+        raise RuntimeError(f"backend '{self.name}' captures no hidden states")
 
 
 def check_hidden_layers(backend: Backend, layers: tuple[int, ...]) -> None:

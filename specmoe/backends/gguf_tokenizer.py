@@ -13,7 +13,7 @@ from specmoe.backends.llamacpp_load import Handles, llama_lib, load_model_pointe
 class GGUFTokenizer:
     """The tokenizer stored in a GGUF file, tokenizing exactly as llama.cpp does.
 
-    Provides the two methods the engine's edges use: encode(text, add_special_tokens=False) and
+    Provides the two methods the decode loop's edges use: encode(text, add_special_tokens=False) and
     decode(ids).
     """
 

@@ -65,7 +65,7 @@ _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt")
 
 
 def default_experts_implementation(dtype: str, compile: bool = False, device: str = "cpu") -> str:
-    """Eager on CPU: grouped_mm measured fastest in bf16 and fp32 (docs/engine.md); it has no
+    """Eager on CPU: grouped_mm measured fastest in bf16 and fp32 (docs/decoding.md); it has no
     float64 path, so the exact reference uses the model's per-expert loop. Eager on a GPU: what
     transformers' `generate()` decodes with there, batched_mm for decode-sized blocks and grouped_mm
     for prefill (`hf_experts.SIZED`). Compiled on CPU: the gathered contraction (`hf_experts.py`),
@@ -383,7 +383,7 @@ class HFBackend(CapturedHidden, BackendBase):
     @torch.inference_mode()
     def rollback(self, lengths: Sequence[int]) -> None:
         dropped = self._slots.keep(lengths)  # [B]
-        if self.rollback_refused is not None and dropped.any():  # the engine refuses SD first: a bug
+        if self.rollback_refused is not None and dropped.any():  # the decode loop refuses SD first: a bug
             raise RuntimeError(f"rollback asked of a cache that cannot roll back: {self.rollback_refused}")
         if self._linear is not None:
             self._linear.rollback(dropped.tolist())

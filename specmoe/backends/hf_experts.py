@@ -13,7 +13,7 @@ experts' weights once, in one kernel, with no copy, no host read of the routing 
 transformers' `grouped_mm` on CPU outside bf16 loops over experts reading offsets on the host (a
 graph break per layer under torch.compile), and eager indexing would copy T x K expert matrices;
 measured on this CPU, the bench MoE's compiled T(1,1) in float32 went from 31 to 17 ms
-(docs/engine.md).
+(docs/decoding.md).
 
 The fused read costs T x K expert matrices where the routed tokens touch at most E distinct ones,
 so it is used only while T x K <= E and only inside a compiled graph; otherwise (eager prefill,

@@ -27,7 +27,7 @@ hold had it seen only the kept tokens (tests/test_hybrid.py checks SD against pl
 float64, token for token). The layers are independent given their logged inputs, so each is
 re-advanced alone: no attention layer, MLP or expert runs again.
 
-Cost (`seconds`, reported per round as the engine's `state_s`): one copy of every linear layer's
+Cost (`seconds`, reported per round as the decode loop's `state_s`): one copy of every linear layer's
 state per rollback, plus, for rows that rejected drafts, those layers' input projections, conv and
 delta-rule state update over the kept tokens. For comparison, vLLM and SGLang keep the per-position states
 their verify kernels compute and pick each row's (no recompute, γ + 1 states of memory per row);

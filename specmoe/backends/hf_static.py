@@ -22,7 +22,7 @@ that changes rarely (gpt-fast's recipe, extended to ragged batches):
   (same tokens), said once in a warning, so a suite's compile time stays bounded.
 
 The first call of each shape compiles it. That call runs once as a warm-up whose effects are undone
-(its writes sit past the pointer and are masked), and its seconds go to `compile_s`, so the engine
+(its writes sit past the pointer and are masked), and its seconds go to `compile_s`, so the decode loop
 can keep compile time out of decode time; each shape is logged as it compiles, with its seconds.
 Prefill runs eagerly: its length varies per batch.
 
@@ -37,7 +37,7 @@ Hybrid models' linear-attention layers keep a state per row, not slots: `hf_recu
 logs their inputs into static buffers from inside the graphs and rolls rows back outside them;
 the warm-up calls' writes into those states are undone from a copy.
 
-Kernels on CPU, chosen by measurement (docs/engine.md): an MoE's experts run the gathered
+Kernels on CPU, chosen by measurement (docs/decoding.md): an MoE's experts run the gathered
 contraction of `hf_experts.py` (the loader's default with compile), and a dense model's one-row
 matmuls are written by inductor rather than called from BLAS (`_one_row_matmuls_fused`).
 """
@@ -187,7 +187,7 @@ class StaticHFBackend(CapturedHidden, BackendBase):
         limit = torch._dynamo.config.recompile_limit
         torch._dynamo.config.recompile_limit = max(limit, _RECOMPILE_LIMIT)
         # Measured on this CPU: fusing one-row matmuls speeds dense models' steps and slows the MoE's
-        # (bench moe T(1,1) 16.5 -> 21.5 ms in float32, 18.5 -> 21 ms in bf16; docs/engine.md).
+        # (bench moe T(1,1) 16.5 -> 21.5 ms in float32, 18.5 -> 21 ms in bf16; docs/decoding.md).
         fuse = mode is None and compiler == "inductor" and not is_moe
         options = _one_row_matmuls_fused() if fuse else None
         return torch.compile(step, mode=mode, dynamic=False, backend=compiler, options=options)
@@ -432,7 +432,7 @@ def _one_row_matmuls_fused() -> dict:
     """Inductor options that write each one-row matmul (decode and draft steps) as its own fused
     multiply-and-sum instead of a BLAS call. On this CPU the BLAS matrix-vector product streams
     weights at about half the read bandwidth; inductor's generated reduction does better (bench
-    dense-s T(1,1) measured 31 -> 19 ms in float32 and 34 -> 19 ms in bf16, docs/engine.md).
+    dense-s T(1,1) measured 31 -> 19 ms in float32 and 34 -> 19 ms in bf16, docs/decoding.md).
     Inductor applies it to CPU tensors only, and by default only to matrices up to 2048 on a side;
     the limit is lifted so real vocabularies and hidden sizes qualify (it lives in the pass's
     module, read at its import)."""

@@ -4,7 +4,7 @@ Shape legend: B live sequences, t new tokens per sequence, V vocabulary.
 
 One llama.cpp context per model. Its KV cache has one stream per batch row (`n_seq_max` sequences,
 `kv_unified = false`), so rows never attend to each other and each keeps its own positions:
-row i of the engine's batch is llama.cpp sequence `_seq[i]`, and its tokens sit at positions
+row i of the decode loop's batch is llama.cpp sequence `_seq[i]`, and its tokens sit at positions
 0..length-1 of that sequence. A verify block is one `llama_decode` of B x t tokens with an output
 at every position, so the logits of every new position come back in one call. Rollback is
 `llama_memory_seq_rm(seq, keep, -1)`: llama.cpp frees those cells and the next block reuses them,
@@ -12,7 +12,7 @@ so unlike the HF backend there are no masked holes and nothing to compact. `reta
 sequences of finished rows and renumbers nothing: the surviving rows keep their sequence ids.
 
 Logits are copied out of llama.cpp's output buffer into a float32 torch tensor on the CPU (the
-buffer is overwritten by the next decode), so the engine's acceptance code runs unchanged. With
+buffer is overwritten by the next decode), so the decode loop's acceptance code runs unchanged. With
 GPU offload the weights and KV cache live on the GPU; the logits still arrive on the host.
 
 Decoder-only transformers are accepted, and the hybrids whose recurrent state the backend can roll

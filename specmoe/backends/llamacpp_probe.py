@@ -88,7 +88,7 @@ def write_model(path: Path) -> None:
 
 
 def decode(path: Path) -> str | None:
-    """Load the model and decode a 2-token block, then one more token (the engine's two shapes);
+    """Load the model and decode a 2-token block, then one more token (the decode loop's two shapes);
     None when every step worked, else what failed."""
     import math
 

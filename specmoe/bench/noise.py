@@ -47,7 +47,7 @@ from specmoe.results.noisy import GUARD_ENV, OTHER_CPU_LIMIT
 from specmoe.results.run_audit import impossible_speedup
 
 if TYPE_CHECKING:
-    from specmoe.engine.records import DecodeResult
+    from specmoe.decoding.records import DecodeResult
 
 log = logging.getLogger(__name__)
 

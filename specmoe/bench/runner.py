@@ -1,6 +1,6 @@
-"""Runs a suite's arms through one engine code path and one clock, and stores each finished run.
+"""Runs a suite's arms through one decoding code path and one clock, and stores each finished run.
 
-Baseline and SD arms share `specmoe.engine.decode.decode`: the same prefill, commit and token
+Baseline and SD arms share `specmoe.decoding.decode.decode`: the same prefill, commit and token
 counting, the same `time.perf_counter` clock, the same process. Both decode exactly
 max_new_tokens tokens (EOS ignored, as llama-bench does), so tokens/s compare like with like.
 """
@@ -32,11 +32,11 @@ from specmoe.bench.noise import (
 from specmoe.bench.plan import Block
 from specmoe.bench.served import ServedRunner
 from specmoe.bench.spec_row import run_row
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.divergence import find_divergences
-from specmoe.engine.make_drafter import make_drafter
-from specmoe.engine.records import DecodeResult
-from specmoe.engine.sampling import SamplingParams
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.divergence import find_divergences
+from specmoe.decoding.make_drafter import make_drafter
+from specmoe.decoding.records import DecodeResult
+from specmoe.decoding.sampling import SamplingParams
 from specmoe.metrics import decode_tokens_per_s, invariant_violations, per_sequence, run_times, totals
 from specmoe.results.run_audit import audit_run
 from specmoe.results.store import RunRow

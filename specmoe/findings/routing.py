@@ -25,8 +25,8 @@ from specmoe.backends.registry import BACKENDS, DEFAULT_BACKEND
 from specmoe.backends.router_trace import distinct_experts_per_layer
 from specmoe.bench.batches import prompt_ids
 from specmoe.bench.runner import ModelPool, drafting
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.make_drafter import make_drafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.make_drafter import make_drafter
 from specmoe.metrics import totals
 from specmoe.results.run_row import RunRow
 from specmoe.suite.types import RunSpec

@@ -5,7 +5,7 @@ with an expected schedule from a per-position acceptance α (`expected_schedules
 predictions against measured runs (`specmoe.findings.model_check`) with the schedule the runs
 recorded. The forward times come from any `time(B, t)` source: a fit, a profile, first principles.
 
-What a round of specmoe's loop costs at B live sequences (docs/engine.md, `engine/decode.py`):
+What a round of specmoe's loop costs at B live sequences (docs/decoding.md, `decoding/decode.py`):
 
     draft    γ draft forwards. The first feeds each row's pending tokens: one (the correction)
              after a round that rejected a proposal, two (the last proposal and the bonus token)
@@ -180,7 +180,7 @@ def live_share(alpha: float, gamma: int, new_tokens: int) -> tuple[float, ...]:
 
 def _ragged_rounds(alpha: float, gamma: int, batch: int, new_tokens: int, wide: bool) -> tuple[Rounds, ...]:
     """Expected rounds by live batch size when `batch` rows each decode `new_tokens` and leave the
-    batch as they finish (`engine/decode.py` drops finished rows): in round r the live count is
+    batch as they finish (`decoding/decode.py` drops finished rows): in round r the live count is
     Binomial(batch, live_share[r]); the loop runs while any row is live."""
     groups: dict[int, float] = {}
     for share in live_share(alpha, gamma, new_tokens):

@@ -108,7 +108,7 @@ def profile_times(profile: dict, source: str) -> ProfileTimes:
 def draft_step_s(draft, batch: float, gamma: int) -> float:
     """Mean seconds per draft step over one round of γ steps whose first step feeds two tokens.
 
-    T_D(B, 2) + (γ − 1)·T_D(B, 1), over γ: the round after a fully accepted one (docs/engine.md).
+    T_D(B, 2) + (γ − 1)·T_D(B, 1), over γ: the round after a fully accepted one (docs/decoding.md).
     Shown as `draft_s` beside predictions; the speedups themselves weigh the one- and two-token
     first steps by how often each happens (`specmoe.perf.compose`). A draft profile without t = 2
     points is charged γ·T_D(B, 1).

@@ -1,4 +1,4 @@
-"""How well a zoo draft guesses its target: greedy acceptance per prompt kind, through the engine.
+"""How well a zoo draft guesses its target: greedy acceptance per prompt kind, through the decode loop.
 
 Each prompt kind's built-in prompts (never trained on; see `specmoe.zoo.train_data`) decode as one
 batch with the draft proposing `gamma` tokens per round and the target verifying them greedily.
@@ -75,8 +75,8 @@ def acceptance_by_gamma(
     """Greedy acceptance (accepted / drafted over every built-in prompt, decoded as one batch) of a
     draft against its target at each γ: the draft a model directory, an EAGLE-3 head's directory,
     or "mtp" (the target's own module). Keyed by γ as text, as the manifest stores it."""
+    from specmoe.decoding.make_drafter import make_drafter
     from specmoe.drafts import parse_draft
-    from specmoe.engine.make_drafter import make_drafter
 
     tokenizer = api.load_tokenizer(target)
     target_model = api.load_model(target, dtype=dtype)

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 from specmoe.backends.base import Backend
 from specmoe.backends.eagle3_head import Eagle3Checkpoint
+from specmoe.decoding.drafters import Drafter, ModelDrafter
+from specmoe.decoding.heads import HeadDrafter
+from specmoe.decoding.llamacpp_mtp import llamacpp_mtp_drafter
+from specmoe.decoding.ngram import NgramDrafter
+from specmoe.decoding.oracle import OracleDrafter
 from specmoe.drafts import DraftSpec, MtpDraft, NgramDraft, OracleDraft
-from specmoe.engine.drafters import Drafter, ModelDrafter
-from specmoe.engine.heads import HeadDrafter
-from specmoe.engine.llamacpp_mtp import llamacpp_mtp_drafter
-from specmoe.engine.ngram import NgramDrafter
-from specmoe.engine.oracle import OracleDrafter
 from specmoe.errors import SpecmoeError
 
 

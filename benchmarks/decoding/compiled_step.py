@@ -3,9 +3,9 @@ what their forwards cost and against the bandwidth floor, eager beside compiled.
 
 Not a test: prints JSON. Written for one CUDA GPU (CUDA graphs, `reduce-overhead`):
 
-    python -m benchmarks.engine.compiled_step --device cuda --layers 16 --batches 1,4,16 --out compiled.json
+    python -m benchmarks.decoding.compiled_step --device cuda --layers 16 --batches 1,4,16 --out compiled.json
 
-The pair is `engine_overhead.olmoe_pair`: an OLMoE-1B-7B-shaped MoE (bf16, 64 experts top-8) and a
+The pair is `decode_overhead.olmoe_pair`: an OLMoE-1B-7B-shaped MoE (bf16, 64 experts top-8) and a
 Qwen3-0.6B-shaped draft, random weights, `--layers` layers each (16 and 28 in the real models; the
 draft gets the same count here). Per batch size B:
 
@@ -13,7 +13,7 @@ draft gets the same count here). Per batch size B:
 - a plain step, decode seconds per round of a plain decode, eager and compiled;
 - an SD round at γ = 4, decode seconds per round, beside what its forwards cost when timed alone
   (γ draft steps at t = 1 plus one verify block at t = γ + 1): the round's own overhead is the rest;
-- at B = 1, the floor: the bytes of weights one token reads (`engine_parts.active_weight_bytes`)
+- at B = 1, the floor: the bytes of weights one token reads (`decode_parts.active_weight_bytes`)
   over the device's read bandwidth. The goal on an H100 is a compiled plain step within 2x of it.
 
 On a CPU inductor takes minutes per shape of these models; `--compiler eager` (graphs captured, no
@@ -30,12 +30,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.engine.engine_overhead import GAMMA, olmoe_pair, prompts_for
-from benchmarks.engine.engine_parts import active_weight_bytes, read_bandwidth
+from benchmarks.decoding.decode_overhead import GAMMA, olmoe_pair, prompts_for
+from benchmarks.decoding.decode_parts import active_weight_bytes, read_bandwidth
 from specmoe.backends.hf import HFBackend
 from specmoe.backends.hf_static import StaticHFBackend
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 
 
 def per_round(target, draft, prompts, tokens: int, repeats: int) -> float:
@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     device = torch.device(args.device)
-    from benchmarks.engine.engine_speed import cuda_bandwidth
+    from benchmarks.decoding.decode_speed import cuda_bandwidth
 
     bandwidth = cuda_bandwidth() if device.type == "cuda" else read_bandwidth()
     report: dict = {

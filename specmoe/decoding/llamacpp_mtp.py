@@ -5,7 +5,7 @@ Shape legend: B live rows, G proposals per row (gamma), V vocabulary, H hidden s
 The MTP layer runs in llama.cpp's MTP context on the target's model (`backends.llamacpp_mtp`). Its
 KV cache holds, for every row, one entry per committed position p: the token x_p paired with the
 target's final hidden state at p - 1 (zeros at p = 0), as llama-server's `draft-mtp` keeps it
-(common/speculative.cpp). The target hands those hidden states over through the engine's
+(common/speculative.cpp). The target hands those hidden states over through the decode loop's
 verify -> draft hand-off (`Verified.hidden`, the backend's `HiddenAccess.FINAL`), so this drafter
 needs nothing from the target beyond the protocol and the MTP context it opens on the same model.
 
@@ -39,8 +39,8 @@ import torch
 
 from specmoe.backends.base import Backend
 from specmoe.backends.llamacpp_mtp import Entry
-from specmoe.engine.drafters import Drafter, DrafterBase, Proposal, Verified
-from specmoe.engine.sampling import pick
+from specmoe.decoding.drafters import Drafter, DrafterBase, Proposal, Verified
+from specmoe.decoding.sampling import pick
 from specmoe.errors import SpecmoeError
 
 

@@ -16,11 +16,11 @@ import torch
 from specmoe.backends.base import Backend, check_hidden_layers
 from specmoe.backends.slots import to_device
 from specmoe.backends.tokenizer_digest import tokenizer_mismatch
-from specmoe.engine.acceptance import greedy_accept, rejection_accept
-from specmoe.engine.clock import RoundClock
-from specmoe.engine.drafters import Drafter, Proposal, Verified
-from specmoe.engine.records import DecodeResult, RoundRecord, SequenceOutput
-from specmoe.engine.sampling import SamplingParams, pick, probabilities
+from specmoe.decoding.acceptance import greedy_accept, rejection_accept
+from specmoe.decoding.clock import RoundClock
+from specmoe.decoding.drafters import Drafter, Proposal, Verified
+from specmoe.decoding.records import DecodeResult, RoundRecord, SequenceOutput
+from specmoe.decoding.sampling import SamplingParams, pick, probabilities
 from specmoe.errors import SpecmoeError
 
 

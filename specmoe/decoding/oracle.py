@@ -19,7 +19,7 @@ import torch
 
 from specmoe.backends.base import Backend
 from specmoe.backends.slots import to_device
-from specmoe.engine.drafters import DrafterBase, ModelDrafter, Proposal, Verified
+from specmoe.decoding.drafters import DrafterBase, ModelDrafter, Proposal, Verified
 from specmoe.errors import SpecmoeError
 
 

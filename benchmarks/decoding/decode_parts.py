@@ -1,4 +1,4 @@
-"""Pieces of benchmarks/engine/engine_speed.py: the transformers arm, per-forward costs, draft accounting.
+"""Pieces of benchmarks/decoding/decode_speed.py: the transformers arm, per-forward costs, draft accounting.
 
 Not part of the package: these measure it.
 """
@@ -10,7 +10,7 @@ import time
 
 import torch
 
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.drafters import ModelDrafter
 
 # Kernels that do a forward's arithmetic (weights streamed through matmuls, attention); everything
 # else in a forward's wall time is framework cost: dispatch, Python, small ops, allocation.

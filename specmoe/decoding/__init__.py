@@ -1,4 +1,4 @@
-"""The lossless speculative-decoding engine over any backend of `specmoe.backends` (docs/engine.md).
+"""The lossless speculative-decoding loop over any backend of `specmoe.backends` (docs/decoding.md).
 
 Imports only backends, the typed drafts and the error type; the modules, one concept each:
 

@@ -20,7 +20,7 @@ import torch
 
 from specmoe.backends.base import Backend
 from specmoe.backends.slots import to_device
-from specmoe.engine.sampling import SamplingParams, pick
+from specmoe.decoding.sampling import SamplingParams, pick
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Proposal:
 
 @dataclass(frozen=True)
 class Verified:
-    """What one verify pass decided, handed from the engine to the drafter (the part of vLLM's
+    """What one verify pass decided, handed from the decode loop to the drafter (the part of vLLM's
     `SpecDecodeMetadata` a drafter needs).
 
     The target verified the block [last committed token, proposals...] of every live row. Row b kept
@@ -112,7 +112,7 @@ class ModelDrafter(DrafterBase):
     The next round's first step consumes the pending tokens, so a round costs G forwards and no
     token is computed twice. A batch block is rectangular: a row with fewer pending tokens than the
     widest row re-feeds its last cached token, which costs nothing extra, because a padded slot
-    would cost the same compute in a [B, 2] step (see docs/engine.md).
+    would cost the same compute in a [B, 2] step (see docs/decoding.md).
     """
 
     def __init__(self, backend: Backend) -> None:

@@ -2,13 +2,13 @@
 Not a test: prints figures and writes JSON.
 
     SPECMOE_LLAMA_SPECULATIVE=/tmp/llama-build/bin/llama-speculative \
-    python -m benchmarks.engine.llamacpp_speed --zoo ~/.cache/specmoe/zoo/bench-seed0 \
+    python -m benchmarks.decoding.llamacpp_speed --zoo ~/.cache/specmoe/zoo/bench-seed0 \
         --out docs/results/cpu/llamacpp_speed.json      # and llamacpp_speed.md beside it
 
 Same GGUF pair (the bench zoo's `moe` with `draft-xs`, and with itself as a draft, exported by
 `specmoe.zoo.gguf` as Q8_0), same prompt, gamma, thread count and token budget, greedy, EOS
 ignored, for both:
-- ours: `specmoe.engine.decode` with the llamacpp backend for target and draft;
+- ours: `specmoe.decoding.decode` with the llamacpp backend for target and draft;
 - theirs: `llama-speculative` (examples/speculative of the llama.cpp sources inside the
   llama-cpp-python sdist; docs/llamacpp.md says how to build it). Its path comes from the
   environment variable SPECMOE_LLAMA_SPECULATIVE; without it the comparison is skipped with a message.
@@ -45,8 +45,8 @@ from pathlib import Path
 
 from specmoe.api import load_model, load_tokenizer
 from specmoe.audit.llamacpp_logs import SpeculativeLog, parse_log
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 from specmoe.stats import ratio_of_means
 from specmoe.zoo.gguf import zoo_gguf
 
@@ -166,7 +166,7 @@ def _paired(estimate: dict | None) -> str:
 def markdown(report: dict) -> str:
     """The table docs/llamacpp.md shows: both tools' decode and end-to-end tokens/s and their ratios."""
     lines = [
-        "<!-- Written by benchmarks/engine/llamacpp_speed.py; do not edit. -->",
+        "<!-- Written by benchmarks/decoding/llamacpp_speed.py; do not edit. -->",
         f"Target {report['target']}, {report['threads']} thread(s), {report['new_tokens']} new tokens, "
         f"a {report['prompt_tokens']}-token prompt, greedy; medians of {report['repeats']} alternating runs.",
         "",

@@ -2,8 +2,8 @@
 
 Not a test: prints a table and writes JSON.
 
-    python -m benchmarks.engine.engine_speed --zoo ~/.cache/specmoe/zoo/bench-seed0 \
-        --out docs/results/cpu/engine_speed.json
+    python -m benchmarks.decoding.decode_speed --zoo ~/.cache/specmoe/zoo/bench-seed0 \
+        --out docs/results/cpu/decode_speed.json
 
 For each target (bench `moe`, `dense-s`) and dtype (float32, bfloat16), with draft `draft-xs`, B = 1,
 greedy, gamma = 4 constant, a fixed number of new tokens:
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.engine.engine_parts import (
+from benchmarks.decoding.decode_parts import (
     CountingBackend,
     RecomputingDrafter,
     active_weight_bytes,
@@ -43,9 +43,9 @@ from benchmarks.engine.engine_parts import (
     step_time,
 )
 from specmoe.api import load_model, load_tokenizer
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.divergence import find_divergences
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.divergence import find_divergences
+from specmoe.decoding.drafters import ModelDrafter
 
 PROMPT = "Explain step by step how a hash map resolves collisions, and compare open addressing with chaining."
 GAMMA = 4

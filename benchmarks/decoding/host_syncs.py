@@ -1,6 +1,6 @@
 """Counting what a decode loop would make a GPU wait for, on any device, CPU included.
 
-Not part of the package: this measures it (benchmarks/engine/engine_overhead.py, tests/test_host_syncs.py).
+Not part of the package: this measures it (benchmarks/decoding/decode_overhead.py, tests/test_host_syncs.py).
 
 On a CUDA GPU the host queues kernels and runs ahead of them, until it needs a value the device
 computes or hands the device host memory to copy from. Those points drain the queue: the GPU idles
@@ -19,7 +19,7 @@ the larger of the two. They are the same calls on every device, so they can be c
   out: the host's work per step, which no device can hide when the GPU waits for it.
 
 Every count is attributed to a *region*: inside the forward of a model named in `models` ("model"),
-or outside ("host loop": the engine, the backend's cache bookkeeping, transformers' `generate()`
+or outside ("host loop": the decode loop, the backend's cache bookkeeping, transformers' `generate()`
 loop). Counting costs time; never time a run while counting it.
 """
 

@@ -2,7 +2,8 @@
 
 Not a test: prints a table and writes JSON.
 
-    OMP_NUM_THREADS=1 python -m benchmarks.engine.engine_overhead --out docs/results/cpu/engine_overhead.json
+    OMP_NUM_THREADS=1 python -m benchmarks.decoding.decode_overhead \
+        --out docs/results/cpu/decode_overhead.json
 
 For each pair (the trained zoo's `moe` + `draft-xs` in float32; an OLMoE-1B-7B-shaped random MoE,
 64 experts top-8, with a Qwen3-0.6B-shaped random draft, both bf16 and cut to `--layers` layers so
@@ -36,10 +37,10 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.engine.host_syncs import counting, python_calls
+from benchmarks.decoding.host_syncs import counting, python_calls
 from specmoe.backends.hf import HFBackend
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
 
 GAMMA = 4
 PROMPT_LEN = 24

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 
 from specmoe.backends.base import Backend
-from specmoe.engine.drafters import Drafter
+from specmoe.decoding.drafters import Drafter
 
 
 @dataclass(frozen=True)

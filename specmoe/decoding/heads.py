@@ -35,8 +35,8 @@ import torch
 
 from specmoe.backends.hf_heads import STATE_LAYER, Head
 from specmoe.backends.slots import to_device
-from specmoe.engine.drafters import DrafterBase, Proposal, Verified
-from specmoe.engine.sampling import pick
+from specmoe.decoding.drafters import DrafterBase, Proposal, Verified
+from specmoe.decoding.sampling import pick
 
 if TYPE_CHECKING:
     from specmoe.backends.hf_head_runtime import HeadBackend

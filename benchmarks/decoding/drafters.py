@@ -1,7 +1,7 @@
 """Drafters compared on the bench zoo, on this machine. Not a test: prints a table and writes JSON.
 
     specmoe zoo build --preset bench --out /tmp/zoo-bench2
-    python -m benchmarks.engine.drafters --zoo /tmp/zoo-bench2 --out docs/results/cpu/drafters.json
+    python -m benchmarks.decoding.drafters --zoo /tmp/zoo-bench2 --out docs/results/cpu/drafters.json
 
 Target `moe`, B = 1, greedy, float32, 64 new tokens, medians over 3 repeats. For each prompt:
 speedup (SD decode tokens/s over plain decode tokens/s) at gamma 1, 2, 4, 8, with acceptance; the
@@ -15,7 +15,7 @@ forward step of each model, T(1, 1). Prompts:
 The last two run the n-gram draft only, unless --all-drafts: the model drafts have independent
 random weights and accept nothing on any prompt, so there they measure only their cost again, and
 they take most of the time (about 14 minutes with them on 2 CPU cores, 9 without).
-Every arm runs through `specmoe.engine.decode.decode` with the same clock and token counting;
+Every arm runs through `specmoe.decoding.decode.decode` with the same clock and token counting;
 repeats interleave the arms so drift on a shared machine hits them alike.
 """
 
@@ -30,12 +30,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.engine.engine_speed import step_time  # T(1, t) timing shared with the engine benchmark
+from benchmarks.decoding.decode_speed import step_time  # T(1, t) timing shared with the engine benchmark
 from specmoe.api import load_model, load_tokenizer
-from specmoe.engine.decode import DecodeConfig, decode
-from specmoe.engine.drafters import ModelDrafter
-from specmoe.engine.ngram import NgramDrafter
-from specmoe.engine.records import DecodeResult
+from specmoe.decoding.decode import DecodeConfig, decode
+from specmoe.decoding.drafters import ModelDrafter
+from specmoe.decoding.ngram import NgramDrafter
+from specmoe.decoding.records import DecodeResult
 from specmoe.metrics import decode_tokens_per_s, totals
 from specmoe.prompts import load_prompt_set
 

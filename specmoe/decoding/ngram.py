@@ -27,9 +27,9 @@ import torch
 
 from specmoe.backends.base import Backend
 from specmoe.backends.slots import to_device
+from specmoe.decoding.drafters import DrafterBase, Proposal, Verified
+from specmoe.decoding.sampling import SamplingParams
 from specmoe.drafts import DEFAULT_MAX_N, DEFAULT_MIN_N
-from specmoe.engine.drafters import DrafterBase, Proposal, Verified
-from specmoe.engine.sampling import SamplingParams
 from specmoe.errors import SpecmoeError
 
 
