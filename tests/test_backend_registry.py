@@ -22,7 +22,7 @@ def test_the_facts_callers_ask():
     hf, llamacpp = backend_info("hf"), backend_info("llamacpp")
     assert (hf.can_compile, hf.traces_routers, hf.reads_file, hf.extra) == (True, True, False, None)
     assert (llamacpp.can_compile, llamacpp.reads_file, llamacpp.extra) == (False, True, "llamacpp")
-    assert (hf.runtime, llamacpp.runtime) == ("transformers", "llamacpp")  # profile folders' names
+    assert (hf.engine, llamacpp.engine) == ("transformers", "llamacpp")  # profile folders' names
     assert file_backends() == ["llamacpp"]
     assert hf.library_versions() == {}
 

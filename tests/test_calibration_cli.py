@@ -16,9 +16,9 @@ from specmoe.calibration.verdicts import ratio_band
 from specmoe.cli import main
 from specmoe.perf.breakeven import Verdict, band_verdict
 from specmoe.perf.drafts import DraftMethod
+from specmoe.perf.engines import load_engines
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
-from specmoe.perf.runtimes import load_engines
 from specmoe.perf.setup import StepForm, configured_setup, with_measured_step
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -15,8 +15,8 @@ from test_llamacpp import PROMPTS, greedy, llama
 
 from specmoe.decoding.drafters import ModelDrafter
 from specmoe.errors import SpecmoeError
-from specmoe.findings.by_runtime import NOT_MEASURED, cost_ratios, verdict_table
-from specmoe.findings.plan import ENGINES, engine, plan
+from specmoe.findings.by_engine import NOT_MEASURED, cost_ratios, verdict_table
+from specmoe.findings.plan import ENGINE_SETUPS, engine_setup, plan
 from specmoe.perf.floor import add_floors, floor_seconds
 from specmoe.suite.overrides import SuiteOverrides, apply_overrides
 from specmoe.zoo.gguf import zoo_gguf
@@ -127,7 +127,7 @@ def _profile(tmp_path: Path, folder: str, name: str, times: dict[int, float], mo
 
 
 def test_cost_ratios_come_from_the_engines_own_batch_one_profiles(tmp_path):
-    q8 = engine("llamacpp-q8_0")
+    q8 = engine_setup("llamacpp-q8_0")
     assert cost_ratios(tmp_path, q8) is None
     _profile(tmp_path, "profiles-llamacpp", "moe-q8_0", {1: 0.020, 5: 0.050, 9: 0.080}, moe=True)
     _profile(tmp_path, "profiles-llamacpp", "draft-xs-q8_0", {1: 0.005}, moe=False)
@@ -139,7 +139,7 @@ def test_cost_ratios_come_from_the_engines_own_batch_one_profiles(tmp_path):
 
 
 def test_verdict_table_has_one_column_per_engine_and_a_ratio_beside_measured_verdicts(tmp_path):
-    from specmoe.findings.by_runtime import EngineVerdicts
+    from specmoe.findings.by_engine import EngineVerdicts
     from specmoe.findings.regime import Regime
 
     _profile(tmp_path, "profiles-llamacpp", "moe-q8_0", {1: 0.020, 5: 0.050}, moe=True)
@@ -147,7 +147,7 @@ def test_verdict_table_has_one_column_per_engine_and_a_ratio_beside_measured_ver
     regime = Regime(True, "")
     found = [
         EngineVerdicts(e, dict.fromkeys("abcdef", NOT_MEASURED), regime, regime, cost_ratios(tmp_path, e), 0)
-        for e in ENGINES
+        for e in ENGINE_SETUPS
     ]
     found[1] = EngineVerdicts(
         found[1].engine, dict.fromkeys("abcdef", "holds"), regime, regime, found[1].ratios, 400

@@ -24,10 +24,10 @@ from specmoe.perf.breakeven import (
 )
 from specmoe.perf.compose import RoundShape, expected_speedup
 from specmoe.perf.drafts import EAGLE3_DRAFT_VOCAB, DraftMethod, head_architecture
+from specmoe.perf.engines import EngineProfile, engine_profile, load_engines
 from specmoe.perf.firstprinciples import first_principles_constants
 from specmoe.perf.formats import format_of_quantization, weight_format
 from specmoe.perf.hardware import Hardware, parse_hardware
-from specmoe.perf.runtimes import EngineProfile, engine_profile, load_engines
 from specmoe.perf.structure import parse_architecture
 from specmoe.theory import expected_tokens_per_round
 

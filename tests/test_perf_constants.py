@@ -18,7 +18,7 @@ from specmoe.perf.constants import (
     shipped_text,
     with_fitted,
 )
-from specmoe.perf.runtimes import _parse, load_engines
+from specmoe.perf.engines import _parse, load_engines
 
 
 def _gpu_profiles():
@@ -48,7 +48,7 @@ def test_a_fitted_band_says_where_it_comes_from():
 def test_runtimes_toml_repeats_no_constant():
     raw = {"engines": {"vllm": {"description": "x", "device": "cuda", "round_s": 0.002}}}
     with pytest.raises(SpecmoeError, match="one home"):
-        _parse(raw, "runtimes.toml", load_constants())
+        _parse(raw, "engines.toml", load_constants())
 
 
 def test_every_engine_refits_the_same_three_constants():

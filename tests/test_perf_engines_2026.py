@@ -11,11 +11,11 @@ import pytest
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
 from specmoe.perf.drafts import DFLASH_BLOCK, Drafter, DraftMethod
+from specmoe.perf.engines import engine_profile, load_engines
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware, parse_hardware
 from specmoe.perf.offload import ALL_LAYERS, offloaded_layers
 from specmoe.perf.rollback import HybridRollback
-from specmoe.perf.runtimes import engine_profile, load_engines
 from specmoe.perf.setup import configured_setup
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from specmoe.calibration.catalog import Catalog
 from specmoe.calibration.heldout import Scored, band_of, c_tau, leave_one_source_out, shortfall_of, trivial
 from specmoe.calibration.rows import Role
 from specmoe.perf.constants import load_constants
-from specmoe.perf.runtimes import load_engines
+from specmoe.perf.engines import load_engines
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results" / "calibration"

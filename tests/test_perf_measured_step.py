@@ -12,9 +12,9 @@ from specmoe.calibration.catalog import shipped_rows
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
 from specmoe.perf.drafts import DraftMethod
+from specmoe.perf.engines import load_engines
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
-from specmoe.perf.runtimes import load_engines
 from specmoe.perf.setup import configured_setup, with_measured_step
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -8,10 +8,10 @@ import pytest
 
 from specmoe.errors import SpecmoeError
 from specmoe.perf.drafts import DraftMethod
+from specmoe.perf.engines import load_engines
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
 from specmoe.perf.rollback import HybridRollback, kept_after_rejection, rejection_share, rollback_s
-from specmoe.perf.runtimes import load_engines
 from specmoe.perf.setup import configured_setup
 
 EXAMPLES = Path(__file__).parents[1] / "docs" / "perf-examples"

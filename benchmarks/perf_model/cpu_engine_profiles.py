@@ -1,4 +1,4 @@
-"""Derive the CPU engine profiles (`llamacpp-cpu`, `hf-eager-cpu` in specmoe/perf/runtimes.toml) from
+"""Derive the CPU engine profiles (`llamacpp-cpu`, `hf-eager-cpu` in specmoe/perf/engines.toml) from
 this machine's measured profiles: one set of engine constants per engine, fitted to every profiled
 forward pass T(B, t) of every model it ran, priced from the models' configs and the hardware file.
 
@@ -8,7 +8,7 @@ prints the constants and each model's median and worst error. They differ from a
 (`specmoe model fit`) in what they may know: one fixed cost per forward and per layer, one share of
 the measured bandwidth and one of the matrix rate per engine (μ per GGUF type), for every model
 alike, so that a model the profiles never saw is priced from its config. Run it after the profiles
-change; copy the printed values into runtimes.toml.
+change; copy the printed values into engines.toml.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from scipy.optimize import least_squares
 
 from benchmarks.paths import CPU_RESULTS as RESULTS
 from benchmarks.perf_model.cpu_from_configs import HARDWARE, zoo_config
+from specmoe.perf.engines import engine_profile
 from specmoe.perf.firstprinciples import first_principles_constants
 from specmoe.perf.hardware import load_hardware
 from specmoe.perf.model import MoEShape, forward_time
-from specmoe.perf.runtimes import engine_profile
 from specmoe.perf.structure import parse_architecture
 
 PROFILES = {

@@ -27,11 +27,11 @@ from benchmarks.paths import CPU_FINDINGS, CPU_HARDWARE, CPU_RESULTS, SMOLLM2_CO
 from specmoe.drafts import NgramDraft, OracleDraft, draft_of
 from specmoe.findings.model_check import read_rows
 from specmoe.perf.compose import expected_speedup
+from specmoe.perf.engines import engine_profile
 from specmoe.perf.firstprinciples import first_principles_constants
 from specmoe.perf.hardware import load_hardware
 from specmoe.perf.model import MoEShape
 from specmoe.perf.predict import ModelTimes
-from specmoe.perf.runtimes import engine_profile
 from specmoe.perf.structure import parse_architecture
 from specmoe.results.compare import compare
 from specmoe.theory import per_token_alpha

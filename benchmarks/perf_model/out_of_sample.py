@@ -7,7 +7,7 @@ For each SD cell of `--runs` the prediction takes
     N(n) for the MoE's experts (no traced routing),
     the acceptance: an oracle's dialed per-position probability (known before the run), or, with
     `--acceptance-from`, the per-position α measured for the same configuration in another pass,
-    the engine's host seconds from its profile (`specmoe/perf/runtimes.toml`),
+    the engine's host seconds from its profile (`specmoe/perf/engines.toml`),
 and composes the expected round (`specmoe.perf.compose.expected_speedup`). The cell's measured
 speedup (ratio of means over its paired units) stands beside it. docs/results/cpu/predictions/
 predictions.md holds the other kind, a reconstruction given each cell's measured schedule.
@@ -30,7 +30,7 @@ from specmoe.drafts import NgramDraft, OracleDraft, draft_of
 from specmoe.errors import SpecmoeError
 from specmoe.findings.model_check import ModelLibrary, read_rows
 from specmoe.perf.compose import expected_speedup
-from specmoe.perf.runtimes import engine_profile
+from specmoe.perf.engines import engine_profile
 from specmoe.results.compare import compare
 from specmoe.theory import per_token_alpha
 
@@ -132,7 +132,7 @@ def predict_cells(
     return out
 
 
-MODEL_SOURCES = ("specmoe/perf/compose.py", "specmoe/perf/runtimes.toml", "specmoe/perf/constants.toml")
+MODEL_SOURCES = ("specmoe/perf/compose.py", "specmoe/perf/engines.toml", "specmoe/perf/constants.toml")
 
 
 def fit_hashes(fits: list[Path]) -> dict[str, str]:

@@ -22,13 +22,13 @@ class BackendInfo:
     """One backend: where its loader lives and what it can do.
 
     `name` is how suites, stored runs and profiles spell it (part of a run's key: never renamed).
-    Runtime profiles of `specmoe.perf.runtimes` are named after it (`hf-eager-cpu`, `llamacpp-cuda`).
+    Engine profiles of `specmoe.perf.engines` are named after it (`hf-eager-cpu`, `llamacpp-cuda`).
     """
 
     name: str
     loader: str  # "module:attr"; the loader takes (path, **options) and returns a Backend
-    label: str  # the runtime as a reader knows it: "transformers", "llama.cpp"
-    runtime: str  # the runtime as folder names spell it (`profiles-<runtime>/`)
+    label: str  # the engine as a reader knows it: "transformers", "llama.cpp"
+    engine: str  # the engine as folder names spell it (`profiles-<engine>/`)
     weights_suffix: str | None = None  # the one weights file it reads (".gguf"); None: a directory
     extra: str | None = None  # the pyproject extra its modules come from; None: the base install
     can_compile: bool = False  # takes `compile` (torch.compile'd forwards)
@@ -79,7 +79,7 @@ HF = BackendInfo(
     name="hf",
     loader="specmoe.backends.hf:load_hf",
     label="transformers",
-    runtime="transformers",
+    engine="transformers",
     can_compile=True,
     traces_routers=True,
     files_check="specmoe.backends.hf:stated_context",
@@ -89,7 +89,7 @@ LLAMACPP = BackendInfo(
     name="llamacpp",
     loader="specmoe.backends.llamacpp:load_llamacpp",
     label="llama.cpp",
-    runtime="llamacpp",
+    engine="llamacpp",
     weights_suffix=".gguf",
     extra="llamacpp",
     self_contained=True,

@@ -21,7 +21,7 @@ from specmoe.calibration.catalog import Catalog
 from specmoe.calibration.pricing import log_errors
 from specmoe.calibration.rows import Measurement
 from specmoe.perf.constants import TABLES, Constant, fitted_keys
-from specmoe.perf.runtimes import EngineProfile
+from specmoe.perf.engines import EngineProfile
 
 # The soft-L1 loss tried in docs/results/calibration/robust-fit-check.md (not shipped: the held-out
 # median over all rows rose): a row beyond about 1.25x pulls the fit linearly, not quadratically.

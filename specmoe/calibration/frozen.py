@@ -15,7 +15,7 @@ from specmoe.calibration.heldout import Scored, in_sample, roofline, summary, ta
 from specmoe.calibration.rows import Measurement, Role
 from specmoe.errors import SpecmoeError
 from specmoe.perf.breakeven import Verdict
-from specmoe.perf.runtimes import EngineProfile
+from specmoe.perf.engines import EngineProfile
 
 OUTCOMES = (("paid (≥ 1.10×)", 1.10, None), ("about even", 0.95, 1.10), ("did not (< 0.95×)", None, 0.95))
 

@@ -36,7 +36,7 @@ from specmoe.calibration.rows import Measurement, Role
 from specmoe.metrics import error_factor
 from specmoe.perf.breakeven import Verdict, verdict
 from specmoe.perf.constants import Constant, fitted_keys
-from specmoe.perf.runtimes import EngineProfile
+from specmoe.perf.engines import EngineProfile
 
 BAND_PERCENTILE = 80
 MIN_BAND_ROWS = 5  # fewer held-out errors than this say too little about a tail

@@ -40,7 +40,7 @@ from specmoe.calibration.rows import Measurement
 from specmoe.calibration.split import SPLITS, STRICT_SOURCES
 from specmoe.metrics import error_factor
 from specmoe.perf.constants import Constant, fitted_keys
-from specmoe.perf.runtimes import EngineProfile
+from specmoe.perf.engines import EngineProfile
 from specmoe.stats import Estimate, cluster_bootstrap
 
 RULES = ("held out", "roofline", "trivial")  # columns of the per-row table, in this order

@@ -17,7 +17,7 @@ from specmoe.errors import SpecmoeError
 from specmoe.metrics import error_factor
 from specmoe.perf.breakeven import acceptance, breakeven_alpha
 from specmoe.perf.drafts import DraftMethod
-from specmoe.perf.runtimes import EngineProfile
+from specmoe.perf.engines import EngineProfile
 from specmoe.perf.setup import SDSetup, StepForm, configured_setup, with_measured_step
 
 

@@ -175,7 +175,7 @@ def load_measurements(path: Path) -> list[Measurement]:
 
 def _check_engines(rows: list[Measurement], where: str) -> None:
     """Each row's engine is one the performance model has a profile for."""
-    from specmoe.perf.runtimes import load_engines
+    from specmoe.perf.engines import load_engines
 
     known = load_engines()
     for row in rows:

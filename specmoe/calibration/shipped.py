@@ -18,7 +18,7 @@ from specmoe.calibration.fit import fit_all, value_of
 from specmoe.calibration.heldout import leave_one_source_out
 from specmoe.calibration.report import bands
 from specmoe.perf.constants import BAND, Constant, fitted_keys
-from specmoe.perf.runtimes import EngineProfile
+from specmoe.perf.engines import EngineProfile
 
 Updates = dict[tuple[str, str], dict[str, float | int | None]]
 

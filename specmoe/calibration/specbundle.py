@@ -28,7 +28,7 @@ from specmoe.calibration.pricing import price
 from specmoe.calibration.rows import Role
 from specmoe.perf.breakeven import AcceptanceKind, acceptance
 from specmoe.perf.constants import load_constants
-from specmoe.perf.runtimes import EngineProfile, load_engines
+from specmoe.perf.engines import EngineProfile, load_engines
 
 H200_BYTES = 141e9  # HBM3e per H200 (datasheet)
 CONFIG = (8, 3, 1, 4)  # batch, steps, top-k, draft tokens

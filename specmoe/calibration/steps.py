@@ -35,7 +35,7 @@ from specmoe.calibration.split import SPLITS, split_of
 from specmoe.calibration.verdicts import OUTCOMES, outcome, ratio_band
 from specmoe.perf.breakeven import Verdict, band_verdict
 from specmoe.perf.constants import Constant
-from specmoe.perf.runtimes import EngineProfile
+from specmoe.perf.engines import EngineProfile
 from specmoe.perf.setup import StepForm
 
 

@@ -19,7 +19,7 @@ from specmoe.calibration.heldout import (
     trivial,
 )
 from specmoe.perf.constants import Constant
-from specmoe.perf.runtimes import EngineProfile
+from specmoe.perf.engines import EngineProfile
 
 VARIANTS = {"soft-L1": FitRule(robust=True), "keep-priors": FitRule(keep_priors=True)}
 

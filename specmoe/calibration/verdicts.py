@@ -28,7 +28,7 @@ from specmoe.calibration.heldout import (
 from specmoe.calibration.split import SPLITS, split_of
 from specmoe.perf.breakeven import Verdict, band_verdict
 from specmoe.perf.constants import Constant
-from specmoe.perf.runtimes import EngineProfile
+from specmoe.perf.engines import EngineProfile
 
 LOW, HIGH = 10, 90  # percentiles of measured ÷ predicted: an 80% central band
 OUTCOMES = ("paid (≥ 1.10×)", "about even", "did not (< 0.95×)")

@@ -150,7 +150,7 @@ def _inputs(args):
     from specmoe.calibration.catalog import Catalog, data_file
     from specmoe.calibration.rows import load_measurements, parse_measurements
     from specmoe.perf.constants import load_constants
-    from specmoe.perf.runtimes import load_engines
+    from specmoe.perf.engines import load_engines
 
     catalog = Catalog.shipped() if args.data is None else Catalog.from_files(args.data)
     extra = [r for path in args.extra for r in load_measurements(path)]

@@ -34,7 +34,7 @@ QUICK_SETTINGS = (
     ("medium-batch.repeats", 2),
     ("medium-batch.max_new_tokens", 16),
 )
-PROBE_THREADS = 2  # the engine profiles' bandwidth shares are of a two-thread read (perf/runtimes.toml)
+PROBE_THREADS = 2  # the engine profiles' bandwidth shares are of a two-thread read (perf/engines.toml)
 
 
 def add_demo(commands) -> None:

@@ -12,7 +12,7 @@ exports back, fits and predicts with `specmoe.perf`, and draws with `specmoe.rep
 - `rules` (`rules.toml`): the written rules and their hash; `claims`: the six claims judged by them;
   `sensitivity`: every verdict under the rule's reasonable variants.
 - `batch_claims`, `routing`: MoESD's claims on batch size and sparsity, and the experts a verify woke.
-- `by_runtime`: the claims per runtime and weight type (`plan.ENGINES`); `real`: claims (c) and (d)
+- `by_engine`: the claims per engine and weight type (`plan.ENGINE_SETUPS`); `real`: claims (c) and (d)
   on real weights.
 - `wide`, `wide_predictions`, `wide_doc` (`moesd_paper.toml`): MoESD's claims (e) and (f) on the
   moesd-wide pass, where a step is bound by reading weights; the model's prediction of each of its

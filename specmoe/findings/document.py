@@ -17,7 +17,7 @@ from pathlib import Path
 
 from specmoe.errors import SpecmoeError
 from specmoe.findings.batch_claims import claim_e, claim_f
-from specmoe.findings.by_runtime import engine_amortisation, engine_regime, engines_values
+from specmoe.findings.by_engine import engine_amortisation, engine_regime, engines_values
 from specmoe.findings.cells import Cell, cells
 from specmoe.findings.claims import (
     CLAIM_KEYS,
@@ -37,7 +37,7 @@ from specmoe.findings.hybrid import hybrid_values
 from specmoe.findings.mtp import STEP as MTP_STEP
 from specmoe.findings.mtp_doc import mtp_values
 from specmoe.findings.notes import notes_values
-from specmoe.findings.plan import ENGINES, SCALES
+from specmoe.findings.plan import ENGINE_SETUPS, SCALES
 from specmoe.findings.predictions import fitted_predictor, study_setup_table, unfitted_table
 from specmoe.findings.real import real_values
 from specmoe.findings.regime import floor_hardware
@@ -198,8 +198,8 @@ def sensitivity_values(out: Path, study, family, moesd, predict, wide, wide_rows
     from specmoe.findings.wide import GATES as WIDE_GATES
     from specmoe.findings.wide import wide_regime
 
-    regimes = {gate: engine_regime(out, ENGINES[0], gate) for gate in GATES}
-    amortisation = engine_amortisation(out, ENGINES[0])
+    regimes = {gate: engine_regime(out, ENGINE_SETUPS[0], gate) for gate in GATES}
+    amortisation = engine_amortisation(out, ENGINE_SETUPS[0])
     hardware = floor_hardware(out)
     wide_inputs = (
         WideInputs(wide, {gate: wide_regime(wide_rows, gate, hardware) for gate in WIDE_GATES})
@@ -242,11 +242,11 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
     moesd, moesd_rows = _step_cells(out, "moesd")
     family, family_rows = _step_cells(out, "family")
     predict = fitted_predictor(out / "fits")
-    regime = engine_regime(out, ENGINES[0])  # the study pass's engine, transformers bf16
+    regime = engine_regime(out, ENGINE_SETUPS[0])  # the study pass's engine, transformers bf16
     found: dict[str, str] = {}
     for key, verdict in (
         ("a", claim_a(study)),
-        ("b", claim_b(study, _sizes("bench"), engine_amortisation(out, ENGINES[0]), regime)),
+        ("b", claim_b(study, _sizes("bench"), engine_amortisation(out, ENGINE_SETUPS[0]), regime)),
         ("c", claim_c(study, family)),
         ("d", claim_d(study, family, regime)),
         ("e", claim_e(moesd, predict)),
@@ -284,7 +284,7 @@ def values(out: Path, study_csv: Path = STUDY_CSV, examples: Path = EXAMPLES) ->
 def _engine_run_values(out: Path) -> dict[str, str]:
     """Runs, audit and thread counts of the llama.cpp study passes."""
     found: dict[str, str] = {}
-    for engine in ENGINES:
+    for engine in ENGINE_SETUPS:
         if engine.runs_family:  # its runs are the study's own, summed up elsewhere
             continue
         key = engine.name.replace("-", "_")

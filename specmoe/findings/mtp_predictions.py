@@ -39,7 +39,7 @@ def _architecture(model, dtype: str):
 def price(spec, hardware) -> dict:
     """One SD configuration as `advise` prices it, at the zoo's recorded acceptance at its γ."""
     from specmoe.perf.drafts import DraftMethod
-    from specmoe.perf.runtimes import engine_profile
+    from specmoe.perf.engines import engine_profile
     from specmoe.perf.setup import configured_setup
     from specmoe.report.predicted import engine_for
     from specmoe.theory.speedup import per_token_alpha

@@ -17,12 +17,12 @@ from specmoe.suite.overrides import SuiteOverrides
 
 
 @dataclass(frozen=True)
-class Engine:
-    """A runtime and weight type the study's claims are measured through.
+class EngineSetup:
+    """An engine and weight type the study's claims are measured through ("llama.cpp Q8_0").
 
     `backend` is "hf" (PyTorch + transformers, `weights` its compute dtype) or "llamacpp" (the
     zoo's GGUF export, `weights` its type). Its study step stores `<study>.db/.csv`; its profiles
-    live in `profiles-<runtime>/` and their fits in `fits-<runtime>/`, one file per model and weight
+    live in `profiles-<engine>/` and their fits in `fits-<engine>/`, one file per model and weight
     type, where the cost ratios beside its verdicts come from.
     """
 
@@ -38,8 +38,8 @@ class Engine:
         return backend_info(self.backend)
 
     @property
-    def runtime(self) -> str:
-        return self.backend_info.runtime
+    def engine(self) -> str:
+        return self.backend_info.engine
 
     @property
     def runs_family(self) -> bool:
@@ -48,28 +48,30 @@ class Engine:
         return not self.backend_info.reads_file
 
 
-ENGINES = (
-    Engine("transformers-bf16", "transformers bf16", HF.name, "bfloat16", "study", "moesd"),
-    Engine(
+ENGINE_SETUPS = (
+    EngineSetup("transformers-bf16", "transformers bf16", HF.name, "bfloat16", "study", "moesd"),
+    EngineSetup(
         "llamacpp-q8_0", "llama.cpp Q8_0", LLAMACPP.name, "q8_0", "study-llamacpp-q8_0", "moesd-llamacpp-q8_0"
     ),
-    Engine("llamacpp-q4_k_m", "llama.cpp Q4_K_M", LLAMACPP.name, "q4_k_m", "study-llamacpp-q4_k_m"),
+    EngineSetup("llamacpp-q4_k_m", "llama.cpp Q4_K_M", LLAMACPP.name, "q4_k_m", "study-llamacpp-q4_k_m"),
 )
 
 
 # The study's own architecture: the hybrid zoo (docs/zoo.md) through transformers, float32. Not among
-# ENGINES: its family has no dense target and no profiles, so it gets a findings section of its own
-# (`specmoe.findings.hybrid`) rather than a column of the per-engine table.
-HYBRID = Engine("transformers-hybrid", "transformers float32, hybrid zoo", HF.name, "float32", "study-hybrid")
+# ENGINE_SETUPS: its family has no dense target and no profiles, so it gets a findings section of its
+# own (`specmoe.findings.hybrid`) rather than a column of the per-engine table.
+HYBRID = EngineSetup(
+    "transformers-hybrid", "transformers float32, hybrid zoo", HF.name, "float32", "study-hybrid"
+)
 # MoESD's claims (e) and (f) where a step is bound by reading weights: the wide-sparsity zoo through
 # transformers, float32 (`specmoe.findings.wide`); a findings section of its own, like the hybrid zoo's.
-WIDE = Engine(
+WIDE = EngineSetup(
     "transformers-wide", "transformers float32, wide-sparsity zoo", HF.name, "float32", "moesd-wide"
 )
 
 
-def engine(name: str) -> Engine:
-    found = {e.name: e for e in (*ENGINES, HYBRID, WIDE)}
+def engine_setup(name: str) -> EngineSetup:
+    found = {e.name: e for e in (*ENGINE_SETUPS, HYBRID, WIDE)}
     if name not in found:
         raise SpecmoeError(f"unknown findings engine '{name}'; available: {', '.join(found)}")
     return found[name]
@@ -294,5 +296,5 @@ def plan(scale: str, engines: tuple[str, ...] = ()) -> tuple[Step, ...]:
     if scale not in SCALES:
         raise SpecmoeError(f"unknown findings scale '{scale}'; available: {', '.join(SCALES)}")
     for name in engines:
-        engine(name)  # an unknown engine fails in one line
+        engine_setup(name)  # an unknown engine fails in one line
     return tuple(s for s in SCALES[scale] if not engines or s.engine in engines)

@@ -48,9 +48,9 @@ def unfitted_table(examples: Path, gamma: int = 4, alphas: tuple[float, ...] = (
     from dataclasses import replace
 
     from specmoe.perf.drafts import DraftMethod
+    from specmoe.perf.engines import engine_profile
     from specmoe.perf.firstprinciples import load_config
     from specmoe.perf.hardware import load_hardware
-    from specmoe.perf.runtimes import engine_profile
     from specmoe.perf.setup import configured_setup
 
     header = "| hardware, engine (band) | target | α | " + " | ".join(f"B={b}" for b in BATCHES) + " |"
@@ -102,9 +102,9 @@ def study_setup_table(examples: Path, hardware: str = "m2-ultra.json", engine: s
     from dataclasses import replace
 
     from specmoe.perf.drafts import DraftMethod
+    from specmoe.perf.engines import engine_profile
     from specmoe.perf.firstprinciples import load_config
     from specmoe.perf.hardware import load_hardware
-    from specmoe.perf.runtimes import engine_profile
     from specmoe.perf.setup import configured_setup
     from specmoe.theory import per_token_alpha
 

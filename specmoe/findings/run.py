@@ -19,7 +19,7 @@ from specmoe.findings.plan import (
     PROFILES,
     Profile,
     Step,
-    engine,
+    engine_setup,
     pass_step,
     plan,
 )
@@ -266,7 +266,7 @@ def profile_and_fit(spec: Profile, out: Path, zoo: Path, hardware: dict) -> None
 
     profile_path = out / spec.folder / f"{spec.name}.json"
     if not profile_path.is_file():
-        if engine(spec.engine).backend_info.reads_file:
+        if engine_setup(spec.engine).backend_info.reads_file:
             from specmoe.zoo.gguf import zoo_gguf
 
             model, dtype = zoo_gguf(zoo, spec.model, spec.dtype), None

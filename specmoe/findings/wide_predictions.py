@@ -18,7 +18,7 @@ from specmoe.errors import SpecmoeError
 from specmoe.findings.rules import rules_hash
 
 KIND = "specmoe-findings-predictions"
-PROBE_THREADS = 2  # the engine profiles' bandwidth shares are of a two-thread read (perf/runtimes.toml)
+PROBE_THREADS = 2  # the engine profiles' bandwidth shares are of a two-thread read (perf/engines.toml)
 
 Predicted = dict[tuple[str, str, int, int], float]  # (target, draft, γ, B) -> predicted speedup
 

@@ -7,7 +7,7 @@ Modules, one concept each:
     model           the formula T(B, t) with its constants (roofline G, N(n), expert load)
     fit             least-squares constants from at most 21 timed points
     formats         weight and KV-cache formats: bits per weight with block scales (GGUF, MLX, int4, fp8)
-    runtimes        engine profiles (runtimes.toml): what a runtime adds to the roofline, with sources
+    engines         engine profiles (engines.toml): what an engine adds to the roofline, with sources
     constants       every number of the GPU profiles with its prior, fit range and fitted value
                     (constants.toml); examples/ holds example configs and hardware files
     firstprinciples constants from a hardware file, a config and an engine, without any timing (UNFITTED)

@@ -8,13 +8,13 @@ from specmoe.errors import SpecmoeError
 from specmoe.perf.advise import advise_setup, check_gamma_max, stated_alpha
 from specmoe.perf.breakeven import AcceptanceKind
 from specmoe.perf.drafts import Drafter, DraftMethod
+from specmoe.perf.engines import engine_profile
 from specmoe.perf.files import MAX_BATCH, MAX_GAMMA, check_context, parse_counts
 from specmoe.perf.firstprinciples import load_config
 from specmoe.perf.hardware import load_hardware
 from specmoe.perf.model import MAX_CONSTANT_S
 from specmoe.perf.offload import ALL_LAYERS
 from specmoe.perf.predict import config_name
-from specmoe.perf.runtimes import engine_profile
 from specmoe.perf.setup import StepForm, configured_setup, with_measured_step
 
 DEFAULT_BATCHES = (1, 4, 16, 64)

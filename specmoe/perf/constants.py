@@ -11,7 +11,7 @@ or published figure behind it, where the calibration may move it, and the value 
               on `uncertainty` only, written with its fitted value: how many held-out rows the
               band's 80th percentile is over, and the largest held-out shortfall a NO-GO must survive
 
-The engine profiles (`specmoe.perf.runtimes`) take every value from here: the fitted one where there
+The engine profiles (`specmoe.perf.engines`) take every value from here: the fitted one where there
 is one, else the prior. The calibration (`specmoe.calibration`) starts every fit from the priors,
 so a prediction held out from a source has seen nothing of it.
 

@@ -38,9 +38,9 @@ from pathlib import Path
 
 from specmoe.canonical import json_value
 from specmoe.errors import SpecmoeError
+from specmoe.perf.engines import EngineProfile
 from specmoe.perf.hardware import Hardware
 from specmoe.perf.model import Constants, MoEShape
-from specmoe.perf.runtimes import EngineProfile
 from specmoe.perf.structure import Architecture, parse_architecture
 from specmoe.user_files import read_user_text
 

@@ -21,7 +21,7 @@ read too and are counted here:
 `compute_dtype` names the rate in a hardware file's `flops_per_s` that the format's matrix products
 run at: fp8 runs at the float8 rate where the device lists one, every weight-only format (GGUF,
 MLX, int4) dequantises to float16 and runs at that rate. Engines reach a fraction of it, which is
-theirs to say (`specmoe.perf.runtimes`).
+theirs to say (`specmoe.perf.engines`).
 """
 
 from __future__ import annotations

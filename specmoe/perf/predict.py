@@ -270,9 +270,9 @@ def predict_unfitted(
 ) -> dict:
     """A first-principles (UNFITTED) prediction from a config.json and a hardware file; `dtype`
     and `draft_dtype` are weight formats (`specmoe.perf.formats`), `engine` an engine profile."""
+    from specmoe.perf.engines import engine_profile
     from specmoe.perf.firstprinciples import load_config, unfitted_model
     from specmoe.perf.hardware import load_hardware
-    from specmoe.perf.runtimes import engine_profile
 
     hardware = load_hardware(hardware_path)
     profile = engine_profile(engine, hardware.device) if engine else None

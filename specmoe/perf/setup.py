@@ -22,13 +22,13 @@ from enum import StrEnum
 from specmoe.errors import SpecmoeError
 from specmoe.perf.compose import CHAIN, RoundShape, expected_speedup
 from specmoe.perf.drafts import BlockPerRound, DraftMethod, OncePerRound, head_architecture, with_fc
+from specmoe.perf.engines import EngineProfile
 from specmoe.perf.firstprinciples import first_principles_constants, rates
 from specmoe.perf.hardware import Hardware
 from specmoe.perf.model import MoEShape
 from specmoe.perf.offload import check_offload, host_experts, offloaded_layers
 from specmoe.perf.predict import ModelTimes
 from specmoe.perf.rollback import HybridRollback, rollback_s
-from specmoe.perf.runtimes import EngineProfile
 from specmoe.perf.structure import Architecture
 
 

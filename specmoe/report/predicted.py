@@ -3,7 +3,7 @@
 Inputs are what exists before measuring: each zoo model's config (its preset's shape), the
 configuration (draft, γ, batch, dtype, new tokens), a hardware file (`specmoe hw`, or the probe
 `specmoe demo` takes) and the engine profile of the backend and device the runs use
-(`specmoe.perf.runtimes`). Forward times come from first principles (`perf.firstprinciples`) and
+(`specmoe.perf.engines`). Forward times come from first principles (`perf.firstprinciples`) and
 the speedup from the expected round (`perf.compose.expected_speedup`, the composition `advise`
 prints), with the profile's ×/÷ band and `perf.breakeven.verdict`'s rule:
 
@@ -24,11 +24,11 @@ from functools import cache
 
 from specmoe.perf.breakeven import Acceptance, Verdict, breakeven_alpha, from_alpha, verdict
 from specmoe.perf.compose import expected_speedup
+from specmoe.perf.engines import EngineProfile, engine_profile, load_engines
 from specmoe.perf.firstprinciples import first_principles_constants
 from specmoe.perf.hardware import Hardware
 from specmoe.perf.model import MoEShape
 from specmoe.perf.predict import ModelTimes
-from specmoe.perf.runtimes import EngineProfile, engine_profile, load_engines
 from specmoe.suite.types import ModelSpec, RunSpec, zoo_shape
 
 PROMPT_TOKENS = 64  # a built-in prompt's typical length: the context is this plus half the new tokens
@@ -58,7 +58,7 @@ class Prediction:
 
 def engine_for(spec: RunSpec) -> str | None:
     """The shipped engine profile that describes how the run's target executes, or None. Profiles
-    are named after the backend (`perf/runtimes.toml`): its mode where it can compile, then the
+    are named after the backend (`perf/engines.toml`): its mode where it can compile, then the
     device: `hf-eager-cpu`, `hf-compiled` (CUDA), `llamacpp-cpu`, `llamacpp-cuda` (any GPU)."""
     info = spec.target_model.backend_info
     if info is None:  # a served model

@@ -1,4 +1,4 @@
-"""Engine profiles: what a runtime adds to the hardware's roofline, as data.
+"""Engine profiles: what an engine adds to the hardware's roofline, as data.
 
 The first-principles forward time is "stream the bytes at the hardware's bandwidth, or do the
 FLOPs at its matrix rate, whichever is longer". Real engines differ from it in five ways, and a
@@ -41,7 +41,7 @@ profile gives each a number with its source:
     expert_offload        whether the engine can keep routed experts in host memory (llama.cpp's
                           --n-cpu-moe; `specmoe.perf.offload`)
 
-`specmoe/perf/runtimes.toml` ships the profiles: their descriptions, devices, rollback methods and
+`specmoe/perf/engines.toml` ships the profiles: their descriptions, devices, rollback methods and
 sources, with the numbers of the CUDA and Apple-silicon ones from `specmoe/perf/constants.toml`
 (their one home: prior, fit range and fitted value); `--engines FILE` adds or replaces whole
 profiles with the same keys. A user who can profile their own machine replaces all of this with a fit
@@ -76,7 +76,7 @@ class BandBasis(StrEnum):
 
 
 class EngineProfile(BaseModel):
-    """One runtime on one kind of device; every time in seconds, every share in (0, 1]."""
+    """One engine on one kind of device; every time in seconds, every share in (0, 1]."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -149,15 +149,15 @@ def _by_format(table: dict[str, float], weights: WeightFormat, default: float) -
     return default
 
 
-_SHIPPED = "runtimes.toml"
+_SHIPPED = "engines.toml"
 
 
 def _parse(raw: dict, where: str, constants: dict | None = None) -> dict[str, EngineProfile]:
-    """The profiles of a runtimes file; `constants` (engine -> key -> Constant, the shipped
-    constants.toml) gives the shipped profiles their numbers, which runtimes.toml must not repeat."""
+    """The profiles of an engines file; `constants` (engine -> key -> Constant, the shipped
+    constants.toml) gives the shipped profiles their numbers, which engines.toml must not repeat."""
     engines = raw.get("engines")
     if not isinstance(engines, dict) or not engines:
-        raise SpecmoeError(f"{where}: no [engines.NAME] tables; see specmoe/perf/runtimes.toml for the keys")
+        raise SpecmoeError(f"{where}: no [engines.NAME] tables; see specmoe/perf/engines.toml for the keys")
     profiles = {}
     for name, table in engines.items():
         values = profile_values((constants or {}).get(name, {}))

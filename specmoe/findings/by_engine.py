@@ -1,9 +1,9 @@
-"""The study's claims per engine: one verdict column per runtime and weight type, with the cost
+"""The study's claims per engine: one verdict column per engine and weight type, with the cost
 ratios that decide them beside each verdict.
 
-Each engine's study pass (`specmoe.findings.plan.ENGINES`) decodes the same cells; its verdicts come
+Each engine's study pass (`specmoe.findings.plan.ENGINE_SETUPS`) decodes the same cells; its verdicts come
 from the rules of `specmoe.findings.claims` unchanged. The cost ratios come from the engine's own
-profiles (`profiles-<runtime>/<model>-<weights>.json`), at batch 1 and 64 cached tokens:
+profiles (`profiles-<engine>/<model>-<weights>.json`), at batch 1 and 64 cached tokens:
 
     draft ÷ step     T_draft-xs(1, 1) / T_moe(1, 1): what one drafted token costs in target steps;
     verify(γ+1)      T_moe(1, γ + 1) / T_moe(1, 1): what verifying γ drafted tokens costs in steps;
@@ -32,7 +32,7 @@ from specmoe.findings.claims import (
     claim_c,
     claim_d,
 )
-from specmoe.findings.plan import ENGINES, Engine
+from specmoe.findings.plan import ENGINE_SETUPS, EngineSetup
 from specmoe.findings.regime import (
     GATES,
     RULE_GATES,
@@ -59,11 +59,11 @@ class CostRatios:
     dense_verify5: float | None  # T_dense-s(1, 5) / T_dense-s(1, 1)
 
 
-def profiles_folder(engine: Engine) -> str:
-    return f"profiles-{engine.runtime}"
+def profiles_folder(engine: EngineSetup) -> str:
+    return f"profiles-{engine.engine}"
 
 
-def _times(out: Path, engine: Engine, model: str) -> dict[int, float]:
+def _times(out: Path, engine: EngineSetup, model: str) -> dict[int, float]:
     """{t: median seconds} at batch 1 from the engine's profile of `model` ({} when absent)."""
     path = out / profiles_folder(engine) / f"{model}-{engine.weights}.json"
     if not path.is_file():
@@ -76,7 +76,7 @@ def _over(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a / b
 
 
-def cost_ratios(out: Path, engine: Engine) -> CostRatios | None:
+def cost_ratios(out: Path, engine: EngineSetup) -> CostRatios | None:
     """The engine's cost ratios from its batch-1 profiles; None without a MoE profile."""
     moe, draft, dense = (_times(out, engine, m) for m in ("moe", "draft-xs", "dense-s"))
     if 1 not in moe:
@@ -97,12 +97,12 @@ def cost_ratios(out: Path, engine: Engine) -> CostRatios | None:
     )
 
 
-def engine_regime(out: Path, engine: Engine, gates: str = RULE_GATES) -> Regime:
+def engine_regime(out: Path, engine: EngineSetup, gates: str = RULE_GATES) -> Regime:
     """The regime check (b) and (d) need, on the engine's own MoE profile in its study weights."""
     return bandwidth_regime(out, "moe", profiles_folder(engine), engine.weights, gates)
 
 
-def engine_amortisation(out: Path, engine: Engine) -> Regime:
+def engine_amortisation(out: Path, engine: EngineSetup) -> Regime:
     """(b)'s gate: whether the engine amortises a verify of a dense model not under test."""
     return dense_amortisation(out, profiles_folder(engine), engine.weights)
 
@@ -117,7 +117,7 @@ def gate_table(
     regime gates, the rule's last: a verdict that moves with the gate is printed as depending on it."""
     head = "| engine | claim | " + " | ".join(GATES) + " |"
     lines = [head, "|---" * (len(GATES) + 2) + "|"]
-    for engine in ENGINES:
+    for engine in ENGINE_SETUPS:
         study, _ = step_cells(out, engine.study)
         if not study:
             continue
@@ -139,7 +139,7 @@ def gate_table(
 
 @dataclass(frozen=True)
 class EngineVerdicts:
-    engine: Engine
+    engine: EngineSetup
     verdicts: dict[str, str]  # claim key -> verdict (or NOT_MEASURED)
     regime: Regime  # the MoE's bandwidth and verify gates ((d), and (b) under rules v1)
     amortisation: Regime  # (b)'s gate: a dense model's verify amortised on this engine
@@ -149,7 +149,7 @@ class EngineVerdicts:
 
 def engine_verdicts(
     out: Path,
-    engine: Engine,
+    engine: EngineSetup,
     step_cells: Callable[[Path, str], tuple[list[Cell], list]],
     sizes: dict[str, tuple[int, int]],
     family: Sequence[Cell],
@@ -281,7 +281,7 @@ def engines_values(
     predict,
 ) -> dict[str, str]:
     """The per-engine values of the findings document."""
-    found = [engine_verdicts(out, e, step_cells, sizes, family, moesd, predict) for e in ENGINES]
+    found = [engine_verdicts(out, e, step_cells, sizes, family, moesd, predict) for e in ENGINE_SETUPS]
     values = {
         "engines.table": verdict_table(found),
         "engines.ratios": ratios_table(found),
