@@ -18,6 +18,9 @@ pays for the forward passes of a real model (a suite's `oracle_cost`): that cost
 the run, not part of the draft's spelling. `specmoe.decoding.make_drafter` is the one place a drafter
 is built; this module imports no torch, so the results store can parse a stored draft without it.
 
+`specmoe.perf.drafts.priced_as` maps each kind to the kind the performance model prices it as (its
+list also holds drafters only `advise` prices: EAGLE-1/2, Medusa, DFlash).
+
 A draft is parsed once, where a suite or a command line is read, and travels typed from there; code
 dispatches on its type, never on its spelling. A draft equals, hashes and sorts as its canonical
 string (`draft_spelling`), so a typed draft meets the stored rows, dict keys and sets that hold the

@@ -18,6 +18,7 @@ from specmoe.drafts import (
     parse_draft,
 )
 from specmoe.errors import SpecmoeError
+from specmoe.perf.drafts import PRICED_ONLY, DraftMethod, priced_as
 
 
 @pytest.mark.parametrize(
@@ -85,3 +86,26 @@ def test_make_drafter_builds_each_kind():
         make_drafter(ModelDraft("d"), target)
     with pytest.raises(SpecmoeError, match=r"^this MTP drafter runs llama\.cpp's MTP context and needs a"):
         make_drafter(MtpDraft(), target)  # neither a transformers nor a llama.cpp target
+
+
+@pytest.mark.parametrize(
+    ("spelling", "eagle3_head", "method"),
+    [
+        ("draft-xs", False, DraftMethod.MODEL),
+        ("path/to/head", True, DraftMethod.EAGLE3),
+        ("ngram:2-4", False, DraftMethod.NGRAM),
+        ("oracle:0.6", False, DraftMethod.MODEL),  # it pays for its cost model's forwards
+        ("mtp", False, DraftMethod.MTP),
+    ],
+)
+def test_each_run_draft_is_priced_as_one_advise_kind(spelling, eagle3_head, method):
+    assert priced_as(parse_draft(spelling), eagle3_head) is method
+
+
+def test_the_two_draft_taxonomies_cover_each_other():
+    """Every kind `advise` prices is either what some run's draft is priced as, or priced only."""
+    run = {
+        priced_as(parse_draft(s), head) for s in ("d", "ngram", "oracle:0.5", "mtp") for head in (False, True)
+    }
+    assert run.isdisjoint(PRICED_ONLY)
+    assert run | PRICED_ONLY == set(DraftMethod)

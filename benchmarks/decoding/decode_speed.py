@@ -1,4 +1,4 @@
-"""Engine speed on the bench zoo: specmoe eager and compiled vs transformers' assisted generation.
+"""Decode-loop speed on the bench zoo: specmoe eager and compiled vs transformers' assisted generation.
 
 Not a test: prints a table and writes JSON.
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.decoding.decode_speed import step_time  # T(1, t) timing shared with the engine benchmark
+from benchmarks.decoding.decode_speed import step_time  # T(1, t) timing shared with the decode-loop benchmark
 from specmoe.api import load_model, load_tokenizer
 from specmoe.decoding.decode import DecodeConfig, decode
 from specmoe.decoding.drafters import ModelDrafter

@@ -13,7 +13,7 @@ of this pass), read as a per-position α at that γ.
 from __future__ import annotations
 
 from specmoe.errors import SpecmoeError
-from specmoe.findings.mtp import MTP, predicted_call
+from specmoe.findings.mtp import predicted_call
 
 # Greedy acceptance rate (accepted / drafted) by γ of the hybrid-trained build, as zoo.json records it
 # for the MTP module and draft-xs, and `zoo.agreement.acceptance_by_gamma` gives for draft-s
@@ -38,7 +38,7 @@ def _architecture(model, dtype: str):
 
 def price(spec, hardware) -> dict:
     """One SD configuration as `advise` prices it, at the zoo's recorded acceptance at its γ."""
-    from specmoe.perf.drafts import DraftMethod
+    from specmoe.perf.drafts import DraftMethod, priced_as
     from specmoe.perf.engines import engine_profile
     from specmoe.perf.setup import configured_setup
     from specmoe.report.predicted import engine_for
@@ -51,10 +51,8 @@ def price(spec, hardware) -> dict:
         raise SpecmoeError(f"no shipped engine profile prices '{spec.target}' on {spec.device}")
     engine = engine_profile(name, hardware.device)
     target = _architecture(spec.target_model, spec.dtype)
-    if draft == MTP:
-        method, model = DraftMethod.MTP, None
-    else:
-        method, model = DraftMethod.MODEL, _architecture(spec.draft_model, spec.dtype)
+    method = priced_as(spec.draft)
+    model = None if method is DraftMethod.MTP else _architecture(spec.draft_model, spec.dtype)
     setup = configured_setup(
         target,
         hardware,

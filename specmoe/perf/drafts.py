@@ -24,6 +24,11 @@
              runs SGLang with --speculative-num-draft-tokens 16 and vLLM with
              num_speculative_tokens 15). `--draft dflash:BLOCK` sets the block (default 16)
 
+The drafts a run names (`specmoe.drafts`: a model, an n-gram, an oracle, the target's MTP module)
+are priced as one of these kinds by `priced_as`, the one link between the two: a run's draft keeps
+its own type, and the model prices the kind `priced_as` gives. `eagle`, `medusa` and `dflash` are
+priced only (`PRICED_ONLY`): the decode loop has no drafter for them.
+
 The head's features come from the verify pass the target runs anyway, so they cost nothing here.
 A tree drafter (`tree_width` > 1) feeds that many tokens per row at each step; `RoundShape` in
 `specmoe.perf.compose` carries it and the tree's verified size.
@@ -34,6 +39,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
+from specmoe.drafts import DraftSpec, ModelDraft, MtpDraft, NgramDraft, OracleDraft
 from specmoe.errors import SpecmoeError
 from specmoe.perf.structure import Architecture
 
@@ -62,6 +68,27 @@ class DraftMethod(StrEnum):
     @property
     def is_head(self) -> bool:
         return self in (DraftMethod.EAGLE, DraftMethod.EAGLE3, DraftMethod.MTP, DraftMethod.MEDUSA)
+
+
+# Kinds `advise` prices that no run drafts with: the decode loop has no drafter for them.
+PRICED_ONLY = frozenset({DraftMethod.EAGLE, DraftMethod.MEDUSA, DraftMethod.DFLASH})
+
+
+def priced_as(draft: DraftSpec, eagle3_head: bool = False) -> DraftMethod:
+    """The kind a run's draft is priced as. A model draft is a separate model unless its directory
+    holds an EAGLE-3 head, which only its config.json says (`eagle3_head`,
+    `specmoe.backends.eagle3_head.is_eagle3`); an oracle pays for the forwards of its cost model, so
+    it is priced as that model; an n-gram draft is prompt lookup."""
+    match draft:
+        case MtpDraft():
+            return DraftMethod.MTP
+        case NgramDraft():
+            return DraftMethod.NGRAM
+        case OracleDraft():
+            return DraftMethod.MODEL
+        case ModelDraft():
+            return DraftMethod.EAGLE3 if eagle3_head else DraftMethod.MODEL
+    raise TypeError(f"not a draft: {draft!r}")
 
 
 DFLASH_BLOCK = 16  # z-lab's DFlash drafts (the -b16 checkpoints; SGLang's num-draft-tokens 16)
