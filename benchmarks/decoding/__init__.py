@@ -1,1 +1,1 @@
-"""Decode-loop speed: specmoe's loop against transformers and llama.cpp, its host overhead, the compiled path."""
+"""Decode-loop speed: specmoe's loop against transformers and llama.cpp, host overhead, compiled path."""
