@@ -24,7 +24,8 @@ import pytest
 from test_bad_input_cli import Case, Outcome, _run_case, _stored_runs, _suite
 from test_summary_table import cell
 
-from specmoe.report.summary_table import build, format_text, to_json
+from specmoe.report.summary_json import to_json
+from specmoe.report.summary_table import build, format_text
 from specmoe.results.store import Store
 
 

@@ -21,7 +21,8 @@ from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
 from specmoe.errors import SpecmoeError
 from specmoe.prompts import original_id
-from specmoe.report.summary_table import build, format_text, to_json
+from specmoe.report.summary_json import to_json
+from specmoe.report.summary_table import build, format_text
 from specmoe.results.store import Store
 from specmoe.suite.expand import expand
 from specmoe.suite.legacy_keys import keep_stored_keys, path_keyed, warn_path_keys

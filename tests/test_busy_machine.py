@@ -15,7 +15,8 @@ from test_report import simulate, spec
 from test_summary_table import cell
 
 from specmoe.report import write_report
-from specmoe.report.summary_table import build, format_text, to_json
+from specmoe.report.summary_json import to_json
+from specmoe.report.summary_table import build, format_text
 from specmoe.results.noisy import NOISE_FIX
 from specmoe.results.store import RunRow, Store
 

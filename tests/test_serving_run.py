@@ -16,7 +16,8 @@ from suite_files import suite_toml
 from specmoe.bench.suite_run import run_suite
 from specmoe.cli import main
 from specmoe.metrics import RunCounts, RunTimes, served_decode_tokens_per_s, served_run_times
-from specmoe.report.summary_table import build, format_summary, to_json
+from specmoe.report.summary_json import to_json
+from specmoe.report.summary_table import build, format_summary
 from specmoe.results.compare import compare
 from specmoe.results.store import Store, export
 from specmoe.suite.expand import expand

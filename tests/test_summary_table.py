@@ -16,6 +16,7 @@ from specmoe.cli import summary as summary_cli
 from specmoe.errors import SpecmoeError
 from specmoe.metrics import COUNT_KEYS, TIME_KEYS, RunCounts, RunTimes
 from specmoe.metrics import latency_percentiles as percentiles
+from specmoe.report.summary_json import to_json
 from specmoe.report.summary_table import (
     BY_CHOICES,
     CATEGORY,
@@ -24,7 +25,6 @@ from specmoe.report.summary_table import (
     check_by,
     format_text,
     speedup_text,
-    to_json,
 )
 from specmoe.results.latency import served_latency
 from specmoe.results.store import RunRow, Store

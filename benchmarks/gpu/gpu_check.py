@@ -126,7 +126,8 @@ def _measured(out: Path) -> dict[tuple[str, float, int, int], dict]:
     if not db.is_file():
         return {}
     from specmoe.drafts import OracleDraft, parse_draft
-    from specmoe.report.summary_table import build, to_json
+    from specmoe.report.summary_json import to_json
+    from specmoe.report.summary_table import build
     from specmoe.results.store import Store
 
     with Store(db) as store:

@@ -38,7 +38,8 @@ from pathlib import Path
 from specmoe.bench.served_rows import stored_counts
 from specmoe.bench.suite_run import run_suite
 from specmoe.drafts import stored_gamma
-from specmoe.report.summary_table import build, format_text, to_json
+from specmoe.report.summary_json import to_json
+from specmoe.report.summary_table import build, format_text
 from specmoe.results.export import export_records, write_records
 from specmoe.results.store import RunRow, Store
 from specmoe.serving.client import metrics_text

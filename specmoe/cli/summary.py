@@ -31,8 +31,9 @@ def print_summary(
 ) -> None:
     """The result table on stdout: JSON when asked, rich tables on a terminal, plain text otherwise
     (`bench summary`, and the end of `bench run` and `demo`); `keep_noisy` as `summary_table.build`."""
+    from specmoe.report.summary_json import to_json
     from specmoe.report.summary_rich import print_rich
-    from specmoe.report.summary_table import build, format_text, to_json
+    from specmoe.report.summary_table import build, format_text
 
     table = build(rows, by, keep_noisy)
     if as_json:

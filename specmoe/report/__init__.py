@@ -16,9 +16,10 @@ The modules, one concept each:
 - `served`, `serving_figures`: server runs: latencies per arm, throughput and speedup by load.
 - `runinfo`: the prose sections: failed audits, where the runs were measured.
 
-Beside the page, what a terminal shows: `summary_table` and `summary_rich` (the result table every
-harness command ends with), `story`, `story_seeds` and `demo_story` (the demo's account of a run),
-`predicted` (the performance model's call on a suite's configurations, before they run).
+Beside the page, what a terminal shows: `summary_table`, `summary_rich` and `summary_json` (the
+result table every harness command ends with, as text, rich and JSON), `story`, `story_seeds` and
+`demo_story` (the demo's account of a run), `predicted` (the performance model's call on a suite's
+configurations, before they run).
 """
 
 from __future__ import annotations
