@@ -11,6 +11,7 @@ import pytest
 
 from specmoe.bench.plan import Block
 from specmoe.bench.progress import SuiteProgress, apportion, block_line, block_results, duration, eta_seconds
+from specmoe.bench.refusals import SkippedRun
 from specmoe.cli import main
 from specmoe.console import configure_logging
 from specmoe.drafts import stored_gamma
@@ -61,6 +62,7 @@ def test_durations_read_as_a_person_says_them():
 def spec(arm: str, batch: int, draft: str | None = None, gamma: int | None = None):
     where = {"group": "g", "concurrency": None, "batch_size": 1, "prompt_length": None, "repeat": 0}
     return SimpleNamespace(
+        run_id=f"{arm}-{batch}",
         arm=arm,
         target="moe",
         draft=draft,
@@ -114,6 +116,19 @@ def test_without_a_terminal_each_finished_block_is_one_plain_line(capsys, restor
     )
     assert "[4/4]" in lines[2] and "left" in lines[2]
     assert "4 of 4 runs measured in" in lines[3]
+
+
+def test_a_block_a_model_refused_counts_as_skipped_not_measured(capsys, restore_logging):
+    configure_logging(0, terminal=False)
+    (measured, rows), (refused, _) = blocks_and_rows()
+    skipped = [SkippedRun(s.run_id, "g", "moe", "refused") for s in refused.specs]
+    with SuiteProgress([*measured.specs, *refused.specs], skipped=0, baselines={}) as progress:
+        progress.finished(measured, rows)
+        progress.finished(refused, [], skipped)
+        assert progress.remaining == {"moe": 0, "moe + draft-xs g=4": 0}
+    lines = capsys.readouterr().err.splitlines()
+    assert "[4/4] g: moe B=1 code batch 1 repeat 0 | 2 run(s) skipped |" in lines[2]
+    assert "2 of 4 runs measured, 2 skipped in" in lines[3]
 
 
 def test_quiet_shows_no_progress(capsys, restore_logging):

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 import ray
 from audited import counts_pass
+from refusing_models import tiny_bloom
 from suite_files import TINY_ZOO, write_suite, zoo_models
 
 from specmoe.bench.executors import RayExecutor, _init, resources
@@ -101,6 +102,23 @@ def test_a_run_out_of_retries_is_recorded_and_reported(local_ray, suite, tiny_zo
     # The block's worker died with no retry left: each of its three runs records its final attempt.
     assert all(f.final and f.attempt == 1 for f in failures) and len(failures) == 3
     assert sorted(f.run_id for f in failures) == sorted(plan(suite)[0].run_ids)
+
+
+def test_runs_a_model_refuses_are_skipped_not_failed(local_ray, tiny_zoo, tmp_path, caplog):
+    # A block whose task returns no row (Bloom refuses B = 2) keeps the driver and its progress going.
+    models = {"bloom": {"path": tiny_bloom(tiny_zoo, tmp_path / "bloom")}}
+    group = {"name": "alibi", "target": "bloom", "draft": "ngram", "gamma": 2, "batch_size": [1, 2]}
+    parts = SUITE | {"models": models, "groups": [group]}
+    suite = load_suite(write_suite(tmp_path, file="alibi.toml", **parts))
+    with caplog.at_level("WARNING"):
+        rows = run_suite(suite, tmp_path / "r.db", tiny_zoo, progress=True, executor=RayExecutor())
+    assert sorted(r.run_id for r in rows) == sorted(s.run_id for s in expand(suite) if s.batch_size == 1)
+    assert all(r.env["executor"] == "ray" for r in rows)
+    skips = [r.getMessage() for r in caplog.records if "skipped, not stored" in r.getMessage()]
+    assert len(skips) == 2 and all("is refused" in message for message in skips)
+    assert any("2 of 4 runs were not measured" in r.getMessage() for r in caplog.records)
+    with Store(tmp_path / "r.db") as store:
+        assert len(store) == 2 and store.failures() == []
 
 
 def test_resources_come_from_the_suite(tmp_path):

@@ -1,7 +1,8 @@
 """Where a suite's runs are measured: in this process (`local`) or as tasks on a Ray cluster (`ray`).
 
 Either way the driver, the process that called `run_suite`, is the only writer of the store: an
-executor yields each finished row, and each failed attempt, and the driver stores it as it arrives,
+executor yields each finished row, each failed attempt and each run a model refused
+(`specmoe.bench.refusals`), and the driver stores or logs it as it arrives,
 so the store's guarantees (one transaction per run, resume, no duplicates) hold for both. Both
 measure a block (`specmoe.bench.plan`: a baseline and its SD arms on one prompt batch) back to back
 in one process.
@@ -24,6 +25,7 @@ from typing import Any, ClassVar, Protocol
 from specmoe.bench.noise import choose_threads
 from specmoe.bench.plan import Block
 from specmoe.bench.progress import SuiteProgress
+from specmoe.bench.refusals import BlockRows, SkippedRun
 from specmoe.bench.runner import ModelPool, Runner
 from specmoe.errors import RunFailed, SpecmoeError
 from specmoe.results.store import FailedAttempt, RunRow
@@ -53,9 +55,12 @@ class Work:
         return SuiteProgress(self.specs, self.skipped, self.baselines, shown=self.progress)
 
 
+Outcome = RunRow | FailedAttempt | SkippedRun  # what an executor yields, one run each
+
+
 class Executor(Protocol):
-    def run(self, work: Work) -> Iterator[RunRow | FailedAttempt]:
-        """Measure every spec of `work`; yield each row, or failed attempt, as it happens."""
+    def run(self, work: Work) -> Iterator[Outcome]:
+        """Measure every spec of `work`; yield each row, failed attempt or skipped run as it happens."""
         ...
 
 
@@ -67,7 +72,7 @@ def baseline_key(spec: RunSpec) -> tuple[str, int]:
 class LocalExecutor:
     """One block after another in this process, in the suite's measurement order (the default)."""
 
-    def run(self, work: Work) -> Iterator[RunRow | FailedAttempt]:
+    def run(self, work: Work) -> Iterator[Outcome]:
         if not work.blocks:
             return
         choose_threads(work.threads)
@@ -77,17 +82,18 @@ class LocalExecutor:
             for block in work.blocks:
                 progress.started(block)
                 try:
-                    rows = runner.block(block, baselines.get(baseline_key(block.specs[0])))
+                    done = runner.block(block, baselines.get(baseline_key(block.specs[0])))
                 except RunFailed as err:
                     # Nothing of the block is stored (its rows are made together); the error is
                     # recorded per run and the suite goes on; running the suite again retries it.
                     yield from (FailedAttempt(s.run_id, 1, str(err), True) for s in block.specs)
                     continue
-                progress.finished(block, rows)
-                for row in rows:
+                progress.finished(block, done.rows, done.skipped)
+                for row in done.rows:
                     if row.arm == "baseline":
                         baselines[(row.config_key, row.repeat)] = row
                     yield row
+                yield from done.skipped
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,7 @@ class RayExecutor:
     num_cpus: int | None = None
     fault_dir: Path | None = None
 
-    def run(self, work: Work) -> Iterator[RunRow | FailedAttempt]:
+    def run(self, work: Work) -> Iterator[Outcome]:
         ray = import_ray()
         started_here = not ray.is_initialized()
         if started_here:
@@ -174,11 +180,11 @@ class _Driver:
         self.served_queue: list[tuple[Block, int]] = []  # server blocks waiting for their turn
         self.serving = False  # a server block is in flight
 
-    def drive(self) -> Iterator[RunRow | FailedAttempt]:
+    def drive(self) -> Iterator[Outcome]:
         with self.work.progress_view() as progress:
             yield from self._collect(progress)
 
-    def _collect(self, progress: SuiteProgress) -> Iterator[RunRow | FailedAttempt]:
+    def _collect(self, progress: SuiteProgress) -> Iterator[Outcome]:
         for block in self.work.blocks:
             self._submit(block, 1)
         while self.pending:
@@ -189,12 +195,13 @@ class _Driver:
                 if self.served_queue:
                     self._submit(*self.served_queue.pop(0))
             try:
-                rows = self.ray.get(ready[0])
+                done = self.ray.get(ready[0])
             except self.ray.exceptions.RayError as err:
                 yield from self._failed(block, attempt, _task_error(err))
                 continue
-            progress.finished(block, rows)
-            yield from rows
+            progress.finished(block, done.rows, done.skipped)
+            yield from done.rows
+            yield from done.skipped
 
     def _failed(self, block: Block, attempt: int, error: str) -> Iterator[FailedAttempt]:
         final = attempt > self.executor.max_retries
@@ -240,15 +247,15 @@ def _task(
     baseline: RunRow | None,
     attempt: int,
     fault_dir: Path | None,
-) -> list[RunRow]:
+) -> BlockRows:
     if fault_dir is not None:
         _die_once(fault_dir, block.specs[0].run_id)
     key = (str(suite.path), suite.name, str(zoo_dir))
     if key not in _RUNNERS:
         _RUNNERS[key] = Runner(ModelPool(suite, zoo_dir))
-    rows = _RUNNERS[key].block(block, baseline)
+    done = _RUNNERS[key].block(block, baseline)
     ray_env = {"executor": "ray", "attempts": attempt, "node": platform.node()}
-    return [replace(row, env={**row.env, **ray_env}) for row in rows]
+    return replace(done, rows=[replace(row, env={**row.env, **ray_env}) for row in done.rows])
 
 
 def _die_once(fault_dir: Path, run_id: str) -> None:

@@ -35,6 +35,7 @@ from rich.progress import (
 from rich.text import Text
 
 from specmoe.bench.plan import Block
+from specmoe.bench.refusals import SkippedRun
 from specmoe.console import info_enabled, is_terminal, stderr_console
 from specmoe.drafts import draft_spelling, gamma_of_stored
 from specmoe.prompts import prompt_label
@@ -148,15 +149,18 @@ def block_line(
     arms: Sequence[ArmResult],
     elapsed: float,
     eta: float | None,
+    skipped: int = 0,
 ) -> str:
-    """The line written when a block finishes: position, block, rates and speedups, time; at most
-    MAX_LINE characters (many arms are summarised, a long block name is cut in its middle)."""
+    """The line written when a block finishes: position, block, rates and speedups, runs a model
+    refused, time; at most MAX_LINE characters (many arms are summarised, a long block name is cut
+    in its middle)."""
     base_part = [] if base is None else [f"baseline {base:.1f} tok/s"]
     arm_parts = [f"{arm.label} {arm.tokens_per_s:.1f} tok/s{_ratio(arm.speedup)}" for arm in arms]
+    skip_part = [f"{skipped} run(s) skipped"] if skipped else []
     tail = f"{duration(elapsed)} elapsed, about {duration(eta)} left"
 
     def joined(name: str) -> str:
-        return " | ".join([f"[{done}/{total}] {name}", *base_part, *arm_parts, tail])
+        return " | ".join([f"[{done}/{total}] {name}", *base_part, *arm_parts, *skip_part, tail])
 
     if len(joined(where)) > MAX_LINE and len(arms) > 1:
         arm_parts = [arms_summary(arms)]
@@ -201,7 +205,8 @@ class _TimeLeft(ProgressColumn):
 
 class SuiteProgress:
     """The progress of one suite run. Executors call `started` before a block (local runs) and
-    `finished` with its rows; use as a context manager around the measuring."""
+    `finished` with its rows and the runs it skipped; use as a context manager around the measuring.
+    A skipped run (`specmoe.bench.refusals`) counts toward the position, not as measured."""
 
     def __init__(
         self,
@@ -219,6 +224,7 @@ class SuiteProgress:
         self.seconds: dict[str, list[float]] = {}  # seconds of each finished run, by arm
         self.baselines = dict(baselines)
         self.done = 0
+        self.not_measured = 0  # runs a model refused (`finished`'s skipped)
         self.shown = shown and info_enabled()
         use_bar = is_terminal(stderr_console().file) if bar is None else bar
         self.bar = self._bar() if self.shown and use_bar and self.total else None
@@ -251,7 +257,8 @@ class SuiteProgress:
         if self.bar is not None:
             self.bar.stop()
         if self.shown and self.total:
-            log.info("%d of %d runs measured in %s", self.done, self.total, duration(self.elapsed))
+            skipped = f", {self.not_measured} skipped" if self.not_measured else ""
+            log.info("%d of %d runs measured%s in %s", self.done, self.total, skipped, duration(self.elapsed))
 
     @property
     def elapsed(self) -> float:
@@ -263,14 +270,16 @@ class SuiteProgress:
         if self.bar is not None and self.task is not None:
             self.bar.update(self.task, description=block_where(block))
 
-    def finished(self, block: Block, rows: Sequence[RunRow]) -> None:
+    def finished(self, block: Block, rows: Sequence[RunRow], skipped: Sequence[SkippedRun] = ()) -> None:
         """Record a finished block: a block `started` here counts its wall time, split among its
-        runs; one measured elsewhere (a Ray worker) counts its runs' own decode times."""
+        runs; one measured elsewhere (a Ray worker) counts its runs' own decode times. `rows` may be
+        empty when a model refused every run of the block (`skipped`)."""
         wall_s = None
         if self.current is not None and self.current[0] is block:
             wall_s = time.perf_counter() - self.current[1]
             self.current = None
         self._account(rows, wall_s)
+        self._skip(block, skipped)
         baseline = next((r for r in rows if r.arm == "baseline"), None) or self.baselines.get(
             (block.specs[0].baseline_key, block.specs[0].repeat)
         )
@@ -281,10 +290,12 @@ class SuiteProgress:
         eta = eta_seconds(self.seconds, self.remaining, self.elapsed)
         base, arms = block_results(rows, baseline)
         where = block_where(block)
-        log.info("%s", block_line(self.done, self.total, where, base, arms, self.elapsed, eta))
+        passed = self.done + self.not_measured
+        line = block_line(passed, self.total, where, base, arms, self.elapsed, eta, len(skipped))
+        log.info("%s", line)
         if self.bar is not None and self.task is not None:
             deadline = None if eta is None else time.monotonic() + eta
-            self.bar.update(self.task, completed=self.done, deadline=deadline)
+            self.bar.update(self.task, completed=passed, deadline=deadline)
 
     def _account(self, rows: Sequence[RunRow], wall_s: float | None) -> None:
         own = [r.times.wall_s for r in rows]
@@ -295,3 +306,13 @@ class SuiteProgress:
             if self.remaining.get(arm):
                 self.remaining[arm] -= 1
             self.done += 1
+
+    def _skip(self, block: Block, skipped: Sequence[SkippedRun]) -> None:
+        """Runs a model refused leave the runs to measure without any seconds spent."""
+        if not skipped:
+            return
+        refused = {run.run_id for run in skipped}
+        for spec in block.specs:
+            if spec.run_id in refused and self.remaining.get(spec_arm(spec)):
+                self.remaining[spec_arm(spec)] -= 1
+        self.not_measured += len(skipped)

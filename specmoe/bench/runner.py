@@ -8,7 +8,7 @@ max_new_tokens tokens (EOS ignored, as llama-bench does), so tokens/s compare li
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,6 +17,7 @@ import torch
 
 from specmoe.backends import load_backend
 from specmoe.backends.base import Backend
+from specmoe.backends.eagle3_head import Eagle3Checkpoint
 from specmoe.backends.weights import weights_fingerprint
 from specmoe.bench.batches import batch_prompts_of, prompt_ids
 from specmoe.bench.env import environment
@@ -30,6 +31,7 @@ from specmoe.bench.noise import (
     step_spread,
 )
 from specmoe.bench.plan import Block
+from specmoe.bench.refusals import BlockRows, Runnable, SkippedRun, skip
 from specmoe.bench.served import ServedRunner
 from specmoe.bench.spec_row import run_row
 from specmoe.decoding.decode import DecodeConfig, decode
@@ -123,16 +125,18 @@ class Runner:
         self._served: ServedRunner | None = None  # made on the first run against a server
         self._machine_busy = False  # the last timed run stayed disturbed after its retries
 
-    def block(self, block: Block, stored_baseline: RunRow | None = None) -> list[RunRow]:
+    def block(self, block: Block, stored_baseline: RunRow | None = None) -> BlockRows:
         """Measure a block's arms back to back, in its order, and make their rows (baseline first).
 
         `stored_baseline` is the block's baseline row when it was stored by an earlier run of the
         suite (and so is not among the block's specs). Every arm warms up before the first timed
-        run, so no warm-up falls between two timed arms of the pair.
+        run, so no warm-up falls between two timed arms of the pair. Runs a model refuses are left
+        out (`_runnable`), so a block may have no rows.
         """
         if block.specs[0].concurrency is not None:
-            return self._served_block(block, stored_baseline)
-        specs, refused = self._runnable(block.specs)
+            return BlockRows(self._served_block(block, stored_baseline))
+        runnable = self._runnable(block.specs)
+        specs = runnable.specs
         for spec in specs:
             self.warm_up(spec)
         measured = {
@@ -148,16 +152,16 @@ class Runner:
                 self._remember_plain(spec, m.result)
             row = make_row(spec, m, baseline, created_at, self.lossless_note(spec, m.result))
             env = {**row.env, "weights": self.pool.weights(spec.model_names)}
-            if spec.arm == "baseline" and refused:  # stored with the baseline: its SD arms never ran
-                env["sd_refused"] = refused
+            if spec.arm == "baseline" and runnable.sd_refused:  # its SD arms never ran
+                env["sd_refused"] = runnable.sd_refused
             row = replace(row, env=env)
             baseline = row if spec.arm == "baseline" else baseline
             rows.append(row)
-        return rows
+        return BlockRows(rows, runnable.skipped)
 
     def _recheck_speedups(
         self,
-        specs: list[RunSpec],
+        specs: Sequence[RunSpec],
         baseline_id: str,
         measured: dict[str, Measured],
         stored_baseline: RunRow | None,
@@ -188,7 +192,7 @@ class Runner:
 
     @staticmethod
     def _beyond_bound(
-        specs: list[RunSpec], measured: dict[str, Measured], stored_baseline: RunRow | None
+        specs: Sequence[RunSpec], measured: dict[str, Measured], stored_baseline: RunRow | None
     ) -> dict[str, str]:
         """Why each SD run of the block is beyond its bound, by run id; only such runs."""
         baseline = next((measured[s.run_id].result for s in specs if s.arm == "baseline"), None)
@@ -209,20 +213,41 @@ class Runner:
                 found[spec.run_id] = why
         return found
 
-    def _runnable(self, specs: tuple[RunSpec, ...]) -> tuple[list[RunSpec], str]:
-        """The block's runs less its SD arms when their target cannot drop rejected draft tokens
-        (`Backend.rollback_refused`): the baseline is still measured, and each skipped arm is logged
-        with the one-line reason, which is returned for the baseline's row."""
-        target = specs[0]
-        refused = self.pool.model(
-            target.target, target.dtype, target.device, target.moe_top_k, target.compile
-        ).rollback_refused
-        if refused is None or not any(spec.draft is not None for spec in specs):
-            return list(specs), ""
+    def _runnable(self, specs: tuple[RunSpec, ...]) -> Runnable:
+        """The block's runs less those a model refuses (`specmoe.bench.refusals`): at B > 1 on a
+        target that refuses a batch, every run; on a target that cannot drop rejected draft tokens
+        (`Backend.rollback_refused`), each SD arm, logged here with the reason, which is returned for
+        the baseline's row; at B > 1, each SD arm whose draft model refuses a batch."""
+        first = specs[0]
+        target = self.pool.model(first.target, first.dtype, first.device, first.moe_top_k, first.compile)
+        batched = first.batch_size > 1  # one batch size per block: the baseline's
+        if batched and target.batch_refused is not None:
+            return Runnable((), skipped=tuple(skip(s, s.target, target.batch_refused) for s in specs))
+        rollback = target.rollback_refused
+        kept, skipped = [], []
         for spec in specs:
-            if spec.draft is not None:
-                log.warning("run %s (%s, draft %s) skipped: %s", spec.run_id, spec.arm, spec.draft, refused)
-        return [spec for spec in specs if spec.draft is None], refused
+            if spec.draft is not None and rollback is not None:
+                log.warning("run %s (%s, draft %s) skipped: %s", spec.run_id, spec.arm, spec.draft, rollback)
+                continue
+            refused = self._draft_refusal(spec) if batched else None
+            if refused is None:
+                kept.append(spec)
+            else:
+                skipped.append(refused)
+        drafted = any(spec.draft is not None for spec in specs)
+        return Runnable(tuple(kept), (rollback or "") if drafted else "", tuple(skipped))
+
+    def _draft_refusal(self, spec: RunSpec) -> SkippedRun | None:
+        """The run, skipped, when its draft model refuses a batch: a draft model drafts through its
+        own backend, whose refusal `decode` reads (`ModelDrafter`); other drafts run no model of
+        their own, and an EAGLE-3 head runs beside the target's backend."""
+        name = None if spec.draft is None else spec.draft.model_name
+        if name is None:
+            return None
+        model = self.pool.model(name, spec.dtype, spec.device, compile=spec.compile)
+        if isinstance(model, Eagle3Checkpoint) or model.batch_refused is None:
+            return None
+        return skip(spec, name, model.batch_refused)
 
     def _served_block(self, block: Block, stored_baseline: RunRow | None) -> list[RunRow]:
         # A served SD arm's row is made against its baseline row, so servers run baseline first.

@@ -13,6 +13,7 @@ from pathlib import Path
 from specmoe.bench.executors import Executor, LocalExecutor, Work
 from specmoe.bench.plan import blocks, plan
 from specmoe.bench.preflight import check_extras, preflight
+from specmoe.bench.refusals import SkippedRun, skipped_summary
 from specmoe.bench.weights_check import warn_changed_weights
 from specmoe.errors import SpecmoeError
 from specmoe.results.store import FailedAttempt, RunRow, Store
@@ -36,7 +37,9 @@ def run_suite(
     The executor measures the runs block by block (`specmoe.bench.plan`), in this process by default
     or as Ray tasks; this process is the only writer of the store, adding each row, and each failed
     attempt, as it arrives. Runs that failed every attempt are named in one error after the others
-    are stored. `threads`: forward threads for local runs; None lets the noise guard choose.
+    are stored. Runs a model refuses (a batch, `specmoe.bench.refusals`) are logged, left unstored
+    and summarised in one warning at the end. `threads`: forward threads for local runs; None lets
+    the noise guard choose.
     """
     if threads is not None and threads < 1:  # before the store exists: nothing is left behind
         raise SpecmoeError(
@@ -57,8 +60,12 @@ def run_suite(
         baselines = {(r.config_key, r.repeat): r for r in store.rows() if r.arm == "baseline"}
         work = Work(suite, zoo_dir, tuple(blocks(todo)), baselines, len(specs) - len(todo), progress, threads)
         lost: list[FailedAttempt] = []
+        skipped: list[SkippedRun] = []
         for outcome in (executor or LocalExecutor()).run(work):
-            if isinstance(outcome, FailedAttempt):
+            if isinstance(outcome, SkippedRun):
+                log.warning("run %s skipped, not stored: %s", outcome.run_id, outcome.reason)
+                skipped.append(outcome)
+            elif isinstance(outcome, FailedAttempt):
                 store.add_failure(outcome, datetime.now(UTC).isoformat(timespec="seconds"))
                 again = "no attempt left" if outcome.final else "trying again"
                 log.warning(
@@ -68,6 +75,8 @@ def run_suite(
             else:
                 store.add(outcome)
                 log.debug("stored %s (%s, %.1f tok/s)", outcome.run_id, outcome.arm, outcome.tokens_per_s)
+        if skipped:
+            log.warning("%s", skipped_summary(skipped, len(todo)))
         if lost:
             raise SpecmoeError(
                 f"{len(lost)} of {len(todo)} runs failed every attempt (first: {lost[0].run_id}: "
