@@ -1,6 +1,7 @@
 """specmoe's imports point only down its layers and close no circle (scripts/import_graph.py)."""
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,16 @@ def test_reading_results_imports_no_torch():
     code = f"import sys\nfor m in {modules!r}:\n    __import__(m)\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert len(modules) > 5 and out.stdout.strip() == "False"
+
+
+def test_every_package_index_names_each_of_its_modules():
+    """Each package's docstring lists its modules, one concept each; a module it does not name is
+    one a reader of the index cannot find."""
+    unnamed = []
+    for init in sorted((ROOT / "specmoe").glob("*/__init__.py")):
+        index = init.read_text(encoding="utf-8")
+        for module in sorted(init.parent.glob("*.py")):
+            name = module.stem
+            if name != "__init__" and not re.search(rf"\b{re.escape(name)}\b", index):
+                unnamed.append(f"{init.parent.name}.{name}")
+    assert unnamed == []

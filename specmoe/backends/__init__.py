@@ -7,12 +7,16 @@ The modules, one concept each:
   `hf_experts` (specmoe's MoE experts kernels), `hf_model` (what both read off a loaded model),
   `hf_mask` (the eager backend's ready attention masks), `hf_recurrent` (hybrid models'
   linear-attention state: checkpoint, log, rollback) and `gated_delta` (the state a gated-DeltaNet
-  layer reaches over a prefix of logged inputs).
+  layer reaches over a prefix of logged inputs); `hf_sliding` (sliding-window layers kept whole and
+  windowed in the mask, so they roll back exactly) and `hf_uncached` (plain decoding of a model that
+  keeps its past outside transformers' Cache; SD on it is refused).
 - `slots`: the cache layout of both, decided on the host, and host values sent without waiting.
 - `hf_heads` (a head drafter's model: one layer over [state ; token embedding] vectors), `mtp_head`
   (the target's own MTP module, read from its checkpoint), `eagle3_head` (EAGLE-3 heads in vLLM's
   and SGLang's layout) and `hf_head_runtime` (a head bound to its target, with its backend).
-- `llamacpp`: GGUF models through llama-cpp-python (the `llamacpp` extra); `llamacpp_state`: a
+- `llamacpp`: GGUF models through llama-cpp-python (the `llamacpp` extra); `llamacpp_load`: the
+  library, the checks a file passes before llama.cpp reads it, and the loaded model; `llamacpp_mtp`:
+  the target's own MTP layer as a llama.cpp draft context; `llamacpp_state`: a
   hybrid GGUF's recurrent state checkpointed per sequence and rolled back; `gguf_tokenizer`: the
   tokenizer inside a GGUF file; `llamacpp_check` and `llamacpp_probe`: its self-test in a child
   process, so a build that cannot run here is one line.

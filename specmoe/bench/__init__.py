@@ -9,7 +9,9 @@ servers through `specmoe.serving`. The modules, one concept each:
   suite runs on), `executors` (this process or Ray), `runner` (one decoding path, one clock), `served`
   and `served_rows` (a run against a server), `batches` (the prompts a run decodes), `noise` (the
   noise guard), `env` (the machine, recorded), `weights_check` (weights unchanged since stored),
-  `progress` (what a run shows), `spec_row` (a finished run's stored row, built from its spec).
+  `progress` (what a run shows), `spec_row` (a finished run's stored row, built from its spec),
+  `refusals` (runs a model refuses: SD arms on a target that cannot roll back, B > 1 on a model
+  that cannot decode a batch exactly).
 
 The result table and the demo's account of a run are `specmoe.report`'s.
 """

@@ -8,6 +8,7 @@ Modules, one concept each:
     fit         the marked constants refitted from their priors (`FitRule`: the shipped fit and the
                 variants tested); reading and setting a profile's value by key
     heldout     leave-one-source-out, the trivial baselines, verdicts and summaries
+    split       which scored rows were strict predictions and which were in the table at design time
     report      calibration.md and calibration.json
     shipped     the fitted constants and bands `calibrate fit --write` puts into constants.toml
     intervals   source-resampled intervals on the held-out medians; profile intervals per constant

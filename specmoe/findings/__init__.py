@@ -17,7 +17,12 @@ exports back, fits and predicts with `specmoe.perf`, and draws with `specmoe.rep
 - `wide`, `wide_predictions`, `wide_doc` (`moesd_paper.toml`): MoESD's claims (e) and (f) on the
   moesd-wide pass, where a step is bound by reading weights; the model's prediction of each of its
   cells made before it runs; MoESD's own figures beside the verdicts.
+- `hybrid`: the claims on the study's own architecture, the hybrid zoo's pass.
+- `mtp`, `mtp_predictions`, `mtp_doc`: the target's own MTP module against separate drafts (the
+  study-hybrid-mtp pass): the rule's call, the model's prediction of each cell made before it runs,
+  and the pass's section of the document.
 - `predictions`, `model_check`: the performance model's predictions beside measurements, cell by cell.
 - `notes`: what the first measurement pass taught, beside this one.
-- `document` (`template.md`): every value computed from the exports, set into docs/findings.md.
+- `document` (`template.md`): every value computed from the exports, set into docs/findings.md;
+  `checkout`: where that document and its results live (a checkout, never an installed package).
 """
