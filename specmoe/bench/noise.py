@@ -24,7 +24,9 @@ no round emits more than accepted + 1 tokens per target pass, so its speedup ove
 cannot exceed 1 + αγ (`specmoe.results.run_audit.impossible_speedup`, with that module's timing
 tolerance). A run beyond the bound is measured once more with its block (its baseline included,
 when the block holds it); if it is still beyond, it is stored flagged noisy with the reason (never
-dropped), and summaries count such runs apart.
+dropped), and summaries count such runs apart. Runs against a server get this check alone
+(`specmoe.bench.served`), where the server reports its draft counts: the client's machine
+accounting says nothing about the server's.
 
 Before a suite starts, `choose_threads` looks at the machine once: it warns when other processes
 use the CPU and runs with fewer threads so ours do not spin against them.
@@ -168,16 +170,30 @@ def disturbance(load: Load, spread: float | None, spare_cores: int = 0) -> str:
     return "; ".join(reasons)
 
 
-def beyond_bound(sd: DecodeResult, gamma: int, baseline_tokens_per_s: float) -> str:
+def speedup_beyond_bound(
+    tokens_per_s: float, baseline_tokens_per_s: float, gamma: int, accepted: int, drafted: int
+) -> str:
     """Why an SD run's speedup over its baseline is physically impossible given its own acceptance
-    (speedup > (1 + αγ) × (1 + tolerance)), in words; "" when it is possible, the baseline has no
-    usable rate, or the guard is off. Pure: the run's counts and seconds decide."""
+    (speedup > (1 + αγ) × (1 + tolerance), α = accepted / drafted), in words; "" when it is
+    possible, the baseline has no usable rate, or the guard is off. Local and served runs alike."""
     if not guard_on() or not (math.isfinite(baseline_tokens_per_s) and baseline_tokens_per_s > 0):
         return ""
-    counts = totals(sd)
-    speedup = decode_tokens_per_s(counts.emitted, sd.decode_s) / baseline_tokens_per_s
-    why = impossible_speedup(speedup, gamma, counts.accepted, counts.drafted)
+    why = impossible_speedup(tokens_per_s / baseline_tokens_per_s, gamma, accepted, drafted)
     return f"{why} of its own acceptance: its baseline was likely disturbed" if why else ""
+
+
+def beyond_bound(sd: DecodeResult, gamma: int, baseline_tokens_per_s: float) -> str:
+    """`speedup_beyond_bound` of a local SD run. Pure: the run's counts and seconds decide."""
+    counts = totals(sd)
+    tokens_per_s = decode_tokens_per_s(counts.emitted, sd.decode_s)
+    return speedup_beyond_bound(tokens_per_s, baseline_tokens_per_s, gamma, counts.accepted, counts.drafted)
+
+
+def flagged_beyond_bound(measure: dict, why: str) -> dict:
+    """A run's `measure` once it stayed beyond its bound (`why`): the reason joins any other noise
+    reason in `noise`, and stands alone in `beyond_bound`, which summaries count."""
+    noise = "; ".join(filter(None, [measure.get("noise"), why]))
+    return {**measure, "noise": noise, "beyond_bound": why}
 
 
 def machine_load(seconds: float = 0.5) -> Load:

@@ -26,6 +26,7 @@ from specmoe.bench.noise import (
     LoadMeter,
     beyond_bound,
     disturbance,
+    flagged_beyond_bound,
     guard_on,
     own_cores,
     step_spread,
@@ -184,10 +185,7 @@ class Runner:
                 measured[spec.run_id] = replace(again, measure={**again.measure, "attempts": attempts})
         for run_id, why in self._beyond_bound(specs, measured, stored_baseline).items():
             m = measured[run_id]
-            noise = "; ".join(filter(None, [m.measure["noise"], why]))
-            measured[run_id] = replace(
-                m, measure={**m.measure, "noise": noise, "beyond_bound": why}, noisy=True
-            )
+            measured[run_id] = replace(m, measure=flagged_beyond_bound(m.measure, why), noisy=True)
         return measured
 
     @staticmethod
