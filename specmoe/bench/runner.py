@@ -248,15 +248,9 @@ class Runner:
         return skip(spec, name, model.batch_refused)
 
     def _served_block(self, block: Block, stored_baseline: RunRow | None) -> list[RunRow]:
-        # A served SD arm's row is made against its baseline row, so servers run baseline first.
         if self._served is None:
             self._served = ServedRunner()
-        rows, baseline = [], stored_baseline
-        for spec in sorted(block.specs, key=lambda s: s.arm != "baseline"):
-            row = self._served.row(spec, baseline if spec.arm == "sd" else None)
-            baseline = row if spec.arm == "baseline" else baseline
-            rows.append(row)
-        return rows
+        return self._served.block(block.specs, stored_baseline)
 
     def _target_and_prompts(self, spec: RunSpec) -> tuple[Backend, list[list[int]]]:
         target = self.pool.model(spec.target, spec.dtype, spec.device, spec.moe_top_k, spec.compile)
