@@ -24,7 +24,7 @@ from specmoe.errors import SpecmoeError
 
 # One or two of each kind: dense attention (absolute, rotary, ALiBi positions), sliding windows,
 # routed experts under each spelling, a recurrent hybrid, a pure state-space model, an older model
-# that keeps its past outside transformers' Cache.
+# that keeps its past outside transformers' Cache, and one that takes only its own Cache class.
 SAMPLE = (
     "llama",
     "gpt2",
@@ -42,6 +42,7 @@ SAMPLE = (
     "lfm2",
     "mamba2",
     "openai-gpt",
+    "minimax",
 )
 # Types whose left-padded batch (B > 1) cannot decode as each row alone does, so a batch is refused
 # in one line and B = 1 is checked alone: positions counted in cache slots (no position_ids: ALiBi,
@@ -60,7 +61,6 @@ BATCH_REFUSED = {
 # Types the sweep shows failing, each with what was seen; marked expected to fail (not strictly: a
 # fix elsewhere turns them into passes) until the cause is fixed.
 KNOWN = {
-    "minimax": "keeps its past in its own MiniMaxCache and refuses a DynamicCache (ValueError)",
     "xlnet": "its forward mixes float32 buffers into a float64 model (RuntimeError)",
 }
 PROMPTS = [[3, 14, 15, 9, 26], [35, 8], [7]]

@@ -45,12 +45,11 @@ from specmoe.backends.hf_model import (
     batch_refusal,
     check_causal,
     hidden_request,
-    keeps_cache,
     padded_nan_refusal,
     set_model_facts,
     stacked_hidden,
 )
-from specmoe.backends.hf_recurrent import LinearStates, cache_layout
+from specmoe.backends.hf_recurrent import LinearStates, cache_layout, keeps_cache
 from specmoe.backends.hf_sliding import keep_whole_past, sliding_window
 from specmoe.backends.hf_uncached import UncachedHFBackend
 from specmoe.backends.mtp_head import PREFIX as MTP_PREFIX

@@ -3,17 +3,14 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING
 
 import torch
 
 from specmoe.backends.base import check_hidden_layers
 from specmoe.backends.config_shape import expert_count
 from specmoe.backends.hf_experts import experts_modules
+from specmoe.backends.hf_recurrent import LinearStates, keeps_cache
 from specmoe.errors import SpecmoeError
-
-if TYPE_CHECKING:
-    from specmoe.backends.hf_recurrent import LinearStates
 
 
 def set_model_facts(backend, model, name: str, device: torch.device) -> None:
@@ -97,12 +94,6 @@ def padded_nan_refusal(model, name: str) -> str:
     fix = ", or load it in float32" if dtype == "float64" else ""
     why = f"whose forward turns a left-padded {dtype} batch into NaN (transformers' own generate does too)"
     return batched_refused(name, getattr(model.config, "model_type", "?"), why, fix)
-
-
-def keeps_cache(model) -> bool:
-    """Whether the model keeps its past in a transformers Cache (`past_key_values`); Mamba, RWKV,
-    xLSTM and some older models keep it in their own objects or not at all."""
-    return "past_key_values" in inspect.signature(model.forward).parameters
 
 
 def hidden_request(layers: tuple[int, ...]) -> dict:

@@ -42,6 +42,7 @@ cache layer that cannot drop a suffix still decodes plainly, and SD on it is ref
 from __future__ import annotations
 
 import inspect
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -84,6 +85,22 @@ class CacheLayout:
         return bool(self.linear_layers)
 
 
+def keeps_cache(model) -> bool:
+    """Whether the model keeps its past in a transformers Cache that specmoe can hand it
+    (`past_key_values`, a DynamicCache or a StaticCache). Mamba, RWKV, xLSTM and some older models
+    keep it in their own objects or not at all; MiniMax takes `past_key_values` but only of its own
+    Cache class (`MiniMaxCache`, which refuses anything else), so a model whose modeling module
+    defines a Cache class of its own counts as keeping its past outside too."""
+    if "past_key_values" not in inspect.signature(model.forward).parameters:
+        return False
+    from transformers.cache_utils import Cache
+
+    module = type(model).__module__
+    defined = vars(sys.modules[module]).values() if module in sys.modules else ()
+    own = [v for v in defined if isinstance(v, type) and issubclass(v, Cache) and v.__module__ == module]
+    return not own
+
+
 def cache_layout(model, name: str) -> CacheLayout:
     """The model's cache layout. When some layer's cache cannot drop a rejected suffix the layout
     carries the one-line reason instead of layer lists: plain decoding needs no rollback, and SD,
@@ -94,7 +111,7 @@ def cache_layout(model, name: str) -> CacheLayout:
 
     model_type = getattr(model.config, "model_type", "?")
     fix = f"use a transformer or a supported hybrid ({SUPPORTED_HYBRIDS}), or its GGUF through llama.cpp"
-    if "past_key_values" not in inspect.signature(model.forward).parameters:
+    if not keeps_cache(model):
         raise SpecmoeError(
             f"'{name}' is a {model_type} model, which keeps its past outside transformers' Cache, so "
             "specmoe's cache backends cannot run it; drop --compile to decode it plainly (without a cache)"
