@@ -156,6 +156,23 @@ def test_a_speedup_beyond_its_own_bound_is_measured_again_with_its_baseline(
     assert sd.audit_verdict == "pass"  # against the baseline measured again
 
 
+def test_a_run_measured_again_keeps_its_warm_up_compile_seconds(guard_on, monkeypatch, tiny_zoo, tmp_path):
+    path = tiny_sd_suite(tmp_path, "impossible", {"prompts": 5, "max_new_tokens": 4})
+    fake_loads(monkeypatch, [QUIET])
+    slowed = slow_baselines(monkeypatch, 1)
+    warm_up = runner.Runner.warm_up
+
+    def compiling(self, spec):
+        warm_up(self, spec)
+        if spec.run_id in self._warmup_compile_s:  # this run warmed its cell up: as if it compiled
+            self._warmup_compile_s[spec.run_id] = 1.5
+
+    monkeypatch.setattr(runner.Runner, "warm_up", compiling)
+    rows = run_suite(load_suite(path), tmp_path / "r.db", tiny_zoo, progress=False, threads=1)
+    (baseline,) = [r for r in rows if r.run_id == slowed[0]]
+    assert baseline.measure["attempts"] == 2 and baseline.measure["warmup_compile_s"] == 1.5
+
+
 def test_a_speedup_still_beyond_its_bound_is_flagged_noisy_and_counted(
     guard_on, monkeypatch, tiny_zoo, tmp_path
 ):
