@@ -75,7 +75,7 @@ def to_json(table: SummaryTable) -> dict[str, Any]:
         "runs": {
             "total": len(table.rows),
             "noisy": len(table.noisy),
-            "beyond_bound": sum(1 for r in table.noisy if r.measure.get("beyond_bound")),
+            "beyond_bound": table.beyond_bound,
             "audit_failed": len(table.failed),
         },
         "noise_fix": NOISE_FIX if table.noisy else None,

@@ -138,6 +138,11 @@ class SummaryTable:
         return [r for r in self.rows if r.noisy]
 
     @property
+    def beyond_bound(self) -> int:
+        """Noisy runs the guard flagged for a speedup beyond their own acceptance's bound."""
+        return sum(1 for r in self.noisy if r.measure.get("beyond_bound"))
+
+    @property
     def failed(self) -> list[RunRow]:
         return [r for r in self.rows if r.audit_verdict != "pass"]
 
@@ -347,7 +352,7 @@ def note_lines(table: SummaryTable) -> list[str]:
             f"noise guard: {len(noisy)} of {len(rows)} runs flagged noisy (left out of every number"
             + (" but the BUSY rows'" if any(c.busy for c in table.comparisons) else "")
             + ")"
-            + _beyond_bound_note(noisy)
+            + _beyond_bound_note(table.beyond_bound)
         )
         lines.extend(_first(flagged))
         if noisy:
@@ -369,9 +374,7 @@ def note_lines(table: SummaryTable) -> list[str]:
     return lines
 
 
-def _beyond_bound_note(noisy: list[RunRow]) -> str:
-    """How many flagged runs the guard flagged for a speedup beyond their own acceptance's bound."""
-    beyond = sum(1 for r in noisy if r.measure.get("beyond_bound"))
+def _beyond_bound_note(beyond: int) -> str:
     return (
         f"; {beyond} of them with a speedup beyond 1 + alpha*gamma of their own acceptance" if beyond else ""
     )
