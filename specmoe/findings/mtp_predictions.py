@@ -23,17 +23,9 @@ ZOO_ACCEPTANCE: dict[str, dict[int, float]] = {
     "draft-xs": {1: 0.77, 2: 0.67, 3: 0.59, 4: 0.53},
     "draft-s": {1: 0.79, 2: 0.71, 3: 0.63, 4: 0.58},
 }
-PROMPT_TOKENS = 32  # cached tokens before decoding, as `report.predicted` prices a suite's runs
-
-
-def _architecture(model, dtype: str):
-    from specmoe.perf.structure import parse_architecture
-    from specmoe.suite.types import zoo_shape
-    from specmoe.zoo.hf_config import hf_config
-    from specmoe.zoo.presets import get_preset
-
-    config = hf_config(zoo_shape(model), get_preset(model.zoo_preset)).to_dict()
-    return parse_architecture(config, model.name, dtype)
+# Cached tokens before decoding, fixed with the predictions before the pass ran (`report.predicted`
+# assumes 64 for a suite's built-in prompts).
+PROMPT_TOKENS = 32
 
 
 def price(spec, hardware) -> dict:
@@ -41,7 +33,7 @@ def price(spec, hardware) -> dict:
     from specmoe.perf.drafts import DraftMethod, priced_as
     from specmoe.perf.engines import engine_profile
     from specmoe.perf.setup import configured_setup
-    from specmoe.report.predicted import engine_for
+    from specmoe.report.predicted import engine_for, zoo_architecture
     from specmoe.theory.speedup import per_token_alpha
 
     draft = str(spec.draft)
@@ -50,9 +42,9 @@ def price(spec, hardware) -> dict:
     if name is None:
         raise SpecmoeError(f"no shipped engine profile prices '{spec.target}' on {spec.device}")
     engine = engine_profile(name, hardware.device)
-    target = _architecture(spec.target_model, spec.dtype)
+    target = zoo_architecture(spec.target_model, spec.dtype)
     method = priced_as(spec.draft)
-    model = None if method is DraftMethod.MTP else _architecture(spec.draft_model, spec.dtype)
+    model = None if method is DraftMethod.MTP else zoo_architecture(spec.draft_model, spec.dtype)
     setup = configured_setup(
         target,
         hardware,

@@ -29,6 +29,7 @@ from specmoe.perf.firstprinciples import first_principles_constants
 from specmoe.perf.hardware import Hardware
 from specmoe.perf.model import MoEShape
 from specmoe.perf.predict import ModelTimes
+from specmoe.perf.structure import Architecture
 from specmoe.suite.types import ModelSpec, RunSpec, zoo_shape
 
 PROMPT_TOKENS = 64  # a built-in prompt's typical length: the context is this plus half the new tokens
@@ -95,17 +96,24 @@ def predictable(spec: RunSpec) -> bool:
     )
 
 
-def model_times(model: ModelSpec, spec: RunSpec, hardware: Hardware, engine: EngineProfile) -> ModelTimes:
-    """First-principles forward times of a zoo model in the run's dtype (and top-k, for its target)."""
+def zoo_architecture(model: ModelSpec, dtype: str, top_k: int | None = None) -> Architecture:
+    """A zoo model's shape as the performance model reads it, from the config its preset builds
+    (`top_k` overrides its experts per token)."""
     from specmoe.perf.structure import parse_architecture
     from specmoe.zoo.hf_config import hf_config
     from specmoe.zoo.presets import get_preset
 
     assert model.zoo_preset is not None
     config = hf_config(zoo_shape(model), get_preset(model.zoo_preset)).to_dict()
-    if model is spec.target_model and spec.moe_top_k:
-        config["num_experts_per_tok"] = spec.moe_top_k
-    arch = parse_architecture(config, model.name, spec.dtype)
+    if top_k:
+        config["num_experts_per_tok"] = top_k
+    return parse_architecture(config, model.name, dtype)
+
+
+def model_times(model: ModelSpec, spec: RunSpec, hardware: Hardware, engine: EngineProfile) -> ModelTimes:
+    """First-principles forward times of a zoo model in the run's dtype (and top-k, for its target)."""
+    top_k = spec.moe_top_k if model is spec.target_model else None
+    arch = zoo_architecture(model, spec.dtype, top_k)
     constants = first_principles_constants(arch, hardware, model.name, engine)
     context = PROMPT_TOKENS + spec.max_new_tokens / 2
     return ModelTimes(model.name, constants, MoEShape(arch.num_experts, arch.top_k), context, False)
