@@ -9,7 +9,7 @@ import torch
 from specmoe.backends.base import check_hidden_layers
 from specmoe.backends.config_shape import expert_count
 from specmoe.backends.hf_experts import experts_modules
-from specmoe.backends.hf_recurrent import LinearStates, keeps_cache
+from specmoe.backends.hf_recurrent import LinearStates
 from specmoe.errors import SpecmoeError
 
 
@@ -63,7 +63,7 @@ def batch_refusal(model, name: str) -> str | None:
     why = None
     if "position_ids" not in inspect.signature(model.forward).parameters:
         why = "whose forward takes no position_ids (it counts positions in cache slots, which padding shifts)"
-    elif keeps_cache(model):
+    else:  # both callers built the model's cache layout first: it keeps a transformers Cache
         pooled = [
             (index, layer.compress_rate)
             for index, layer in enumerate(DynamicCache(config=model.config).layers)

@@ -20,7 +20,7 @@ import csv
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 from pathlib import Path
 
@@ -28,11 +28,6 @@ from specmoe.errors import SpecmoeError
 from specmoe.perf.breakeven import AcceptanceKind, acceptance
 from specmoe.user_files import check_regular
 
-_COLUMNS = (
-    "id", "source", "where", "role", "engine", "hardware", "target", "target_dtype", "method", "draft",
-    "draft_dtype", "batch", "gamma", "verify_tokens", "tree_width", "acceptance_kind", "acceptance",
-    "anchor", "context", "speedup", "note",
-)  # fmt: skip
 _THROUGHPUTS = re.compile(r"[\d.]+ (?:vs|against) ([\d.]+) tok/s")  # with SD, then without
 
 
@@ -89,6 +84,9 @@ class Measurement:
         if self.acceptance is None or self.acceptance_kind is None or self.gamma is None:
             return None
         return acceptance(self.acceptance, self.acceptance_kind, self.gamma, self.id).tau
+
+
+_COLUMNS = tuple(f.name for f in fields(Measurement))  # a published CSV's header, in order
 
 
 def _int(text: str, default: int | None = None) -> int | None:

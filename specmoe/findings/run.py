@@ -11,6 +11,7 @@ from pathlib import Path
 from specmoe.bench.suite_run import run_suite
 from specmoe.bench.suite_zoo import prepare_zoo
 from specmoe.errors import SpecmoeError
+from specmoe.findings import mtp, wide
 from specmoe.findings.checkout import is_shipped_findings
 from specmoe.findings.plan import (
     ENGINE_PROFILES,
@@ -203,7 +204,7 @@ def _mtp_pricer():
 
 
 # Per pass: how its cells are priced before it runs, and what its rules read on the point predictions.
-_PRICERS = {"moesd-wide": _wide_pricer, "study-hybrid-mtp": _mtp_pricer}
+_PRICERS = {wide.STEP: _wide_pricer, mtp.STEP: _mtp_pricer}
 
 
 def add_pass_wall(out: Path, name: str, wall: dict[str, float]) -> None:
