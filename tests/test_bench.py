@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 from audited import counts_pass
+from refusing_models import tiny_jamba
 from suite_files import TINY_ZOO, write_suite, zoo_models
 
 from specmoe.bench.suite_run import run_suite
@@ -181,40 +182,8 @@ def test_report_renders_from_a_tiny_zoo_suite(mini_suite, tiny_zoo, tmp_path):
     assert '<section id="audit">' in html
 
 
-def _jamba(tiny_zoo: Path, path: Path) -> Path:
-    """A tiny random Jamba (Mamba layers beside attention) with the tiny zoo's tokenizer."""
-    import shutil
-
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    config = AutoConfig.for_model(
-        "jamba",
-        vocab_size=2048,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=48,
-        num_experts=2,
-        num_experts_per_tok=1,
-        attn_layer_period=2,
-        attn_layer_offset=1,
-        expert_layer_period=2,
-        expert_layer_offset=1,
-        mamba_d_state=4,
-        mamba_dt_rank=4,
-        eos_token_id=0,
-    )
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(path)
-    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
-        shutil.copy(tiny_zoo / "moe" / name, path / name)
-    return path
-
-
 def test_a_target_that_cannot_roll_back_is_measured_without_its_sd_arms(tiny_zoo, tmp_path, caplog):
-    jamba = _jamba(tiny_zoo, tmp_path / "jamba")
+    jamba = tiny_jamba(tiny_zoo, tmp_path / "jamba")
     group = {"name": "sd", "target": ["jamba"], "draft": ["jamba", "ngram"], "gamma": [2], "batch_size": [1]}
     models = {"jamba": {"path": jamba}}
     path = write_suite(tmp_path, **{**SUITE, "models": models, "groups": [group]})
