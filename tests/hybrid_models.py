@@ -50,6 +50,23 @@ def hybrid_config(family: str):
     raise ValueError(family)
 
 
+def draw_weights(
+    model, noise: float = 0.0, seed: int = 0, embed_std: float = 1.0, norm_std: float | None = None
+) -> None:
+    """Redraw a model's matrices from a generator seeded 0: N(0, 0.3), embeddings N(0, embed_std);
+    norms, decays, biases and sinks keep transformers' init, or with `norm_std` norms are shifted
+    by N(0, norm_std). noise > 0 adds noise · N(0, 1) from a generator seeded `seed`, which
+    perturbs the model into a draft of the noiseless one."""
+    weights, perturbation = torch.Generator().manual_seed(0), torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if param.dim() > 1:
+                param.normal_(std=embed_std if "embed" in name else 0.3, generator=weights)
+                param.add_(noise * torch.randn(param.shape, generator=perturbation))
+            elif norm_std is not None and "norm" in name:
+                param.add_(norm_std * torch.randn(param.shape, generator=weights))
+
+
 def save_hybrid(
     family: str, path: Path, noise: float = 0.0, seed: int = 0, tokenizer_from: Path | None = None
 ) -> Path:
@@ -67,14 +84,7 @@ def save_hybrid(
             setattr(config, key, zoo_config[key])
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
-    weights, perturbation = torch.Generator().manual_seed(0), torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.dim() > 1:  # matrices; norms, decays and biases keep transformers' init
-                param.normal_(std=1.0 if "embed" in name else 0.3, generator=weights)
-                param.add_(noise * torch.randn(param.shape, generator=perturbation))
-            elif tokenizer_from is not None and "norm" in name:
-                param.add_(0.1 * torch.randn(param.shape, generator=weights))
+    draw_weights(model, noise, seed, norm_std=None if tokenizer_from is None else 0.1)
     model.save_pretrained(path)
     if tokenizer_from is not None:
         for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hybrid_models import draw_weights
 
 from specmoe.api import load_model
 from specmoe.decoding.decode import DecodeConfig, decode
@@ -59,12 +60,7 @@ def _save(config, path, noise: float = 0.0):
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
-    weights, perturbation = torch.Generator().manual_seed(0), torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() > 1:
-                param.normal_(std=0.3, generator=weights)
-                param.add_(noise * torch.randn(param.shape, generator=perturbation))
+    draw_weights(model, noise, seed=1, embed_std=0.3)
     model.save_pretrained(path)
     return path
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hybrid_models import draw_weights
 
 from specmoe.api import load_model
 from specmoe.backends import hf_sliding
@@ -69,12 +70,7 @@ def save_sliding(family: str, path, noise: float = 0.0, seed: int = 0):
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(sliding_config(family))
-    weights, perturbation = torch.Generator().manual_seed(0), torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if param.dim() > 1:  # matrices; norms, biases and sinks keep transformers' init
-                param.normal_(std=1.0 if "embed" in name else 0.3, generator=weights)
-                param.add_(noise * torch.randn(param.shape, generator=perturbation))
+    draw_weights(model, noise, seed)
     model.save_pretrained(path)
     return path
 
