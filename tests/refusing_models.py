@@ -24,6 +24,20 @@ def tiny_bloom(tiny_zoo: Path, path: Path) -> Path:
     return path
 
 
+# A Jamba of one attention and one Mamba layer, experts in every other layer: small, and its Mamba
+# state is what a backend cannot roll back.
+JAMBA_LAYOUT = dict(
+    num_experts=2,
+    num_experts_per_tok=1,
+    attn_layer_period=2,
+    attn_layer_offset=1,
+    expert_layer_period=2,
+    expert_layer_offset=1,
+    mamba_d_state=4,
+    mamba_dt_rank=4,
+)
+
+
 def tiny_jamba(tiny_zoo: Path, path: Path) -> Path:
     """A tiny random Jamba: Mamba layers beside attention, whose state cannot roll back, so SD is
     refused."""
@@ -38,15 +52,8 @@ def tiny_jamba(tiny_zoo: Path, path: Path) -> Path:
         num_attention_heads=4,
         num_key_value_heads=2,
         intermediate_size=48,
-        num_experts=2,
-        num_experts_per_tok=1,
-        attn_layer_period=2,
-        attn_layer_offset=1,
-        expert_layer_period=2,
-        expert_layer_offset=1,
-        mamba_d_state=4,
-        mamba_dt_rank=4,
         eos_token_id=0,
+        **JAMBA_LAYOUT,
     )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(config).save_pretrained(path)

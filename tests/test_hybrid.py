@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from hybrid_models import VOCAB, hybrid_config, save_hybrid
+from refusing_models import JAMBA_LAYOUT
 from scipy.stats import chisquare
 
 from specmoe.api import load_model
@@ -231,17 +232,7 @@ def _tiny(family: str, **fields):
             "keeps its past outside transformers' Cache",
         ),
         (
-            lambda: _tiny(
-                "jamba",
-                num_experts=2,
-                num_experts_per_tok=1,
-                attn_layer_period=2,
-                attn_layer_offset=1,
-                expert_layer_period=2,
-                expert_layer_offset=1,
-                mamba_d_state=4,
-                mamba_dt_rank=4,
-            ),
+            lambda: _tiny("jamba", **JAMBA_LAYOUT),
             "a recurrent or convolution state",
         ),
     ],
